@@ -1,0 +1,284 @@
+"""RLock: Redisson's reentrant lock, in Python.
+
+A lock is one Redis hash: field = owner id, value = hold count. The owner is
+the calling thread of this process, so one RLock object may be shared by many
+threads, each its own owner, exactly like ``threading.RLock``::
+
+    client = LockClient("redis://127.0.0.1:6379/0")
+    lock = client.lock("order:42")
+    with lock:                       # waits as long as it takes
+        with lock:                   # re-entry: same owner, hold count 2
+            charge(order, fence=lock.token)
+
+    if lock.acquire(timeout=3):      # wait at most 3 s
+        try: ...
+        finally: lock.release()
+
+``lease=None`` (the default) keeps the lock alive through the watchdog for as
+long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from django_rlock.core import clock
+from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core.identity import thread_owner
+from django_rlock.core.names import LockKeys, check_lease, check_timeout
+
+if TYPE_CHECKING:
+    from django_rlock.core.client import LockClient, LostCallback
+    from django_rlock.core.hold import Hold
+
+__all__ = ["RLock"]
+
+
+class RLock:
+    """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
+
+    def __init__(
+        self,
+        client: LockClient,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> None:
+        self.client = client
+        self.keys = LockKeys.build(client.key_prefix, name)
+        self.timeout = check_timeout(timeout)
+        self.lease = check_lease(lease)
+        self.blocking = blocking
+        self.lost_callbacks: list[LostCallback] = []
+        # Per thread: whether this thread's last hold through this object ended lost.
+        self._local = threading.local()
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<RLock {self.name!r}>"
+
+    # -- acquiring ----------------------------------------------------------------
+
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock (or one more hold on it); True when held.
+
+        ``blocking=False`` makes one attempt. Otherwise wait up to ``timeout``
+        seconds (None: as long as it takes), woken by the holder's release or by
+        the end of its lease, whichever comes first: never by a fixed poll.
+        ``lease`` is a fixed expiry in seconds; None means the watchdog renews
+        the lock until it is released.
+        """
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        if not blocking and wait is not None:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        owner = thread_owner()
+        started = clock.monotonic()
+        pttl = self._attempt(owner, lease_seconds)
+        if pttl is None:
+            return True
+        if not blocking or wait == 0:
+            return False
+        deadline = math.inf if wait is None else started + wait
+        with self.client._listener.listen(self.keys.channel) as subscription:
+            while True:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                # Subscribed before retrying, so no release can slip between.
+                subscription.wait_subscribed(min(pttl, remaining))
+                since = subscription.mark()
+                pttl = self._attempt(owner, lease_seconds)
+                if pttl is None:
+                    return True
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                subscription.wait(since, min(pttl, remaining))
+
+    def _attempt(self, owner: str, lease: float | None) -> float | None:
+        """One acquire script call: None when granted, else seconds to wait at most."""
+        ttl = self.client.watchdog_timeout if lease is None else lease
+        sent_at = clock.monotonic()
+        reply = self.client._scripts.acquire(
+            keys=[self.keys.hash, self.keys.fence], args=[owner, max(1, math.ceil(ttl * 1000))]
+        )
+        if isinstance(reply, list):
+            self.client._granted(self, owner, int(reply[0]), int(reply[1]), lease, sent_at)
+            self._local.lost = False
+            return None
+        pttl_ms = int(reply)
+        if pttl_ms < 0:
+            # Held with no expiry (someone wrote the key by hand): look again
+            # after one watchdog timeout rather than never.
+            return self.client.watchdog_timeout
+        return max(pttl_ms, 1) / 1000
+
+    def __enter__(self) -> RLock:
+        if not self.acquire(self.blocking, self.timeout, self.lease):
+            remaining = self.ttl()
+            raise LockTimeout(
+                f"could not acquire lock {self.name!r} within {self.timeout}s"
+                + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+                name=self.name,
+                retry_after=remaining,
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    # -- releasing ----------------------------------------------------------------
+
+    def release(self) -> None:
+        """Give back one hold; the lock is free when the last hold is released.
+
+        Raises :class:`LockNotOwnedError` (changing nothing) when the calling
+        thread holds nothing, and :class:`LockLostError` when its hold expired
+        or was taken over before this release.
+        """
+        client = self.client
+        owner = thread_owner()
+        with client._lock:
+            stack = client._holds_of(self.keys.hash, owner)
+            hold = stack[-1] if stack else None
+            if hold is not None and hold.lost:
+                self._drop_one(hold)
+                raise self._lost_error()
+            if hold is not None and hold.count == 1:
+                hold.releasing = True
+        try:
+            left = int(
+                client._scripts.release(
+                    keys=[self.keys.hash, self.keys.channel],
+                    args=[owner, client.publish_command],
+                )
+            )
+        except BaseException:
+            if hold is not None:
+                hold.releasing = False
+            raise
+        if left < 0:
+            if hold is None:
+                raise LockNotOwnedError(
+                    f"cannot release lock {self.name!r}: the calling thread does not hold it",
+                    name=self.name,
+                )
+            client.declare_lost(hold, "it expired or was taken over before release", by_owner=True)
+            with client._lock:
+                self._drop_one(hold)
+            raise self._lost_error()
+        if hold is None:
+            return  # a hold of the same owner taken through another client
+        with client._lock:
+            hold.count -= 1
+            finished = hold.count <= 0 or left == 0
+        if finished:
+            client._forget_hold(hold)
+
+    def _drop_one(self, hold: Hold) -> None:
+        # Called with client._lock held: one hold of a lost lock is acknowledged.
+        hold.count -= 1
+        if hold.count <= 0:
+            hold.released = True
+            stack = self.client._holds.get((hold.key, hold.owner))
+            if stack is not None and hold in stack:
+                stack.remove(hold)
+                if not stack:
+                    del self.client._holds[(hold.key, hold.owner)]
+            self._local.lost = True
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"lock {self.name!r} was lost: it expired or another owner took it before release",
+            name=self.name,
+        )
+
+    def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held.
+
+        For operators and recovery code: the holder learns of it at its next
+        renewal or release (as a lost lock).
+        """
+        return bool(
+            self.client._scripts.force_release(
+                keys=[self.keys.hash, self.keys.channel], args=[self.client.publish_command]
+            )
+        )
+
+    # -- inspecting ---------------------------------------------------------------
+
+    def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        return bool(self.client.redis.exists(self.keys.hash))
+
+    def owned(self) -> bool:
+        """True when the calling thread holds the lock (asks Redis)."""
+        return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
+
+    def hold_count(self) -> int:
+        """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
+        count = self.client.redis.hget(self.keys.hash, thread_owner())
+        return 0 if count is None else int(count)
+
+    def ttl(self) -> float | None:
+        """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
+        pttl = int(self.client.redis.pttl(self.keys.hash))
+        if pttl == -2:
+            return None
+        if pttl == -1:
+            return math.inf
+        return pttl / 1000
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the calling thread's current hold, None when it holds none.
+
+        Tokens of one lock name strictly increase from grant to grant; re-entry
+        keeps the token. Pass it to the resource you protect and have that
+        resource refuse any write with a token lower than the last one it saw.
+        """
+        with self.client._lock:
+            stack = self.client._holds_of(self.keys.hash, thread_owner())
+            return stack[-1].token if stack else None
+
+    @property
+    def lost(self) -> bool:
+        """True when a hold the calling thread took through this lock was lost.
+
+        A hold is lost when its key expired or another owner took it, as seen by
+        the watchdog, by a release, or by its local deadline passing (a pause
+        longer than the lease). Stays true until this thread acquires again.
+        """
+        client = self.client
+        with client._lock:
+            stack = list(client._holds_of(self.keys.hash, thread_owner()))
+        now = clock.monotonic()
+        for hold in stack:
+            if not hold.lost and now >= hold.deadline:
+                client.declare_lost(hold, "its deadline passed without a renewal")
+        return any(hold.lost for hold in stack) or getattr(self._local, "lost", False)
+
+    def on_lost(self, callback: Callable[[RLock], object]) -> None:
+        """Call ``callback(self)`` when a hold taken through this lock is lost.
+
+        It runs once per lost hold, on a short-lived thread of its own.
+        """
+        self.lost_callbacks.append(callback)

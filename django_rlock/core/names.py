@@ -1,0 +1,151 @@
+"""Lock names, argument checks and the Redis key layout.
+
+Every key and channel of one lock shares a single Redis Cluster hash slot. The
+library owns the hash tag: the user's name is escaped so that it can never
+contain ``{`` or ``}``, then wrapped in braces. ``%`` is escaped first, which
+keeps the escaping one-to-one (two different names never share keys)::
+
+    <prefix>:{<escaped name>}           HASH     owner id -> hold count
+    <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
+    <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = [
+    "MAX_NAME_BYTES",
+    "LockKeys",
+    "check_key_prefix",
+    "check_lease",
+    "check_name",
+    "check_timeout",
+    "check_watchdog_timeout",
+    "escape",
+    "unescape",
+]
+
+MAX_NAME_BYTES = 1024
+
+_ESCAPES = (("%", "%25"), ("{", "%7B"), ("}", "%7D"))
+
+
+def escape(name: str) -> str:
+    """Make ``name`` safe inside a hash tag (no braces), reversibly."""
+    for raw, escaped in _ESCAPES:
+        name = name.replace(raw, escaped)
+    return name
+
+
+def unescape(escaped: str) -> str:
+    """Invert :func:`escape`."""
+    for raw, code in reversed(_ESCAPES):
+        escaped = escaped.replace(code, raw)
+    return escaped
+
+
+def _control_character(text: str) -> str | None:
+    for char in text:
+        if unicodedata.category(char) == "Cc":
+            return char
+    return None
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it is a usable lock name, else raise ValueError naming the rule."""
+    if not isinstance(name, str):
+        raise ValueError(f"lock name must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError("lock name must not be empty")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("lock name must be encodable as UTF-8 (no lone surrogates)") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}")
+    control = _control_character(name)
+    if control is not None:
+        raise ValueError(
+            f"lock name must not contain control characters, found {control!r} in {name!r}"
+        )
+    return name
+
+
+def check_key_prefix(prefix: object) -> str:
+    """Return ``prefix`` if keys can be namespaced by it, else raise ValueError."""
+    if not isinstance(prefix, str):
+        raise ValueError(f"key_prefix must be a str, not {type(prefix).__name__}")
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(
+            f"key_prefix must not contain '{{' or '}}' (the library owns the hash tag): {prefix!r}"
+        )
+    if _control_character(prefix) is not None:
+        raise ValueError(f"key_prefix must not contain control characters: {prefix!r}")
+    return prefix
+
+
+def _seconds(value: object, what: str) -> float:
+    # bool is an int subclass; True seconds is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return float(value)
+
+
+def check_timeout(timeout: object) -> float | None:
+    """``timeout``: None (wait forever) or seconds >= 0."""
+    if timeout is None:
+        return None
+    seconds = _seconds(timeout, "timeout")
+    if seconds < 0:
+        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+    return seconds
+
+
+def check_lease(lease: object) -> float | None:
+    """``lease``: None (watchdog) or seconds > 0."""
+    if lease is None:
+        return None
+    seconds = _seconds(lease, "lease")
+    if seconds <= 0:
+        raise ValueError(f"lease must be > 0 seconds or None (watchdog), got {lease!r}")
+    return seconds
+
+
+def check_watchdog_timeout(timeout: object) -> float:
+    """``watchdog_timeout``: seconds > 0."""
+    seconds = _seconds(timeout, "watchdog_timeout")
+    if seconds <= 0:
+        raise ValueError(f"watchdog_timeout must be > 0 seconds, got {timeout!r}")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LockKeys:
+    """The Redis keys and channel of one lock name."""
+
+    name: str
+    hash: str
+    fence: str
+    channel: str
+
+    @classmethod
+    def build(cls, prefix: str, name: str) -> LockKeys:
+        """Derive the keys of ``name`` under ``prefix`` (both already checked)."""
+        base = f"{prefix}:{{{escape(name)}}}" if prefix else f"{{{escape(name)}}}"
+        return cls(name=name, hash=base, fence=f"{base}:fence", channel=f"{base}:released")
+
+    @staticmethod
+    def name_of(prefix: str, hash_key: str) -> str | None:
+        """The lock name of a lock hash key under ``prefix``, or None if it is not one."""
+        head = f"{prefix}:{{" if prefix else "{"
+        if not (hash_key.startswith(head) and hash_key.endswith("}")):
+            return None
+        inner = hash_key[len(head) : -1]
+        if "{" in inner or "}" in inner:
+            return None
+        return unescape(inner)
