@@ -187,11 +187,11 @@ class ReleaseListener:
             failures = 0
             try:
                 if self._connection.can_read(timeout=_IDLE_READ_SECONDS):
-                    self._dispatch(self._connection.read_response())
-            except (redis.RedisError, OSError, AttributeError) as error:
-                # AttributeError: close() disconnected the socket under the read.
-                if not self._closed.is_set():
-                    logger.warning("pub/sub connection lost, waiters will retry: %s", error)
+                    self._dispatch(self._connection.read_response(push_request=True))
+            except Exception as error:  # noqa: BLE001 -- the dispatcher must outlive any error
+                if self._closed.is_set():
+                    break  # close() pulled the socket out from under the read
+                logger.warning("pub/sub connection lost, waiters will retry: %s", error)
                 self._reset()
 
     def _connect(self) -> bool:

@@ -1,0 +1,173 @@
+"""The watchdog: renewal while alive, expiry after death, loss detection, batching."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient, LockLostError
+from django_rlock.core.watchdog import BATCH_SIZE, get_watchdog
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def holder_process(url: str, name: str, watchdog_timeout: float) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.core.holder", url, name, str(watchdog_timeout)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+def read_json(process: subprocess.Popen[str]) -> dict[str, object]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, "the holder process ended without answering"
+    answer: dict[str, object] = json.loads(line)
+    return answer
+
+
+def test_watchdog_keeps_a_busy_holders_key_alive(redis_url: str, r: redis.Redis) -> None:
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=1) as client:
+        lock = client.lock("busy")
+        lock.acquire()
+        missing = 0
+        lowest_ttl = math.inf
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ttl = r.pttl("test:{busy}")
+            if ttl < 0:
+                missing += 1
+            lowest_ttl = min(lowest_ttl, ttl)
+            time.sleep(0.05)
+        assert missing == 0
+        assert lowest_ttl > 0
+        assert not lock.lost
+        lock.release()
+
+
+def test_a_killed_holders_lock_expires_within_the_watchdog_timeout(
+    redis_url: str, r: redis.Redis
+) -> None:
+    with holder_process(redis_url, "killed", 1.0) as process:
+        read_json(process)
+        os.kill(process.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        with LockClient(redis_url, key_prefix="test", watchdog_timeout=1) as client:
+            lock = client.lock("killed")
+            assert lock.acquire(timeout=5)
+            assert time.monotonic() - killed_at <= 1.5
+            lock.release()
+
+
+def test_a_paused_holder_learns_it_lost_the_lock(redis_url: str, r: redis.Redis) -> None:
+    with (
+        holder_process(redis_url, "paused", 1.0) as process,
+        LockClient(redis_url, key_prefix="test", watchdog_timeout=1) as client,
+    ):
+        first_token = read_json(process)["token"]
+        os.kill(process.pid, signal.SIGSTOP)
+        lock = client.lock("paused")
+        try:
+            assert lock.acquire(timeout=5)
+            new_token = lock.token
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        assert process.stdin is not None
+        process.stdin.write("report\n")
+        process.stdin.flush()
+        report = read_json(process)
+        assert report == {
+            "lost": True,
+            "on_lost_ran": True,
+            "release": "LockLostError",
+            "token": first_token,
+        }
+        assert isinstance(first_token, int) and isinstance(new_token, int)
+        assert first_token < new_token
+        assert lock.owned()
+        lock.release()
+
+
+def test_a_key_deleted_behind_the_holders_back_is_detected_within_one_interval(
+    redis_url: str, r: redis.Redis
+) -> None:
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=1.5) as client:
+        lock = client.lock("deleted")
+        noticed = threading.Event()
+        lock.on_lost(lambda _lock: noticed.set())
+        lock.acquire()
+        r.delete("test:{deleted}")
+        deleted_at = time.monotonic()
+        assert noticed.wait(5)
+        assert time.monotonic() - deleted_at <= 0.5 + 0.25
+        assert lock.lost
+        with pytest.raises(LockLostError):
+            lock.release()
+        assert lock.lost
+        assert lock.acquire(blocking=False)
+        assert not lock.lost
+        lock.release()
+
+
+def test_script_flush_while_held_does_not_break_renewal_or_release(
+    redis_url: str, r: redis.Redis
+) -> None:
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
+        lock = client.lock("flushed")
+        lock.acquire()
+        r.script_flush()
+        time.sleep(1.2)  # two watchdog timeouts: only renewals keep the key
+        assert not lock.lost
+        assert r.exists("test:{flushed}")
+        r.script_flush()
+        assert lock.acquire(blocking=False)
+        r.script_flush()
+        lock.release()
+        lock.release()
+        assert not lock.locked()
+
+
+def test_two_thousand_locks_share_one_thread_and_batched_renewals(
+    redis_url: str, r: redis.Redis
+) -> None:
+    count, timeout = 2000, 1.5
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=timeout) as client:
+        locks = [client.lock(f"many:{index}") for index in range(count)]
+        for lock in locks:
+            lock.acquire()
+        watchdog = get_watchdog()
+        r.config_resetstat()
+        intervals = 4
+        time.sleep(intervals * timeout / 3)
+        stats = r.info("commandstats")
+        evals = stats.get("cmdstat_evalsha", {}).get("calls", 0)
+        evals += stats.get("cmdstat_eval", {}).get("calls", 0)
+        per_interval = math.ceil(count / BATCH_SIZE)
+        # At most one extra tick can fall inside the window's edges.
+        assert per_interval * intervals - per_interval <= evals <= per_interval * (intervals + 1)
+        renewal_threads = [t for t in threading.enumerate() if t.name == "rlock-watchdog"]
+        assert renewal_threads == [watchdog.thread]
+        assert all(r.pttl(f"test:{{many:{index}}}") > 0 for index in (0, 999, 1999))
+        for lock in locks:
+            lock.release()
+        assert r.dbsize() == count  # only the fencing counters remain
