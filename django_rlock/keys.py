@@ -51,7 +51,9 @@ def check_template(template: object, func: Callable[..., Any]) -> KeyTemplate:
     try:
         roots = _field_roots(template)
     except ValueError as error:
-        raise ValueError(f"lock key template {template!r} is not a format string: {error}") from None
+        raise ValueError(
+            f"lock key template {template!r} is not a format string: {error}"
+        ) from None
     parameters = inspect.signature(func).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     for root in roots:

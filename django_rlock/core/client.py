@@ -61,7 +61,9 @@ class LockClient:
         #: The command that announces a release ('spublish' on a sharded cluster).
         self.publish_command = "publish"
         self._scripts = LockScripts(self.redis)
-        self._renewal_redis = redis.Redis(connection_pool=derive_pool(self.redis, **self._renewal_timeouts()))
+        self._renewal_redis = redis.Redis(
+            connection_pool=derive_pool(self.redis, **self._renewal_timeouts())
+        )
         self._listener = ReleaseListener(self.redis)
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
@@ -120,7 +122,14 @@ class LockClient:
         return self._holds.get((key, owner), [])
 
     def _granted(
-        self, lock: RLock, owner: str, token: int, holds: int, lease: float | None, sent_at: float
+        self,
+        lock: RLock,
+        owner: str,
+        *,
+        token: int,
+        holds: int,
+        lease: float | None,
+        sent_at: float,
     ) -> Hold:
         """Record a grant Redis has just made to ``owner``."""
         keys = lock.keys
@@ -198,7 +207,10 @@ class LockClient:
     def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
         """Extend every hold's key to the watchdog timeout in one EVAL."""
         keys = [hold.key for hold in holds]
-        args = [_milliseconds(self.watchdog_timeout), *(hold.owner for hold in holds)]
+        args: list[str | int] = [
+            _milliseconds(self.watchdog_timeout),
+            *(hold.owner for hold in holds),
+        ]
         renewed = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
         return [bool(int(flag)) for flag in renewed]
 

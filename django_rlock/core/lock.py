@@ -116,7 +116,9 @@ class RLock:
             keys=[self.keys.hash, self.keys.fence], args=[owner, max(1, math.ceil(ttl * 1000))]
         )
         if isinstance(reply, list):
-            self.client._granted(self, owner, int(reply[0]), int(reply[1]), lease, sent_at)
+            self.client._granted(
+                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+            )
             self._local.lost = False
             return None
         pttl_ms = int(reply)

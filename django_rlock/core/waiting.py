@@ -123,9 +123,7 @@ class ReleaseListener:
                 channel.wanted = True
                 self._send_locked(channel, "SUBSCRIBE")
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="rlock-pubsub", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="rlock-pubsub", daemon=True)
                 self._thread.start()
         try:
             yield Subscription(channel, self)
@@ -188,14 +186,15 @@ class ReleaseListener:
             try:
                 if self._connection.can_read(timeout=_IDLE_READ_SECONDS):
                     self._dispatch(self._connection.read_response(push_request=True))
-            except Exception as error:  # noqa: BLE001 -- the dispatcher must outlive any error
+            except Exception as error:
                 if self._closed.is_set():
                     break  # close() pulled the socket out from under the read
                 logger.warning("pub/sub connection lost, waiters will retry: %s", error)
                 self._reset()
 
     def _connect(self) -> bool:
-        connection = self._pool.make_connection()
+        # redis-py's Connection is untyped; the dispatcher only sends and reads.
+        connection: Any = self._pool.make_connection()
         try:
             connection.connect()
         except (redis.RedisError, OSError) as error:

@@ -144,7 +144,7 @@ class Watchdog:
             self.renewal_calls += 1
             try:
                 renewed = renewer.renew_batch(batch)
-            except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+            except Exception as error:
                 self._renewal_failed(group, batch, error)
                 continue
             if group.failing:

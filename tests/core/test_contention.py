@@ -16,7 +16,9 @@ from django_rlock.core.watchdog import get_watchdog
 pytestmark = pytest.mark.slow
 
 
-def _increment_under_lock(url: str, rounds: int, barrier: multiprocessing.synchronize.Barrier) -> None:
+def _increment_under_lock(
+    url: str, rounds: int, barrier: multiprocessing.synchronize.Barrier
+) -> None:
     raw = redis.Redis.from_url(url)
     with LockClient(url, key_prefix="test") as client:
         lock = client.lock("counter")
@@ -131,7 +133,7 @@ def test_fork_after_acquire_leaves_the_lock_with_the_parent(
             lock.release()
         except LockNotOwnedError:
             outcome = "LockNotOwnedError"
-        except BaseException as error:  # noqa: BLE001 -- reported to the parent
+        except BaseException as error:
             outcome = repr(error)
         own = lock_client.lock("child-own")
         child_ok = own.acquire(blocking=False) and own.owned() and not lock.owned()

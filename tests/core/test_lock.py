@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockNotOwnedError, LockTimeout, RLock
+from django_rlock.core.identity import process_id
 from tests.servers import free_port
 
 
@@ -33,10 +35,11 @@ def test_reentrant_holds_are_counted(lock_client: LockClient, r: redis.Redis) ->
 
 def test_reentry_keeps_the_token_and_new_grants_raise_it(lock_client: LockClient) -> None:
     lock = lock_client.lock("fenced")
-    tokens = []
+    tokens: list[int] = []
     for _ in range(3):
         with lock:
             outer = lock.token
+            assert outer is not None
             with lock:
                 assert lock.token == outer
             tokens.append(outer)
@@ -228,8 +231,6 @@ def test_rlock_repr_shows_the_name_only(lock_client: LockClient) -> None:
     lock = lock_client.lock("visible")
     with lock:
         assert repr(lock) == "<RLock 'visible'>"
-        from django_rlock.core.identity import process_id
-
         assert process_id() not in repr(lock) + repr(lock_client)
     assert isinstance(lock, RLock)
 
@@ -248,8 +249,13 @@ def test_core_works_without_django_settings(redis_url: str, r: redis.Redis) -> N
         "assert not settings.configured\n"
         "print('ok')\n"
     )
-    env = {k: v for k, v in __import__("os").environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert result.stdout.strip() == "ok", result.stderr
