@@ -67,6 +67,7 @@ class LockClient:
         self._listener = ReleaseListener(self.redis)
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
+        self._watched = False  # registered with the watchdog (on the first watchdog hold)
         self._lost_callbacks: list[LostCallback] = []
         _clients.add(self)
 
@@ -109,6 +110,7 @@ class LockClient:
         get_watchdog().forget(self)
         with self._lock:
             self._holds.clear()
+            self._watched = False
         self._listener.close()
         self._renewal_redis.close()
         self._renewal_redis.connection_pool.disconnect()
@@ -142,7 +144,6 @@ class LockClient:
                 top.count += 1
                 top.deadline = max(top.deadline, sent_at + ttl)
                 hold = top
-                start_watch = lease is None and not hold.watchdog
                 hold.watchdog = hold.watchdog or lease is None
             else:
                 if top is not None and not top.lost:
@@ -160,26 +161,23 @@ class LockClient:
                     acquired_at=sent_at,
                 )
                 stack.append(hold)
-                start_watch = lease is None
-            hold.add_lock(lock)
+                hold.add_lock(lock)
+            start_watch = hold.watchdog and not self._watched
+            self._watched = self._watched or hold.watchdog
         if stale is not None:
             self.declare_lost(stale, "it expired before this re-entry")
         if start_watch:
-            get_watchdog().watch(self, hold)
+            get_watchdog().watch(self)
         return hold
 
     def _forget_hold(self, hold: Hold) -> None:
-        """Remove a hold that is fully released or fully acknowledged as lost."""
-        with self._lock:
-            hold.released = True
-            stack = self._holds.get((hold.key, hold.owner))
-            if stack is not None:
-                if hold in stack:
-                    stack.remove(hold)
-                if not stack:
-                    del self._holds[(hold.key, hold.owner)]
-        if hold.watchdog:
-            get_watchdog().unwatch(self, hold)
+        """Remove a hold that is fully released; call with ``_lock`` held."""
+        hold.released = True
+        stack = self._holds.get((hold.key, hold.owner))
+        if stack is not None and hold in stack:
+            stack.remove(hold)
+            if not stack:
+                del self._holds[(hold.key, hold.owner)]
 
     def declare_lost(self, hold: Hold, reason: str, *, by_owner: bool = False) -> None:
         """Mark ``hold`` lost (once), stop renewing it, and run its callbacks.
@@ -192,8 +190,6 @@ class LockClient:
                 return
             hold.lost = True
             locks = list(hold.locks)
-        if hold.watchdog:
-            get_watchdog().unwatch(self, hold)
         logger.warning("lock %r lost: %s", hold.name, reason)
         callbacks = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
         callbacks += [(callback, lock) for callback in self._lost_callbacks for lock in locks[:1]]
@@ -203,6 +199,16 @@ class LockClient:
             ).start()
 
     # -- the watchdog's side (see watchdog.Renewer) ----------------------------------
+
+    def watched_holds(self) -> list[Hold]:
+        """The holds the watchdog renews now: watchdog holds not released and not lost."""
+        with self._lock:
+            return [
+                hold
+                for stack in self._holds.values()
+                for hold in stack
+                if hold.watchdog and not hold.lost and not hold.released
+            ]
 
     def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
         """Extend every hold's key to the watchdog timeout in one EVAL."""
@@ -230,6 +236,7 @@ class LockClient:
         # The child owns none of the parent's holds and shares none of its threads.
         self._lock = threading.Lock()
         self._holds = {}
+        self._watched = False
         self._listener = ReleaseListener(self.redis)
 
 

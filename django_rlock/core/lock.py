@@ -191,20 +191,14 @@ class RLock:
             return  # a hold of the same owner taken through another client
         with client._lock:
             hold.count -= 1
-            finished = hold.count <= 0 or left == 0
-        if finished:
-            client._forget_hold(hold)
+            if hold.count <= 0 or left == 0:
+                client._forget_hold(hold)
 
     def _drop_one(self, hold: Hold) -> None:
         # Called with client._lock held: one hold of a lost lock is acknowledged.
         hold.count -= 1
         if hold.count <= 0:
-            hold.released = True
-            stack = self.client._holds.get((hold.key, hold.owner))
-            if stack is not None and hold in stack:
-                stack.remove(hold)
-                if not stack:
-                    del self.client._holds[(hold.key, hold.owner)]
+            self.client._forget_hold(hold)
             self._local.lost = True
 
     def _lost_error(self) -> LockLostError:

@@ -186,7 +186,7 @@ class ReleaseListener:
             try:
                 if self._connection.can_read(timeout=_IDLE_READ_SECONDS):
                     self._dispatch(self._connection.read_response(push_request=True))
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 -- the dispatcher must outlive any error
                 if self._closed.is_set():
                     break  # close() pulled the socket out from under the read
                 logger.warning("pub/sub connection lost, waiters will retry: %s", error)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from django_rlock.core import clock
@@ -43,6 +44,10 @@ class Renewer(Protocol):
 
     watchdog_timeout: float
 
+    def watched_holds(self) -> list[Hold]:
+        """The holds to renew now: watchdog holds not released and not lost."""
+        ...
+
     def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
         """Extend each hold's key; True for renewed, False for no longer held."""
         ...
@@ -53,42 +58,44 @@ class Renewer(Protocol):
 
 
 @dataclass(eq=False)
-class _Group:
-    """The holds of one client, renewed together on one schedule."""
+class _Schedule:
+    """When one client's holds are renewed next. Holds the client weakly."""
 
-    renewer: Renewer
+    renewer: weakref.ref[Renewer]
+    interval: float
     next_tick: float
-    holds: set[Hold] = field(default_factory=set)
     failing: bool = False
-
-    @property
-    def interval(self) -> float:
-        return self.renewer.watchdog_timeout / 3
 
 
 class Watchdog:
-    """Renews the watchdog holds of every client in this process from one thread."""
+    """Renews the watchdog holds of every client in this process from one thread.
+
+    Clients register once (:meth:`watch`); at each tick the watchdog asks the
+    client for its current holds, so taking and releasing a lock costs the
+    watchdog nothing.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._groups: dict[int, _Group] = {}
+        self._schedules: dict[int, _Schedule] = {}
         self._thread: threading.Thread | None = None
         #: Renewal EVALs sent since start; read by tests and benchmarks.
         self.renewal_calls = 0
 
     @property
     def thread(self) -> threading.Thread | None:
-        """The renewal thread, once a hold has started it."""
+        """The renewal thread, once a client has started it."""
         return self._thread
 
-    def watch(self, renewer: Renewer, hold: Hold) -> None:
-        """Renew ``hold`` until :meth:`unwatch`."""
+    def watch(self, renewer: Renewer) -> None:
+        """Renew ``renewer``'s holds every ``watchdog_timeout / 3`` until :meth:`forget`."""
         with self._cond:
-            group = self._groups.get(id(renewer))
-            if group is None:
-                group = _Group(renewer, next_tick=clock.monotonic() + renewer.watchdog_timeout / 3)
-                self._groups[id(renewer)] = group
-            group.holds.add(hold)
+            if id(renewer) in self._schedules:
+                return
+            interval = renewer.watchdog_timeout / 3
+            self._schedules[id(renewer)] = _Schedule(
+                weakref.ref(renewer), interval, next_tick=clock.monotonic() + interval
+            )
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="rlock-watchdog", daemon=True
@@ -96,59 +103,53 @@ class Watchdog:
                 self._thread.start()
             self._cond.notify()
 
-    def unwatch(self, renewer: Renewer, hold: Hold) -> None:
-        """Stop renewing ``hold`` (released or lost)."""
-        with self._cond:
-            group = self._groups.get(id(renewer))
-            if group is None:
-                return
-            group.holds.discard(hold)
-            if not group.holds:
-                del self._groups[id(renewer)]
-
     def forget(self, renewer: Renewer) -> None:
-        """Stop renewing every hold of ``renewer`` (its client is closing)."""
+        """Stop renewing ``renewer``'s holds (its client is closing)."""
         with self._cond:
-            self._groups.pop(id(renewer), None)
+            self._schedules.pop(id(renewer), None)
 
     def _run(self) -> None:
         while True:
-            for group, holds in self._wait_for_due_groups():
+            for schedule, renewer in self._wait_for_due():
                 try:
-                    self._renew(group, holds)
+                    self._renew(schedule, renewer)
                 except Exception:
                     # A bug here must not end renewals for every other lock.
                     logger.exception("watchdog: unexpected error while renewing locks")
 
-    def _wait_for_due_groups(self) -> list[tuple[_Group, list[Hold]]]:
+    def _wait_for_due(self) -> list[tuple[_Schedule, Renewer]]:
         with self._cond:
             while True:
                 now = clock.monotonic()
-                due: list[tuple[_Group, list[Hold]]] = []
+                due: list[tuple[_Schedule, Renewer]] = []
                 next_wake: float | None = None
-                for group in self._groups.values():
-                    if group.next_tick <= now:
-                        due.append((group, list(group.holds)))
-                        group.next_tick = now + group.interval
-                    if next_wake is None or group.next_tick < next_wake:
-                        next_wake = group.next_tick
+                for key, schedule in list(self._schedules.items()):
+                    renewer = schedule.renewer()
+                    if renewer is None:  # the client was garbage-collected
+                        del self._schedules[key]
+                        continue
+                    if schedule.next_tick <= now:
+                        due.append((schedule, renewer))
+                        schedule.next_tick = now + schedule.interval
+                    if next_wake is None or schedule.next_tick < next_wake:
+                        next_wake = schedule.next_tick
                 if due:
                     return due
                 self._cond.wait(None if next_wake is None else next_wake - now)
 
-    def _renew(self, group: _Group, holds: list[Hold]) -> None:
-        renewer = group.renewer
+    def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
+        holds = renewer.watched_holds()
         for start in range(0, len(holds), BATCH_SIZE):
             batch = holds[start : start + BATCH_SIZE]
             sent_at = clock.monotonic()
             self.renewal_calls += 1
             try:
                 renewed = renewer.renew_batch(batch)
-            except Exception as error:
-                self._renewal_failed(group, batch, error)
+            except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+                self._renewal_failed(schedule, renewer, batch, error)
                 continue
-            if group.failing:
-                group.failing = False
+            if schedule.failing:
+                schedule.failing = False
                 logger.info("watchdog: renewals succeed again")
             for hold, alive in zip(batch, renewed, strict=True):
                 if alive:
@@ -156,24 +157,24 @@ class Watchdog:
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
 
-    def _renewal_failed(self, group: _Group, batch: list[Hold], error: Exception) -> None:
-        if not group.failing:
-            group.failing = True
+    def _renewal_failed(
+        self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
+    ) -> None:
+        if not schedule.failing:
+            schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
         now = clock.monotonic()
         alive = []
         for hold in batch:
             if now >= hold.deadline:
-                group.renewer.declare_lost(
-                    hold, f"renewals failed until its deadline passed ({error})"
-                )
+                renewer.declare_lost(hold, f"renewals failed until its deadline passed ({error})")
             else:
                 alive.append(hold)
         if alive:
             # Wake again no later than the first deadline, to report it on time.
             earliest = min(hold.deadline for hold in alive)
             with self._cond:
-                group.next_tick = min(group.next_tick, earliest)
+                schedule.next_tick = min(schedule.next_tick, earliest)
 
 
 _instance: Watchdog | None = None
