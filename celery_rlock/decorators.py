@@ -1,0 +1,102 @@
+"""``locked``: django_rlock's decorator, made task-aware.
+
+Stack it under the task decorator, so the task's body is the locked function::
+
+    @app.task(bind=True, max_retries=5)
+    @locked("order:{order_id}", on_busy="retry")
+    def charge(self, order_id): ...
+
+Inside a run, the lock behaves exactly as with ``LockedTask`` (``on_busy`` can
+re-queue through the task's ``retry``; ``self.request.rlock`` is set). Called
+outside a task, the function still runs under its lock, and "retry" and "wait"
+raise LockTimeout when the lock stays busy, as ``Task.retry`` does for a task
+called directly. Above the task decorator it would receive a Task, whose
+registered run it cannot change safely: that is refused at decoration time.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from celery import Task, current_app
+from celery._state import get_current_task
+from celery.local import Proxy
+
+from celery_rlock.conf import DEFAULT_LOCK_ALIAS
+from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, SkippedResult, run_locked
+from django_rlock.keys import KeyTemplate
+
+__all__ = ["locked", "options_of"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# The options of every function decorated here, looked up by the worker checks.
+_locked_functions: weakref.WeakKeyDictionary[Callable[..., Any], LockOptions] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def locked(
+    key_template: KeyTemplate,
+    *,
+    using: str = DEFAULT_LOCK_ALIAS,
+    timeout: float | None = None,
+    lease: float | None = None,
+    on_busy: OnBusy = DEFAULT_ON_BUSY,
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R | SkippedResult]]:
+    """Run the decorated task body under the lock named by ``key_template``.
+
+    ``key_template`` is ``str.format``-ed with the call's signature-bound
+    arguments (defaults applied), or is a callable taking them. ``using``,
+    ``timeout``, ``lease`` and ``on_busy`` are LockedTask's ``lock_using``,
+    ``lock_timeout``, ``lock_lease`` and ``on_busy``.
+    """
+
+    def decorate(func: Callable[_P, _R]) -> Callable[_P, _R | SkippedResult]:
+        if isinstance(func, Task | Proxy):
+            raise TypeError(
+                "put @locked under @app.task / @shared_task (it must wrap the task's "
+                "function), or use base=LockedTask with lock=..."
+            )
+        options = LockOptions.build(
+            key_template, func, timeout=timeout, lease=lease, using=using, on_busy=on_busy
+        )
+
+        @functools.wraps(func)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R | SkippedResult:
+            task = get_current_task()
+            if task is not None and _body_of(task) is not wrapper:
+                task = None  # called from inside some other task, not as this task's body
+            app = task._get_app() if task is not None else current_app
+            return run_locked(
+                options, func, args, kwargs, app=app, task=task, body=lambda: func(*args, **kwargs)
+            )
+
+        _locked_functions[wrapper] = options
+        return wrapper
+
+    return decorate
+
+
+def _body_of(task: Any) -> object:
+    run = task.run
+    return getattr(run, "__func__", run)
+
+
+def options_of(task: Any) -> LockOptions | None:
+    """The lock options a registered task runs under, or None for an unlocked task."""
+    from celery_rlock.task import LockedTask  # noqa: PLC0415 -- task imports worker, worker us
+
+    if isinstance(task, LockedTask):
+        return task.lock_options
+    body = _body_of(task)
+    if not callable(body):
+        return None
+    try:
+        return _locked_functions.get(body)
+    except TypeError:  # not weak-referenceable: not one of ours
+        return None

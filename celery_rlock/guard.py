@@ -1,0 +1,255 @@
+"""Running one task call under its lock: shared by ``LockedTask`` and ``locked``.
+
+The lock is taken when the run starts and released in a ``finally`` around the
+task body, which Celery runs for every outcome: success, failure,
+``self.retry()``, ``Ignore``, ``Reject`` and ``SoftTimeLimitExceeded``. (Celery
+skips ``after_return`` on RETRY, IGNORED and REJECTED, so a release there leaks.)
+
+Per-run state is a :class:`TaskLock` on ``self.request.rlock`` (the request is
+per run; the task object is shared by every run in the process).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar, get_args
+
+from celery.exceptions import Reject, Retry
+from celery.utils.log import get_task_logger
+
+from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
+from django_rlock.core.exceptions import LockLostError, LockTimeout
+from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.keys import KeyTemplate, build_key, check_template
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from celery_rlock.once import OnceMarker
+    from django_rlock.core import RLock
+
+__all__ = [
+    "DEFAULT_ON_BUSY",
+    "LockOptions",
+    "OnBusy",
+    "SkippedResult",
+    "TaskLock",
+    "run_locked",
+]
+
+logger = get_task_logger("celery_rlock")
+
+#: What a run does when its lock stays busy; see the package docstring.
+OnBusy: TypeAlias = Literal["retry", "skip", "wait", "raise"]
+
+#: The default: a busy task goes back to the queue instead of holding a worker
+#: slot while it waits, and nothing is dropped silently.
+DEFAULT_ON_BUSY: Final[OnBusy] = "retry"
+
+_R = TypeVar("_R")
+
+
+class SkippedResult(TypedDict):
+    """The result of a run skipped by ``on_busy="skip"``."""
+
+    skipped: Literal[True]
+    reason: str
+    lock: str
+
+
+@dataclass(frozen=True, slots=True)
+class LockOptions:
+    """The lock options of one task, checked when the task is defined."""
+
+    key: KeyTemplate
+    timeout: float | None = None
+    lease: float | None = None
+    using: str = DEFAULT_LOCK_ALIAS
+    on_busy: OnBusy = DEFAULT_ON_BUSY
+
+    @classmethod
+    def build(
+        cls,
+        key: object,
+        func: Callable[..., Any],
+        *,
+        timeout: object = None,
+        lease: object = None,
+        using: object = DEFAULT_LOCK_ALIAS,
+        on_busy: object = DEFAULT_ON_BUSY,
+    ) -> LockOptions:
+        """Check every option against ``func`` (ValueError names the bad one)."""
+        if on_busy not in get_args(OnBusy):
+            raise ValueError(f"on_busy must be one of {get_args(OnBusy)}, got {on_busy!r}")
+        if not isinstance(using, str) or not using:
+            raise ValueError(f"lock_using must be a lock alias (a non-empty str), got {using!r}")
+        try:
+            checked_timeout = check_timeout(timeout)
+            checked_lease = check_lease(lease)
+        except ValueError as error:
+            raise ValueError(f"lock_{error}") from None
+        return cls(
+            key=check_template(key, func),
+            timeout=checked_timeout,
+            lease=checked_lease,
+            using=using,
+            on_busy=on_busy,  # type: ignore[arg-type]  # checked against OnBusy above
+        )
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds a run waits for the busy lock before ``on_busy`` applies.
+
+        ``lock_timeout`` when set; else as long as it takes for ``"wait"``, and
+        not at all for the other modes.
+        """
+        if self.timeout is not None:
+            return self.timeout
+        return None if self.on_busy == "wait" else 0.0
+
+
+@dataclass(eq=False)
+class TaskLock:
+    """The lock one task run holds, on ``self.request.rlock`` while it runs.
+
+    ``token`` is the fencing token of this grant: pass it to the resource the
+    task writes, and have that resource refuse tokens lower than the last seen.
+    """
+
+    name: str
+    lock: RLock
+    token: int | None
+    waited: float
+    acquired_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def held(self) -> float:
+        """Seconds since the run took the lock."""
+        return time.monotonic() - self.acquired_at
+
+
+def run_locked(
+    options: LockOptions,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    app: Celery,
+    task: Any,
+    body: Callable[[], _R],
+    once_lease: float | None = None,
+) -> _R | SkippedResult:
+    """Run ``body()`` holding the lock ``options`` builds from ``func(*args, **kwargs)``.
+
+    ``task`` is the running Task (None when the function is called outside
+    one: then "retry" and "wait" raise LockTimeout instead of re-queueing).
+    With ``once_lease``, the task's ``once`` marker follows the run.
+    """
+    name = build_key(options.key, func, args, kwargs)
+    lock = get_lock(app, options.using, name, lease=options.lease)
+    # The top of the request stack is this run's own request (the task's
+    # fallback request, used when nothing is pushed, is shared: never touch it).
+    request = task.request_stack.top if task is not None else None
+    task_id: str | None = None
+    if request is not None and not request.called_directly:
+        task_id = request.id
+    marker = None
+    if once_lease is not None and task_id is not None:
+        from celery_rlock.once import OnceMarker  # noqa: PLC0415 -- once imports this module
+
+        marker = OnceMarker(lock, task.name, once_lease)
+
+    started = time.monotonic()
+    acquired = lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
+    waited = time.monotonic() - started
+    if not acquired:
+        ending: BaseException | None = None
+        try:
+            return _busy(task, options, lock, waited)
+        except BaseException as error:
+            ending = error
+            raise
+        finally:
+            _end_marker(marker, task_id, ending)
+
+    held = TaskLock(name=name, lock=lock, token=lock.token, waited=waited)
+    logger.info("lock %r acquired after waiting %.3fs (token %s)", name, waited, held.token)
+    if marker is not None and task_id is not None:
+        marker.running(task_id)
+    if request is not None:
+        request.rlock = held
+    ending = None
+    try:
+        return body()
+    except BaseException as error:
+        ending = error
+        raise
+    finally:
+        _release(held)
+        _end_marker(marker, task_id, ending)
+
+
+def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:
+    """Apply ``on_busy`` to a run that did not get its lock within its wait."""
+    remaining = lock.ttl()
+    if remaining is not None and not math.isfinite(remaining):
+        # A key with no expiry (written by hand): look again after one timeout.
+        remaining = lock.client.watchdog_timeout
+    lease = "" if remaining is None else f"; the holder's lease ends in {remaining:.3f}s"
+    if options.on_busy == "skip":
+        logger.info("lock %r busy after waiting %.3fs%s: skipped", lock.name, waited, lease)
+        return SkippedResult(skipped=True, reason="lock busy", lock=lock.name)
+    error = LockTimeout(
+        f"lock {lock.name!r} busy after waiting {waited:.3f}s{lease}",
+        name=lock.name,
+        retry_after=remaining,
+    )
+    if options.on_busy == "raise" or task is None:
+        logger.info("lock %r busy after waiting %.3fs%s: failing", lock.name, waited, lease)
+        raise error
+    # "retry", and "wait" after lock_timeout: re-queue for when the lease ends
+    # (the holder's release may come sooner; the lease is the latest it can end).
+    countdown = 0.0 if remaining is None else remaining
+    logger.info(
+        "lock %r busy after waiting %.3fs%s: retrying in %.3fs",
+        lock.name,
+        waited,
+        lease,
+        countdown,
+    )
+    # retry() raises Retry, or `error` itself once max_retries is exhausted.
+    raise task.retry(exc=error, countdown=countdown)
+
+
+def _release(held: TaskLock) -> None:
+    """Give the run's lock back; a lost lock is reported, not raised.
+
+    The task's work is done by now: failing it (or masking its own exception)
+    would not undo an overlap, but the log must say that one may have happened.
+    """
+    try:
+        held.lock.release()
+    except LockLostError:
+        logger.error(
+            "lock %r was lost while the task ran (held %.3fs): another run may have "
+            "overlapped this one",
+            held.name,
+            held.held,
+        )
+    else:
+        logger.info("lock %r released after holding %.3fs", held.name, held.held)
+
+
+def _end_marker(
+    marker: OnceMarker | None, task_id: str | None, error: BaseException | None
+) -> None:
+    """Move the ``once`` marker on at the end of a run that ended with ``error``."""
+    if marker is None or task_id is None:
+        return
+    if isinstance(error, Retry) or (isinstance(error, Reject) and error.requeue):
+        marker.requeued(task_id)
+    else:
+        marker.done(task_id)

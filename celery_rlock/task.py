@@ -1,0 +1,187 @@
+"""LockedTask: a Celery Task base whose runs hold a distributed lock.
+
+::
+
+    @app.task(base=LockedTask, lock="report:{customer_id}", on_busy="skip")
+    def build_report(customer_id): ...
+
+    class Sync(LockedTask):          # or as a class, options as attributes
+        lock = "sync:{account}"
+        lock_timeout = 10
+        on_busy = "wait"
+
+        def run(self, account): ...
+
+The options are read once, when the task is bound to its app, and checked
+there: a bad template or option fails at import, i.e. at worker start.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, Literal, get_args
+
+from celery import Task
+from celery._state import _task_stack
+from celery.utils import uuid
+
+from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, run_locked
+from celery_rlock.once import AlreadyQueued, OnceMarker
+from celery_rlock.worker import install
+from django_rlock.core.names import check_lease
+from django_rlock.keys import KeyTemplate, build_key
+
+__all__ = ["DEFAULT_ONCE_LEASE", "LockedTask"]
+
+#: Default ``once_lease``: the longest a ``once`` marker outlives its task's
+#: queue time or run (one hour, like celery-once's default).
+DEFAULT_ONCE_LEASE: Final = 3600.0
+
+OnDuplicate = Literal["raise", "return"]
+
+
+class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Task is Any
+    """A Task base that runs each call under a watchdog-renewed distributed lock.
+
+    Options (class attributes, or keywords of ``@app.task``):
+
+    ``lock``
+        Key template formatted with the run's signature-bound arguments
+        (``"order:{order_id}"``), or a callable taking the task's arguments and
+        returning the name. None: no lock (a plain task).
+    ``lock_timeout``
+        Seconds a run waits for a busy lock before ``on_busy`` applies (default
+        None: ``"wait"`` waits as long as it takes, the others do not wait).
+    ``lock_lease``
+        Fixed expiry in seconds; None (default) keeps the lock alive through the
+        watchdog for as long as the run lasts.
+    ``lock_using``
+        Lock alias (``RLOCKS`` key under Django; only ``"default"`` otherwise).
+    ``on_busy``
+        ``"retry"`` (default), ``"skip"``, ``"wait"`` or ``"raise"``.
+    ``once``
+        True: ``apply_async`` refuses an equal task (same name and lock key)
+        while one is queued or running. ``once_lease`` (seconds, default one
+        hour) bounds how long a marker can outlive a lost message;
+        ``once_on_duplicate`` is ``"raise"`` (:class:`AlreadyQueued`, default)
+        or ``"return"`` (the queued task's AsyncResult).
+
+    While a run holds its lock, ``self.request.rlock`` is its
+    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time).
+    """
+
+    abstract = True
+
+    lock: KeyTemplate | None = None
+    lock_timeout: float | None = None
+    lock_lease: float | None = None
+    lock_using: str = DEFAULT_LOCK_ALIAS
+    on_busy: OnBusy = DEFAULT_ON_BUSY
+    once: bool = False
+    once_lease: float = DEFAULT_ONCE_LEASE
+    once_on_duplicate: OnDuplicate = "raise"
+
+    #: The checked options, built by on_bound; None when ``lock`` is None.
+    #: Immutable and per task class, so sharing it between runs is safe.
+    lock_options: ClassVar[LockOptions | None] = None
+
+    @classmethod
+    def on_bound(cls, app: Any) -> None:
+        """Check the lock options once the task has a name, a run and an app."""
+        super().on_bound(app)
+        # Read through the class: a callable template stored as a class
+        # attribute must not turn into a bound method.
+        template = cls.__dict__.get("lock", cls.lock)
+        template = getattr(template, "__func__", template)
+        if template is None:
+            if cls.once:
+                raise ValueError(f"{cls.name}: once=True needs a lock key template (lock=...)")
+            cls.lock_options = None
+            return
+        cls.lock_options = LockOptions.build(
+            template,
+            cls.run,
+            timeout=cls.lock_timeout,
+            lease=cls.lock_lease,
+            using=cls.lock_using,
+            on_busy=cls.on_busy,
+        )
+        if cls.once:
+            check_lease(cls.once_lease)
+            if cls.once_on_duplicate not in get_args(OnDuplicate):
+                raise ValueError(
+                    f"{cls.name}: once_on_duplicate must be one of {get_args(OnDuplicate)}, "
+                    f"got {cls.once_on_duplicate!r}"
+                )
+        install(app)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task body holding its lock; release it however the body ends."""
+        options = self.lock_options
+        if options is None:
+            return super().__call__(*args, **kwargs)
+        top = self.request_stack.top
+        if top is not None and not top.called_directly:
+            # A worker (or eager) run: the tracer pushed this run's request.
+            return self._run_locked(options, args, kwargs)
+        # Called directly, ``task(...)``: push a request of its own first, as
+        # Task.__call__ does, so the run's state has a per-call home.
+        _task_stack.push(self)
+        self.push_request(args=args, kwargs=kwargs)
+        try:
+            return self._run_locked(options, args, kwargs)
+        finally:
+            self.pop_request()
+            _task_stack.pop()
+
+    def _run_locked(
+        self, options: LockOptions, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return run_locked(
+            options,
+            self.run,
+            args,
+            kwargs,
+            app=self._get_app(),
+            task=self,
+            body=lambda: self.run(*args, **kwargs),
+            once_lease=self.once_lease if self.once else None,
+        )
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *posargs: Any,
+        **options: Any,
+    ) -> Any:
+        """Send the task; with ``once=True``, refuse a duplicate of a queued or running one."""
+        if not self.once or self.lock_options is None:
+            return super().apply_async(args, kwargs, task_id, *posargs, **options)
+        task_id = task_id or uuid()
+        marker = self.once_marker(tuple(args or ()), dict(kwargs or {}))
+        existing = marker.claim(task_id)
+        if existing is not None:
+            if self.once_on_duplicate == "return":
+                return self.AsyncResult(existing)
+            raise AlreadyQueued(
+                f"{self.name}: an equal task ({existing}) is already queued or running "
+                f"under lock {marker.lock.name!r}",
+                name=marker.lock.name,
+                task_id=existing,
+            )
+        try:
+            return super().apply_async(args, kwargs, task_id, *posargs, **options)
+        except BaseException:
+            marker.done(task_id)
+            raise
+
+    def once_marker(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> OnceMarker:
+        """The ``once`` marker of a call with these arguments."""
+        options = self.lock_options
+        if options is None:
+            raise ValueError(f"{self.name}: once=True needs a lock key template (lock=...)")
+        name = build_key(options.key, self.run, args, kwargs)
+        lock = get_lock(self._get_app(), options.using, name, lease=options.lease)
+        return OnceMarker(lock, self.name, self.once_lease)

@@ -1,0 +1,100 @@
+"""Worker lifecycle wiring: checks at worker start, ``once`` markers of revoked tasks.
+
+* A worker bootstep checks, before the pool starts, that the lock settings are
+  usable and that the pool can keep locks alive; a problem stops the worker
+  with "Unrecoverable error" instead of failing its first task. (A signal
+  receiver cannot do this: Celery logs and swallows receiver exceptions.)
+* Green pools (gevent, eventlet) are refused: the watchdog would be a
+  greenlet, and a task that does not yield (CPU work, blocking C code) would
+  starve it until its locks expire under the running task.
+* Prefork children need nothing: each builds its own client on first use, the
+  core regenerates the owner id after fork, and the child's watchdog starts
+  with its first lock. A child killed by SIGKILL or by the hard time limit
+  simply stops renewing, so its locks expire within the watchdog timeout.
+* Warm shutdown waits for running tasks, whose ``finally`` releases their locks.
+* A task revoked (or expired) before it ran frees its ``once`` marker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from celery import bootsteps
+from celery.signals import task_revoked, worker_init
+
+from celery_rlock.conf import ConfigurationError, check_configuration
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from celery_rlock.guard import LockOptions
+
+__all__ = ["LockStep", "check_pool", "install", "locked_tasks"]
+
+_GREEN_POOLS = ("gevent", "eventlet")
+
+
+def locked_tasks(app: Celery) -> dict[str, LockOptions]:
+    """The lock options of every task of ``app`` that runs under a lock, by task name."""
+    from celery_rlock.decorators import options_of  # noqa: PLC0415 -- decorators import guard
+
+    found = {}
+    for name, task in app.tasks.items():
+        options = options_of(task)
+        if options is not None:
+            found[name] = options
+    return found
+
+
+def check_pool(pool_cls: object) -> None:
+    """Raise ConfigurationError for a pool under which renewal is not sound."""
+    module = getattr(pool_cls, "__module__", "") or ""
+    for green in _GREEN_POOLS:
+        if module == f"celery.concurrency.{green}":
+            raise ConfigurationError(
+                f"celery_rlock does not support the {green} pool: its lock watchdog would "
+                "be a greenlet, and a task that does not yield (CPU-bound, or blocking C "
+                "code) would starve it until the task's lock expired while it still ran. "
+                "Use --pool=prefork (or threads, or solo)."
+            )
+
+
+class LockStep(bootsteps.Step):  # type: ignore[misc]  # Celery ships no type hints
+    """Checks the lock configuration when the worker is built, before its pool starts."""
+
+    name = "celery_rlock.worker.LockStep"
+    label = "rlock"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        tasks = locked_tasks(worker.app)
+        if not tasks:
+            return
+        check_pool(worker.pool_cls)
+        check_configuration(worker.app, {options.using for options in tasks.values()})
+
+
+def install(app: Celery) -> None:
+    """Add the worker checks to ``app`` (idempotent; LockedTask and locked call it)."""
+    app.steps["worker"].add(LockStep)
+
+
+def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
+    # Sent before the worker builds its blueprint: the step is in time even for
+    # an app whose locked tasks are only bound when the worker finalizes it.
+    install(sender.app)
+
+
+def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    # Sent in the worker's main process when it drops a revoked or expired
+    # task (before or while it runs). An equal task may be queued again now; a
+    # run that was terminated also lets its lock expire within the watchdog timeout.
+    from celery_rlock.task import LockedTask  # noqa: PLC0415 -- task imports this module
+
+    if not isinstance(sender, LockedTask) or not sender.once or request is None:
+        return
+    sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
+
+
+worker_init.connect(_on_worker_init, weak=False)
+task_revoked.connect(_on_task_revoked, weak=False)
