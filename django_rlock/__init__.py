@@ -1,3 +1,51 @@
-"""django-rlock: Redisson-grade distributed locks for Django and Celery, on Redis."""
+"""django-rlock: Redisson-grade distributed locks for Django and Celery, on Redis.
+
+::
+
+    from django_rlock import locked, locks, rlock
+
+    with rlock(f"order:{order_id}", timeout=5):     # RLOCKS["default"]
+        ...
+
+    @locked("order:{order_id}", timeout=0)          # 409 + Retry-After when busy
+    def pay(request, order_id): ...
+
+The Django names are loaded on first use, so ``import django_rlock.core`` (the
+Django-free engine) works with no Django settings configured.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_rlock.decorators import locked
+    from django_rlock.exceptions import InvalidLockBackendError
+    from django_rlock.handler import locks
+    from django_rlock.shortcuts import rlock
 
 __version__ = "0.1.0"
+
+__all__ = ["InvalidLockBackendError", "locked", "locks", "rlock"]
+
+_LAZY = {
+    "InvalidLockBackendError": "django_rlock.exceptions",
+    "locked": "django_rlock.decorators",
+    "locks": "django_rlock.handler",
+    "rlock": "django_rlock.shortcuts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_rlock' has no attribute {name!r}")
+    from importlib import import_module  # noqa: PLC0415 -- loaded with the name
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

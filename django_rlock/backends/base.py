@@ -1,0 +1,111 @@
+"""The interface every lock backend implements, and what they share.
+
+A backend is built once per alias per process by :data:`django_rlock.locks`
+and shared by every thread, so everything it owns (connection pools, the lock
+client) must be thread-safe and built lazily: constructing a backend reads
+and checks settings but never connects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_rlock import conf
+from django_rlock.core.lock import RLock
+from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
+from django_rlock.reporting import HoldTracker
+
+__all__ = ["BaseLockBackend", "InvalidLockBackendError", "LockInfo", "display_owner"]
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """What an operator sees of one held lock (``manage.py rlock inspect``).
+
+    ``holders`` maps a display form of each owner (see :func:`display_owner`) to
+    its hold count; ``ttl`` is in seconds (``inf`` for no expiry); ``token`` is
+    the last fencing token granted for the name.
+    """
+
+    name: str
+    holders: dict[str, int] = field(default_factory=dict)
+    ttl: float | None = None
+    token: int | None = None
+
+
+def display_owner(owner: str) -> str:
+    """An owner id fit to show: the process part digested, the thread id kept.
+
+    The raw owner id is a credential (whoever has it can release the lock), so
+    it is never shown; two holds of one process still show the same digest.
+    """
+    process, _, thread = owner.rpartition(":")
+    digest = hashlib.sha256(process.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{digest}:{thread}"
+
+
+class BaseLockBackend(ABC):
+    """One ``RLOCKS`` alias: makes its locks and answers the operator's questions.
+
+    Subclasses implement :meth:`lock`, :meth:`names` and :meth:`inspect`, and
+    may override :meth:`close` and :meth:`maxmemory_policy`.
+    """
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        self.alias = alias
+        self.params = params
+        self.key_prefix = conf.key_prefix(alias)
+        self.watchdog_timeout = conf.watchdog_timeout(alias)
+        self.slow_wait = conf.seconds_or_none("SLOW_WAIT", alias)
+        self.slow_hold = conf.seconds_or_none("SLOW_HOLD", alias)
+        options = params.get("OPTIONS", {})
+        if not isinstance(options, dict):
+            raise LockSettingError(
+                f"RLOCKS[{alias!r}]['OPTIONS'] must be a dict, not {type(options).__name__}",
+                check_id="django_rlock.E003",
+            )
+        self.options: dict[str, Any] = options
+        self.tracker = HoldTracker()
+        self._build_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"
+
+    @abstractmethod
+    def lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> RLock:
+        """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
+
+        ``timeout``, ``lease`` and ``blocking`` are the defaults ``with lock:``
+        uses. The lock sends the lock signals and writes the slow-lock log.
+        """
+
+    @abstractmethod
+    def names(self, pattern: str = "*") -> Iterator[str]:
+        """Names of the locks held now whose name matches the glob ``pattern``."""
+
+    @abstractmethod
+    def inspect(self, name: str) -> LockInfo | None:
+        """Holders, TTL and fencing token of lock ``name``; None when nobody holds it."""
+
+    def force_release(self, name: str) -> bool:
+        """Delete lock ``name`` whoever holds it; True if it was held."""
+        return self.lock(name).force_release()
+
+    def maxmemory_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (asks the server); None when not Redis."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 -- a backend with no connections has nothing to close
+        """Release this backend's connections (held locks expire, as on process exit)."""

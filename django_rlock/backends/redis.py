@@ -1,0 +1,199 @@
+"""Locks on a Redis server: the default backend.
+
+::
+
+    RLOCKS = {
+        "default": {
+            "BACKEND": "django_rlock.backends.redis.RedisLockBackend",
+            "LOCATION": "redis://127.0.0.1:6379/0",  # rediss://, unix:///path.sock?db=0
+            "KEY_PREFIX": "shop",
+            "OPTIONS": {"socket_timeout": 5},       # passed to redis.Redis.from_url
+        },
+        # Or reuse a Django Redis cache's servers and connection pool:
+        "cached": {"CACHE": "default"},
+    }
+
+``LOCATION`` takes a user and password (``redis://user:secret@host:6379/0``)
+for AUTH and ACLs; ``OPTIONS`` takes any ``redis.Redis`` keyword (``username``,
+``password``, ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+``ssl_cert_reqs``, ``socket_connect_timeout``...). The client is built on
+first use and shared by every thread of the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+from redis.connection import parse_url
+
+from django_rlock import conf
+from django_rlock.backends.base import BaseLockBackend, LockInfo, display_owner
+from django_rlock.core.client import LockClient
+from django_rlock.core.connection import derive_pool
+from django_rlock.core.names import LockKeys, check_name, escape
+from django_rlock.exceptions import LockSettingError
+from django_rlock.reporting import ReportingLock, send_lost
+
+__all__ = ["RedisLockBackend"]
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+_SCAN_BATCH = 1000
+_PROBE_SECONDS = 5.0
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
+
+
+class RedisLockBackend(BaseLockBackend):
+    """Locks on one Redis server, given by ``LOCATION`` or by a cache alias (``CACHE``)."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.cache_alias: str | None = params.get("CACHE")
+        self.location = self._check_location(params)
+        self._client: LockClient | None = None
+        self._redis: redis.Redis | None = None  # the client we built, and so close
+
+    def _check_location(self, params: dict[str, Any]) -> str:
+        where = f"RLOCKS[{self.alias!r}]"
+        if self.cache_alias is not None:
+            if "LOCATION" in params:
+                raise LockSettingError(
+                    f"{where} sets both LOCATION and CACHE; keep one", check_id="django_rlock.E003"
+                )
+            from django_rlock.cache import check_lock_cache  # noqa: PLC0415 -- needs the caches
+
+            check_lock_cache(self.cache_alias, where)
+            return ""
+        location = params.get("LOCATION", conf.DEFAULT_LOCATION)
+        if not isinstance(location, str) or not location.startswith(_SCHEMES):
+            raise LockSettingError(
+                f"{where}['LOCATION'] must be one redis URL (redis://, rediss:// or unix://), "
+                f"got {location!r}",
+                check_id="django_rlock.E003",
+            )
+        try:
+            parse_url(location)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        except ValueError as error:
+            raise LockSettingError(
+                f"{where}['LOCATION'] is not a valid redis URL: {error}",
+                check_id="django_rlock.E003",
+            ) from None
+        return location
+
+    @property
+    def client(self) -> LockClient:
+        """The engine's client for this alias: built on first use, shared by all threads."""
+        client = self._client
+        if client is None:
+            with self._build_lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._connect()
+        return client
+
+    def _connect(self) -> LockClient:
+        if self.cache_alias is not None:
+            from django_rlock.cache import lock_client_for  # noqa: PLC0415 -- needs the caches
+
+            prefix = self.key_prefix if "KEY_PREFIX" in self.params else None
+            return lock_client_for(
+                self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout
+            )
+        try:
+            self._redis = redis.Redis.from_url(self.location, **self.options)
+        except (TypeError, ValueError) as error:
+            raise LockSettingError(
+                f"RLOCKS[{self.alias!r}]: cannot build a redis client from LOCATION and "
+                f"OPTIONS: {error}",
+                check_id="django_rlock.E003",
+            ) from None
+        client = LockClient(
+            self._redis, key_prefix=self.key_prefix, watchdog_timeout=self.watchdog_timeout
+        )
+        client.on_lost(send_lost)
+        return client
+
+    def lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> ReportingLock:
+        """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
+        lock = ReportingLock(
+            self.client, check_name(name), timeout=timeout, lease=lease, blocking=blocking
+        )
+        lock.backend = self
+        return lock
+
+    def names(self, pattern: str = "*") -> Iterator[str]:
+        """Held lock names matching ``pattern``, found with SCAN (never KEYS)."""
+        client = self.client
+        prefix = client.key_prefix
+        head = f"{_glob_escape(prefix)}:" if prefix else ""
+        match = f"{head}{{{escape(pattern)}}}"
+        seen: set[str] = set()
+        for raw in client.redis.scan_iter(match=match, count=_SCAN_BATCH, _type="hash"):
+            key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+            name = LockKeys.name_of(prefix, key)
+            if name is not None and name not in seen:
+                seen.add(name)  # SCAN may return a key twice
+                yield name
+
+    def inspect(self, name: str) -> LockInfo | None:
+        """Holders, TTL and last fencing token of lock ``name``, read in one round trip."""
+        client = self.client
+        keys = LockKeys.build(client.key_prefix, check_name(name))
+        pipe = client.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.hash)
+        pipe.pttl(keys.hash)
+        pipe.get(keys.fence)
+        owners, pttl, fence = pipe.execute()
+        if not owners:
+            return None
+        holders = {
+            display_owner(owner.decode() if isinstance(owner, bytes) else owner): int(count)
+            for owner, count in owners.items()
+        }
+        ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
+        return LockInfo(
+            name=name, holders=holders, ttl=ttl, token=None if fence is None else int(fence)
+        )
+
+    def maxmemory_policy(self) -> str | None:
+        """The server's ``maxmemory-policy``, read with CONFIG GET (5 s at most)."""
+        # Its own short-timeout connection: a deploy check must not hang on a
+        # server that does not answer, whatever timeouts the alias's OPTIONS set.
+        probe = redis.Redis(
+            connection_pool=derive_pool(
+                self.client.redis,
+                socket_timeout=_PROBE_SECONDS,
+                socket_connect_timeout=_PROBE_SECONDS,
+            )
+        )
+        try:
+            reply = probe.config_get("maxmemory-policy")
+        finally:
+            probe.close()
+            probe.connection_pool.disconnect()
+        for key, value in reply.items():
+            if (key.decode() if isinstance(key, bytes) else key) == "maxmemory-policy":
+                return value.decode() if isinstance(value, bytes) else str(value)
+        return None
+
+    def close(self) -> None:
+        """Close the connections this backend made (a cache's client is the cache's)."""
+        with self._build_lock:
+            client, self._client = self._client, None
+            built, self._redis = self._redis, None
+        if client is not None and built is not None:
+            client.close()
+            built.close()
+            built.connection_pool.disconnect()

@@ -1,0 +1,122 @@
+"""System checks of the lock settings (``manage.py check``), registered by the app.
+
+=====================  ========================================================
+``django_rlock.E001``  ``RLOCKS`` is not a dict of dicts, or has no ``default``.
+``django_rlock.E002``  An alias's ``BACKEND`` cannot be imported or is not a
+                       lock backend (or its optional dependency is missing).
+``django_rlock.E003``  An alias's ``LOCATION``, ``CACHE`` or ``OPTIONS`` cannot
+                       work (not a redis URL, both LOCATION and CACHE, a cache
+                       alias that is not a Django Redis cache...).
+``django_rlock.E004``  ``WATCHDOG_TIMEOUT`` is not a positive number, or
+                       ``SLOW_WAIT``/``SLOW_HOLD`` is neither None nor >= 0.
+``django_rlock.E005``  ``KEY_PREFIX`` is unusable (contains ``{`` or ``}``).
+``django_rlock.E006``  ``BUSY_RESPONSE`` is not a status, ``"raise"`` or a callable.
+``django_rlock.W001``  The LocMem backend is used with ``DEBUG = False``: it
+                       does not lock across processes.
+``django_rlock.W002``  An alias has a key django-rlock does not know (a typo?).
+``django_rlock.W003``  (deploy) Redis's ``maxmemory-policy`` can evict keys with
+                       a TTL: held locks would vanish silently under memory
+                       pressure. Use ``noeviction``.
+``django_rlock.W004``  (deploy) The ``maxmemory-policy`` could not be read.
+=====================  ========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from django_rlock import conf
+from django_rlock.backends.locmem import LocMemLockBackend
+from django_rlock.exceptions import LockSettingError
+from django_rlock.handler import create_backend, locks
+
+__all__ = ["check_eviction_policy", "check_lock_settings"]
+
+TAG = "django_rlock"
+
+
+@register(TAG)
+def check_lock_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Every RLOCKS alias can be built, and its values make sense."""
+    try:
+        configured = conf.lock_settings()
+    except LockSettingError as error:
+        return [Error(str(error), id=error.check_id)]
+    messages: list[CheckMessage] = []
+    for alias, params in configured.items():
+        where = f"RLOCKS[{alias!r}]"
+        unknown = sorted(set(params) - conf.ALIAS_KEYS)
+        if unknown:
+            messages.append(
+                Warning(
+                    f"{where} has unknown keys: {', '.join(unknown)}",
+                    hint=f"Known keys: {', '.join(sorted(conf.ALIAS_KEYS))}.",
+                    id="django_rlock.W002",
+                )
+            )
+        try:
+            conf.busy_response(alias)
+        except LockSettingError as error:
+            messages.append(Error(str(error), id=error.check_id))
+        try:
+            backend = create_backend(alias, params)
+        except LockSettingError as error:
+            messages.append(Error(str(error), id=error.check_id))
+        else:
+            if isinstance(backend, LocMemLockBackend) and not settings.DEBUG:
+                messages.append(
+                    Warning(
+                        f"{where} uses the LocMem lock backend with DEBUG = False: its locks "
+                        "hold only inside one process, not across workers or servers.",
+                        hint="Use django_rlock.backends.redis.RedisLockBackend in production.",
+                        id="django_rlock.W001",
+                    )
+                )
+    return messages
+
+
+@register(TAG, deploy=True)
+def check_eviction_policy(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Redis must not evict lock keys: each alias's ``maxmemory-policy`` is ``noeviction``."""
+    try:
+        aliases = conf.aliases()
+    except LockSettingError:
+        return []  # reported by check_lock_settings
+    messages: list[CheckMessage] = []
+    for alias in aliases:
+        try:
+            policy = locks[alias].maxmemory_policy()
+        except LockSettingError:
+            continue  # reported by check_lock_settings
+        except redis.RedisError as error:
+            messages.append(
+                Warning(
+                    f"RLOCKS[{alias!r}]: could not read Redis's maxmemory-policy: "
+                    f"{type(error).__name__}: {error}",
+                    hint="Make sure the server's maxmemory-policy is noeviction.",
+                    id="django_rlock.W004",
+                )
+            )
+            continue
+        if policy is not None and policy != "noeviction":
+            messages.append(
+                Warning(
+                    f"RLOCKS[{alias!r}]: Redis's maxmemory-policy is {policy!r}, which can "
+                    "evict keys with a TTL: under memory pressure held locks would vanish "
+                    "and two owners could hold one lock.",
+                    hint="Set maxmemory-policy to noeviction on the lock server "
+                    "(or give locks a Redis of their own).",
+                    id="django_rlock.W003",
+                )
+            )
+    return messages

@@ -1,0 +1,204 @@
+"""The one place where django-rlock reads Django settings.
+
+Lookup order, for a setting ``NAME`` of lock alias ``alias``:
+
+1. the keyword given to the call (``@locked(..., busy_response=...)``), when given;
+2. ``settings.RLOCKS[alias]["NAME"]``;
+3. the global ``settings.RLOCK_<NAME>``;
+4. the default in :data:`DEFAULTS`.
+
+``BACKEND``, ``LOCATION``, ``CACHE`` and ``OPTIONS`` describe one alias's
+server and exist only inside ``RLOCKS[alias]``. With no ``RLOCKS`` setting at
+all, the ``default`` alias is Redis at ``redis://127.0.0.1:6379/0``.
+
+Every reader checks the value it returns and raises :class:`LockSettingError`
+(an ``ImproperlyConfigured``) naming the setting exactly as the user wrote it;
+the system checks in :mod:`django_rlock.checks` call the same readers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.utils.module_loading import import_string
+
+from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.names import check_key_prefix
+from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
+
+__all__ = [
+    "ALIAS_KEYS",
+    "DEFAULTS",
+    "DEFAULT_BACKEND",
+    "DEFAULT_LOCATION",
+    "DEFAULT_LOCK_ALIAS",
+    "UNSET",
+    "BusyResponse",
+    "alias_params",
+    "aliases",
+    "busy_response",
+    "key_prefix",
+    "lock_settings",
+    "lookup",
+    "seconds_or_none",
+    "watchdog_timeout",
+]
+
+DEFAULT_LOCK_ALIAS: Final = "default"
+DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
+DEFAULT_LOCATION: Final = "redis://127.0.0.1:6379/0"
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Not given at the call": distinct from None, which can be a real value.
+UNSET: Final = _Unset()
+
+#: Settings that exist per alias and globally (``RLOCK_<NAME>``), with their defaults.
+DEFAULTS: Final[Mapping[str, object]] = {
+    "KEY_PREFIX": "rlock",
+    "WATCHDOG_TIMEOUT": 30.0,
+    "SLOW_WAIT": None,
+    "SLOW_HOLD": None,
+    "BUSY_RESPONSE": 409,
+}
+
+#: Every key an ``RLOCKS`` alias may contain.
+ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAULTS})
+
+#: What a view answers when its lock stays busy: an HTTP status, ``"raise"``, or
+#: a callable ``(request, LockTimeout) -> HttpResponse`` (or its dotted path).
+BusyResponse = int | str | Callable[[HttpRequest, LockTimeout], HttpResponse]
+
+
+def lock_settings() -> dict[str, dict[str, Any]]:
+    """``settings.RLOCKS``, checked for shape; a lone Redis ``default`` when unset."""
+    configured = getattr(settings, "RLOCKS", None)
+    if configured is None:
+        return {DEFAULT_LOCK_ALIAS: {}}
+    if not isinstance(configured, dict):
+        raise LockSettingError(
+            f"RLOCKS must be a dict of lock aliases, not {type(configured).__name__}"
+        )
+    if DEFAULT_LOCK_ALIAS not in configured:
+        raise LockSettingError(f"RLOCKS must define a {DEFAULT_LOCK_ALIAS!r} lock alias")
+    for alias, params in configured.items():
+        if not isinstance(alias, str) or not isinstance(params, dict):
+            raise LockSettingError(
+                f"RLOCKS[{alias!r}] must map a str alias to a dict, not {type(params).__name__}"
+            )
+    return configured
+
+
+def aliases() -> list[str]:
+    """The configured lock aliases."""
+    return list(lock_settings())
+
+
+def alias_params(alias: str) -> dict[str, Any]:
+    """``RLOCKS[alias]``; raises :class:`InvalidLockBackendError` for an unknown alias."""
+    configured = lock_settings()
+    if alias not in configured:
+        raise InvalidLockBackendError(
+            f"the lock alias {alias!r} is not in RLOCKS (configured: {', '.join(configured)})"
+        )
+    return configured[alias]
+
+
+def lookup(
+    name: str, alias: str | None = DEFAULT_LOCK_ALIAS, value: object = UNSET
+) -> tuple[Any, str]:
+    """``(value, where it came from)`` for setting ``name``, in the documented order.
+
+    ``alias=None`` skips ``RLOCKS`` (for locks that belong to no alias, such as
+    ``cache.lock()``).
+    """
+    if name not in DEFAULTS:
+        raise ValueError(f"{name!r} is not a django-rlock setting (known: {', '.join(DEFAULTS)})")
+    if value is not UNSET:
+        return value, f"the {name.lower()} argument"
+    params = {} if alias is None else alias_params(alias)
+    if name in params:
+        return params[name], f"RLOCKS[{alias!r}][{name!r}]"
+    global_name = f"RLOCK_{name}"
+    if hasattr(settings, global_name):
+        return getattr(settings, global_name), global_name
+    return DEFAULTS[name], f"the default {name}"
+
+
+def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
+    """A threshold in seconds (``SLOW_WAIT``, ``SLOW_HOLD``): None (off) or a number >= 0."""
+    value, source = lookup(name, alias)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LockSettingError(
+            f"{source} must be a number of seconds or None, got {value!r}",
+            check_id="django_rlock.E004",
+        )
+    if value < 0:
+        raise LockSettingError(
+            f"{source} must be >= 0 seconds or None, got {value!r}", check_id="django_rlock.E004"
+        )
+    return float(value)
+
+
+def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
+    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (> 0)."""
+    value, source = lookup("WATCHDOG_TIMEOUT", alias)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise LockSettingError(
+            f"{source} must be a positive number of seconds, got {value!r}",
+            check_id="django_rlock.E004",
+        )
+    return float(value)
+
+
+def key_prefix(alias: str = DEFAULT_LOCK_ALIAS) -> str:
+    """``KEY_PREFIX``: the namespace of the alias's Redis keys."""
+    value, source = lookup("KEY_PREFIX", alias)
+    try:
+        return check_key_prefix(value)
+    except ValueError as error:
+        raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E005") from None
+
+
+def busy_response(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> BusyResponse:
+    """``BUSY_RESPONSE``: what a locked view answers when its lock stays busy.
+
+    An HTTP status code (default 409, sent with a ``Retry-After`` header), the
+    string ``"raise"`` (let :class:`LockTimeout` propagate), or a callable
+    ``(request, error) -> HttpResponse``, given itself or as a dotted path.
+    """
+    found, source = lookup("BUSY_RESPONSE", alias, value)
+    if isinstance(found, int) and not isinstance(found, bool) and 100 <= found <= 599:
+        return found
+    if found == "raise" or callable(found):
+        return found  # type: ignore[no-any-return]  # narrowed to a callable or "raise"
+    if isinstance(found, str):
+        try:
+            handler = import_string(found)
+        except ImportError as error:
+            raise LockSettingError(
+                f"{source} = {found!r} is neither 'raise' nor an importable callable: {error}",
+                check_id="django_rlock.E006",
+            ) from None
+        if callable(handler):
+            return handler  # type: ignore[no-any-return]  # checked callable just above
+    raise LockSettingError(
+        f"{source} must be an HTTP status (100-599), 'raise', or a callable "
+        f"(request, error) -> HttpResponse, got {found!r}",
+        check_id="django_rlock.E006",
+    )

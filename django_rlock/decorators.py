@@ -1,0 +1,225 @@
+"""``@locked``: run a function, or a Django view, while holding a lock named from its call.
+
+::
+
+    from django_rlock import locked
+
+    @locked("order:{order_id}", timeout=0)
+    def pay(request, order_id): ...                # one payment per order at a time
+
+    @locked("report:{customer.pk}", lease=60)
+    def build_report(customer): ...                # any function; attributes work too
+
+    @locked(lambda request, slug: f"page:{slug}")
+    async def edit(request, slug): ...             # async views; a callable key
+
+    @method_decorator(locked("order:{order_id}", timeout=2), name="post")
+    class PayView(View): ...                       # class-based views
+
+The key is ``key_template.format(**arguments)`` with the call's arguments
+bound to the function's signature (defaults applied, ``**kwargs`` flattened),
+so ``pay(request, 1)`` and ``pay(request, order_id=1)`` lock the same name. A
+template naming a parameter the function lacks fails when decorating.
+
+When the lock is still busy after ``timeout`` seconds, a view (a function
+whose first argument is an ``HttpRequest``) answers ``409 Conflict`` with a
+``Retry-After`` header (the holder's remaining lease in whole seconds, at
+least 1) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
+``busy_response=``) changes the status, names a callable
+``(request, error) -> HttpResponse``, or is ``"raise"`` to let
+:class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
+a view always raises :class:`LockTimeout`. The default ``timeout=None`` waits
+as long as it takes; views usually want a small timeout.
+
+An async function's lock is taken and released on one worker thread of its
+own per call: the lock's owner is a thread, and the event loop's threads are
+shared by every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+from django.http import HttpRequest, HttpResponse
+
+from django_rlock import conf
+from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.lock import RLock
+from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.handler import locks
+from django_rlock.keys import KeyTemplate, build_key, check_template
+from django_rlock.reporting import ReportingLock
+
+__all__ = ["busy_response", "locked"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def locked(
+    key_template: KeyTemplate,
+    *,
+    using: str = conf.DEFAULT_LOCK_ALIAS,
+    timeout: float | None = None,
+    lease: float | None = None,
+    busy_response: object = conf.UNSET,
+) -> Callable[[F], F]:
+    """Hold the lock named by ``key_template`` for each call of the decorated function.
+
+    ``using`` is the RLOCKS alias, ``timeout`` the longest wait in seconds
+    (None: as long as it takes), ``lease`` a fixed expiry in seconds (None: the
+    watchdog renews it). ``busy_response`` overrides ``RLOCK_BUSY_RESPONSE``
+    for this view: an HTTP status, ``"raise"``, or a callable
+    ``(request, error) -> HttpResponse``.
+    """
+    check_timeout(timeout)
+    check_lease(lease)
+    if not isinstance(using, str):
+        raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
+
+    def decorator(func: F) -> F:
+        signature_source = _signature_source(func)
+        template = check_template(key_template, signature_source)
+        location = _definition(func)
+
+        def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
+            name = build_key(template, signature_source, args, kwargs)
+            lock = locks[using].lock(name, timeout=timeout, lease=lease)
+            if isinstance(lock, ReportingLock):
+                lock.location = location
+            return lock
+
+        def busy(args: tuple[Any, ...], error: LockTimeout) -> HttpResponse:
+            request = _request_of(args)
+            if request is None:
+                raise error
+            return _answer_busy(request, error, using, busy_response)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                owner = _OwnerThread(take(args, kwargs))
+                try:
+                    await owner.enter()
+                except LockTimeout as error:
+                    return busy(args, error)
+                try:
+                    return await func(*args, **kwargs)
+                finally:
+                    await owner.exit()
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            lock = take(args, kwargs)
+            try:
+                lock.__enter__()
+            except LockTimeout as error:
+                return busy(args, error)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                lock.release()
+
+        return cast(F, wrapper)
+
+    return decorator
+
+
+def busy_response(error: LockTimeout, status: int) -> HttpResponse:
+    """The default answer of a view whose lock stayed busy: ``status`` and Retry-After.
+
+    The body does not name the lock: lock names may carry ids the client
+    should not see.
+    """
+    retry_after = error.retry_after
+    seconds = 1 if retry_after is None or not math.isfinite(retry_after) else retry_after
+    response = HttpResponse(
+        "This resource is busy with another request; retry later.\n",
+        status=status,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(max(1, math.ceil(seconds)))
+    return response
+
+
+def _answer_busy(
+    request: HttpRequest, error: LockTimeout, using: str, option: object
+) -> HttpResponse:
+    answer = conf.busy_response(using, option)
+    if answer == "raise":
+        raise error
+    if callable(answer):
+        return answer(request, error)
+    return busy_response(error, cast(int, answer))
+
+
+def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
+    """The request of a view call: its first argument, or its second after ``self``."""
+    for argument in args[:2]:
+        if isinstance(argument, HttpRequest):
+            return argument
+    return None
+
+
+def _signature_source(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What to read the signature from.
+
+    ``method_decorator`` hands decorators ``partial(bound_method)`` with
+    ``__wrapped__`` set to the unbound method, whose signature starts with
+    ``self``; the bound method's signature is the one the call matches.
+    """
+    if isinstance(func, functools.partial) and not func.args and not func.keywords:
+        return func.func
+    return func
+
+
+def _definition(func: Callable[..., Any]) -> str | None:
+    """``file:line in qualname`` of the decorated code, for the slow-lock log."""
+    target: Any = func.func if isinstance(func, functools.partial) else func
+    target = inspect.unwrap(target)
+    target = getattr(target, "__func__", target)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return None
+    return f"{code.co_filename}:{code.co_firstlineno} in {target.__qualname__}"
+
+
+class _OwnerThread:
+    """Enters and exits one lock on one worker thread of its own: the lock's owner."""
+
+    def __init__(self, lock: RLock) -> None:
+        self.lock = lock
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlock-async")
+
+    async def enter(self) -> None:
+        """Wait for the lock without blocking the event loop; LockTimeout when busy."""
+        future = self.executor.submit(self.lock.__enter__)
+        try:
+            await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # The wait goes on in its thread; a hold it ends in is given back.
+            future.add_done_callback(self._release_if_held)
+            raise
+        except BaseException:
+            self.executor.shutdown(wait=False)
+            raise
+
+    async def exit(self) -> None:
+        """Release the lock on the thread that took it (runs even if the caller is cancelled)."""
+        try:
+            await asyncio.shield(asyncio.wrap_future(self.executor.submit(self.lock.release)))
+        finally:
+            self.executor.shutdown(wait=False)
+
+    def _release_if_held(self, future: Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.executor.submit(self.lock.release)
+        self.executor.shutdown(wait=False)

@@ -1,0 +1,114 @@
+"""``locks``: the lock backends of ``settings.RLOCKS``, as ``caches`` is for CACHES.
+
+::
+
+    from django_rlock import locks
+
+    with locks["default"].lock("order:42"):
+        ...
+
+Unlike Django's cache handler, which builds one cache object per thread, this
+handler builds ONE backend per alias per process, shared by every thread: a
+backend owns connection pools and the engine's client, whose watchdog and
+pub/sub connection serve every lock of the process. When ``RLOCKS``, an
+``RLOCK_*`` setting or ``CACHES`` changes in tests (``override_settings``,
+pytest-django's ``settings``), the handler drops and closes its backends so
+the next access sees the new settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+from django_rlock import conf
+from django_rlock.backends.base import BaseLockBackend
+from django_rlock.exceptions import InvalidLockBackendError
+
+__all__ = ["LockHandler", "create_backend", "locks"]
+
+
+def create_backend(alias: str, params: dict[str, Any] | None = None) -> BaseLockBackend:
+    """Build the backend of ``alias`` afresh (``params`` default to ``RLOCKS[alias]``).
+
+    Raises :class:`InvalidLockBackendError` for an unknown alias or an unusable
+    BACKEND, and other :class:`~django_rlock.exceptions.LockSettingError` for
+    bad values; it never connects.
+    """
+    if params is None:
+        params = conf.alias_params(alias)
+    path = params.get("BACKEND", conf.DEFAULT_BACKEND)
+    if not isinstance(path, str):
+        raise InvalidLockBackendError(
+            f"RLOCKS[{alias!r}]['BACKEND'] must be a dotted path, not {type(path).__name__}"
+        )
+    try:
+        backend_class = import_string(path)
+    except ImportError as error:
+        raise InvalidLockBackendError(
+            f"RLOCKS[{alias!r}]['BACKEND'] = {path!r} could not be imported: {error}"
+        ) from None
+    if not (isinstance(backend_class, type) and issubclass(backend_class, BaseLockBackend)):
+        raise InvalidLockBackendError(
+            f"RLOCKS[{alias!r}]['BACKEND'] = {path!r} is not a lock backend "
+            "(a subclass of django_rlock.backends.base.BaseLockBackend)"
+        )
+    backend: BaseLockBackend = backend_class(alias, params)
+    return backend
+
+
+class LockHandler:
+    """The lock backends by alias: ``locks["default"]``; one per alias per process."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, BaseLockBackend] = {}
+        self._mutex = threading.Lock()
+
+    def __getitem__(self, alias: str) -> BaseLockBackend:
+        backend = self._backends.get(alias)
+        if backend is not None:
+            return backend
+        with self._mutex:
+            backend = self._backends.get(alias)
+            if backend is None:
+                backend = self._backends[alias] = create_backend(alias)
+        return backend
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(conf.aliases())
+
+    def __contains__(self, alias: object) -> bool:
+        return alias in conf.aliases()
+
+    def all(self, initialized_only: bool = False) -> list[BaseLockBackend]:
+        """Every configured backend, or only those already built."""
+        if initialized_only:
+            with self._mutex:
+                return list(self._backends.values())
+        return [self[alias] for alias in self]
+
+    def close_all(self) -> None:
+        """Close and forget every built backend; the next access builds it anew."""
+        with self._mutex:
+            backends, self._backends = list(self._backends.values()), {}
+        for backend in backends:
+            backend.close()
+
+
+#: The process's lock backends, by ``RLOCKS`` alias.
+locks = LockHandler()
+
+
+@receiver(setting_changed)
+def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RLOCKS" or setting.startswith("RLOCK_") or setting == "CACHES":
+        locks.close_all()
+    if setting == "CACHES":
+        from django_rlock.cache import _close_shared_clients  # noqa: PLC0415 -- cache imports us
+
+        _close_shared_clients()

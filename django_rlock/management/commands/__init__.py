@@ -1,0 +1,1 @@
+"""The ``rlock`` management command."""

@@ -1,0 +1,156 @@
+"""``manage.py rlock``: look at held locks and break one when you must.
+
+::
+
+    manage.py rlock list [PATTERN]         # held locks whose name matches the glob
+    manage.py rlock inspect NAME           # holders, hold counts, TTL, fencing token
+    manage.py rlock release NAME --force   # delete it whoever holds it (asks first)
+
+Every action takes ``--using ALIAS`` (default ``default``) and ``--json``.
+Listing walks the keys with SCAN, never KEYS, so it does not block the server.
+Holders are shown as ``<digest of the process id>:<thread id>``: the raw owner
+id is a credential and is never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_rlock.backends.base import BaseLockBackend, LockInfo
+from django_rlock.conf import DEFAULT_LOCK_ALIAS
+from django_rlock.exceptions import LockSettingError
+from django_rlock.handler import locks
+
+
+def _ttl_text(ttl: float | None) -> str:
+    if ttl is None:
+        return "-"
+    if math.isinf(ttl):
+        return "no expiry"
+    return f"{ttl:.1f}s"
+
+
+def _as_json(info: LockInfo) -> dict[str, Any]:
+    ttl = info.ttl
+    return {
+        "name": info.name,
+        "held": True,
+        "holders": info.holders,
+        "holds": sum(info.holders.values()),
+        "ttl": None if ttl is None or math.isinf(ttl) else round(ttl, 3),
+        "token": info.token,
+    }
+
+
+class Command(BaseCommand):
+    """List, inspect and force-release distributed locks."""
+
+    help = "List, inspect and force-release the locks of an RLOCKS alias."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """Three actions, each with --using and --json."""
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+        def action(name: str, help_text: str) -> CommandParser:
+            sub: CommandParser = actions.add_parser(name, help=help_text, description=help_text)
+            sub.add_argument(
+                "--using", default=DEFAULT_LOCK_ALIAS, help="the RLOCKS alias (default: default)"
+            )
+            sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+            return sub
+
+        listing = action("list", "List held locks (SCAN, never KEYS).")
+        listing.add_argument("pattern", nargs="?", default="*", help="glob over lock names")
+        inspecting = action("inspect", "Show one lock's holders, hold counts, TTL and token.")
+        inspecting.add_argument("name", help="the lock name")
+        releasing = action("release", "Delete a lock whoever holds it (needs --force).")
+        releasing.add_argument("name", help="the lock name")
+        releasing.add_argument(
+            "--force", action="store_true", help="required: this breaks the holder's lock"
+        )
+        releasing.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Run the chosen action."""
+        try:
+            backend = locks[options["using"]]
+        except LockSettingError as error:
+            raise CommandError(str(error)) from None
+        try:
+            getattr(self, f"_{options['action']}")(backend, options)
+        except ValueError as error:  # a bad lock name or pattern
+            raise CommandError(str(error)) from None
+
+    def _emit(self, data: object) -> None:
+        self.stdout.write(json.dumps(data, indent=2, sort_keys=True))
+
+    def _list(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
+        infos = [
+            info
+            for name in sorted(backend.names(options["pattern"]))
+            if (info := backend.inspect(name)) is not None  # released since the scan
+        ]
+        if options["json"]:
+            self._emit([_as_json(info) for info in infos])
+            return
+        if not infos:
+            self.stdout.write(f"No held locks match {options['pattern']!r}.")
+            return
+        rows = [("NAME", "HOLDERS", "HOLDS", "TTL", "TOKEN")] + [
+            (
+                info.name,
+                ", ".join(info.holders),
+                str(sum(info.holders.values())),
+                _ttl_text(info.ttl),
+                "-" if info.token is None else str(info.token),
+            )
+            for info in infos
+        ]
+        widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+        for row in rows:
+            cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            self.stdout.write("  ".join(cells).rstrip())
+
+    def _inspect(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
+        name = options["name"]
+        info = backend.inspect(name)
+        if options["json"]:
+            self._emit({"name": name, "held": False} if info is None else _as_json(info))
+            return
+        if info is None:
+            self.stdout.write(f"Lock {name!r} is free.")
+            return
+        self.stdout.write(f"Lock {name!r} is held.")
+        self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}")
+        self.stdout.write(f"  token:  {'-' if info.token is None else info.token}")
+        for holder, count in info.holders.items():
+            self.stdout.write(f"  holder: {holder} ({count} hold{'s' if count != 1 else ''})")
+
+    def _release(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
+        name = options["name"]
+        if not options["force"]:
+            raise CommandError(
+                "release breaks the lock of whoever holds it; pass --force to do it anyway"
+            )
+        if not options["yes"]:
+            if options["json"]:
+                raise CommandError("--json cannot ask for confirmation; add --yes")
+            info = backend.inspect(name)
+            holders = "nobody" if info is None else ", ".join(info.holders)
+            self.stdout.write(f"Release lock {name!r} (held by {holders})? [y/N] ", ending="")
+            self.stdout.flush()
+            answer = sys.stdin.readline().strip().lower()
+            if answer not in ("y", "yes"):
+                raise CommandError("Not released.")
+        released = backend.force_release(name)
+        if options["json"]:
+            self._emit({"name": name, "released": released})
+        elif released:
+            self.stdout.write(f"Released lock {name!r}; its holder learns of it as a lost lock.")
+        else:
+            self.stdout.write(f"Lock {name!r} was not held.")

@@ -1,0 +1,38 @@
+"""``rlock()``: a lock of a configured alias, as a context manager.
+
+::
+
+    from django_rlock import rlock
+
+    with rlock(f"order:{order_id}", timeout=5) as lock:
+        charge(order_id, fence=lock.token)
+
+It is ``locks[using].lock(name, ...)``: the RLock itself, whose ``with``
+waits up to ``timeout`` seconds (None: as long as it takes) and raises
+:class:`~django_rlock.exceptions.LockTimeout` when the wait runs out.
+"""
+
+from __future__ import annotations
+
+from django_rlock.conf import DEFAULT_LOCK_ALIAS
+from django_rlock.core.lock import RLock
+from django_rlock.handler import locks
+
+__all__ = ["rlock"]
+
+
+def rlock(
+    name: str,
+    *,
+    using: str = DEFAULT_LOCK_ALIAS,
+    timeout: float | None = None,
+    lease: float | None = None,
+    blocking: bool = True,
+) -> RLock:
+    """The reentrant lock ``name`` of alias ``using``, ready for ``with``.
+
+    ``timeout`` is the longest wait in seconds (None: wait as long as it
+    takes), ``lease`` a fixed expiry in seconds (None: the watchdog renews the
+    lock until it is released), ``blocking=False`` a single attempt.
+    """
+    return locks[using].lock(name, timeout=timeout, lease=lease, blocking=blocking)

@@ -1,0 +1,31 @@
+"""Signals sent for every lock taken through :data:`django_rlock.locks`.
+
+That covers ``rlock()``, ``@locked``, Celery's ``LockedTask`` and any
+``locks[alias].lock(name)`` of your own. Locks made by a bare
+:class:`django_rlock.core.LockClient` or by ``cache.lock()`` send nothing.
+
+Every signal's ``sender`` is the backend class; connect with
+``sender=RedisLockBackend`` to hear one kind of backend only, or filter on
+``alias``. Receivers run in the thread that took or released the lock, except
+``lock_lost``, which runs on a short-lived thread of the watchdog's.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+__all__ = ["lock_acquired", "lock_lost", "lock_released"]
+
+#: Sent when a caller goes from holding nothing to holding the lock (re-entries
+#: send nothing). Arguments: ``name`` (the lock name), ``alias`` (the RLOCKS
+#: alias), ``lock`` (the RLock), ``waited`` (seconds spent waiting for it).
+lock_acquired = Signal()
+
+#: Sent when a caller gives back its last hold on the lock. Arguments: ``name``,
+#: ``alias``, ``lock``, ``held`` (seconds since ``lock_acquired``), ``lost``
+#: (True when the hold had already been lost, and the release raised LockLostError).
+lock_released = Signal()
+
+#: Sent when a hold is lost: its key expired or another owner took it while the
+#: holder still believed it held it. Arguments: ``name``, ``alias``, ``lock``.
+lock_lost = Signal()

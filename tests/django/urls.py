@@ -1,0 +1,18 @@
+"""URLs of the decorator tests."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from tests.django import views
+
+urlpatterns = [
+    path("pay/<int:order_id>/", views.pay),
+    path("quick/<int:order_id>/", views.quick),
+    path("quick-423/<int:order_id>/", views.quick_423),
+    path("quick-raise/<int:order_id>/", views.quick_raise),
+    path("quick-callable/<int:order_id>/", views.quick_callable),
+    path("async/<int:order_id>/", views.async_pay),
+    path("cbv/<int:order_id>/", views.PayView.as_view()),
+    path("dispatch/<int:order_id>/", views.DispatchView.as_view()),
+]
