@@ -1,0 +1,184 @@
+"""The Celery app of the tests: run by real worker processes and used to send tasks.
+
+A worker imports it with ``celery -A tests.celery.app worker`` and reads its
+server from the environment (:func:`configure_from_env`); the test process
+calls :func:`configure` itself. Tasks record what they did in Redis:
+
+``ctest:started:<run>``    LIST  one JSON line per run that got its lock
+``ctest:intervals:<run>``  LIST  "start stop" (Redis server time) per finished run
+``ctest:gate:<run>``       LIST  a run with ``gate=True`` waits here for a token
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery, Task
+
+from celery_rlock import LockedTask, locked
+
+app = Celery("rlock_tests", set_as_current=False)
+
+#: Seconds a run waits on its gate before giving up (hang protection only).
+GATE_TIMEOUT = 30
+
+
+def configure(
+    url: str,
+    *,
+    watchdog_timeout: float = 1.0,
+    rlock_url: str | None = None,
+    key_prefix: str = "ctest",
+) -> None:
+    """Point the app at the test Redis (broker, results and locks)."""
+    app.conf.update(
+        broker_url=url,
+        result_backend=url,
+        rlock_watchdog_timeout=watchdog_timeout,
+        rlock_key_prefix=key_prefix,
+        worker_prefetch_multiplier=1,
+        result_expires=600,
+        broker_connection_retry_on_startup=True,
+        task_default_retry_delay=0.2,
+    )
+    if rlock_url is not None:
+        app.conf.rlock_url = rlock_url
+
+
+def configure_from_env() -> None:
+    url = os.environ.get("RLOCK_TEST_BROKER_URL")
+    if url is None:
+        return
+    configure(
+        url,
+        watchdog_timeout=float(os.environ.get("RLOCK_TEST_WATCHDOG_TIMEOUT", "1")),
+        rlock_url=os.environ.get("RLOCK_TEST_RLOCK_URL"),
+    )
+
+
+configure_from_env()
+
+_redis: dict[str, redis.Redis] = {}
+
+
+def store() -> redis.Redis:
+    """A plain client of the test server, one per process (rebuilt after fork)."""
+    key = f"{os.getpid()}"
+    client = _redis.get(key)
+    if client is None:
+        client = _redis[key] = redis.Redis.from_url(app.conf.broker_url)
+    return client
+
+
+def server_time() -> float:
+    seconds, microseconds = store().time()
+    return seconds + microseconds / 1e6
+
+
+def work(task: Task, run: str, hold: float, gate: bool) -> dict[str, Any]:
+    """The body of every recording task: announce, hold, record the interval."""
+    start = server_time()
+    rlock = getattr(task.request, "rlock", None)
+    started = {
+        "pid": os.getpid(),
+        "id": task.request.id,
+        "retries": task.request.retries,
+        "token": None if rlock is None else rlock.token,
+        "hold_count": None if rlock is None else rlock.lock.hold_count(),
+    }
+    store().rpush(f"ctest:started:{run}", json.dumps(started))
+    if gate:
+        if store().blpop([f"ctest:gate:{run}"], timeout=GATE_TIMEOUT) is None:
+            raise RuntimeError("gate never opened")
+    else:
+        time.sleep(hold)
+    store().rpush(f"ctest:intervals:{run}", f"{start} {server_time()}")
+    return started
+
+
+# -- the same body under each on_busy ---------------------------------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="crit:{run}", on_busy="retry", max_retries=50)
+def critical_retry(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(bind=True, base=LockedTask, lock="crit:{run}", on_busy="skip")
+def critical_skip(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(bind=True, base=LockedTask, lock="crit:{run}", on_busy="wait", max_retries=50)
+def critical_wait(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(bind=True, base=LockedTask, lock="crit:{run}", on_busy="raise")
+def critical_raise(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(bind=True, max_retries=50)
+@locked("crit:{run}", on_busy="wait")
+def critical_decorated(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+# -- lifecycle ---------------------------------------------------------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="life:{run}", on_busy="raise")
+def sleeper(self: Task, run: str, seconds: float) -> Any:
+    """Holds its lock for ``seconds``; reports whether the hold was ever lost."""
+    work(self, run, seconds, gate=False)
+    return {"lost": self.request.rlock.lock.lost}
+
+
+@app.task(bind=True, base=LockedTask, lock="retry:{run}", on_busy="raise", max_retries=3)
+def retrying(self: Task, run: str) -> Any:
+    """Retries itself once; each attempt records its token and hold count."""
+    started = work(self, run, 0.0, gate=False)
+    if self.request.retries == 0:
+        raise self.retry(countdown=0.3)
+    return started
+
+
+# -- keys --------------------------------------------------------------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="report:{customer_id}:{fmt}")
+def report(self: Task, customer_id: int, fmt: str = "pdf") -> str:
+    name: str = self.request.rlock.name
+    return name
+
+
+@app.task(bind=True)
+@locked("order:{order_id}")
+def charge(self: Task, order_id: int) -> str:
+    name: str = self.request.rlock.name
+    return name
+
+
+# -- once --------------------------------------------------------------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="once:{run}", once=True, on_busy="raise")
+def once_task(self: Task, run: str, gate: bool = False, hold: float = 0.0) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock="once:{run}",
+    once=True,
+    once_on_duplicate="return",
+    on_busy="raise",
+)
+def once_returning(self: Task, run: str, gate: bool = False) -> Any:
+    return work(self, run, 0.0, gate)

@@ -1,0 +1,84 @@
+"""Two equal tasks never overlap, under every on_busy, on a real prefork worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from celery.result import AsyncResult
+
+from django_rlock.core import LockTimeout
+from tests.celery import app as test_app
+from tests.celery.conftest import (
+    assert_no_overlap,
+    intervals,
+    open_gate,
+    wait_for_state,
+    wait_started,
+)
+from tests.celery.workers import Worker
+
+pytestmark = pytest.mark.slow
+
+TASKS = {
+    "retry": test_app.critical_retry,
+    "skip": test_app.critical_skip,
+    "wait": test_app.critical_wait,
+    "raise": test_app.critical_raise,
+    "locked-wait": test_app.critical_decorated,
+}
+
+
+def outcome(result: AsyncResult) -> Any:
+    return result.get(timeout=30, propagate=False)
+
+
+@pytest.mark.parametrize("mode", list(TASKS))
+def test_two_equal_tasks_sent_at_once_never_overlap(
+    mode: str, worker: Worker, store: redis.Redis, run: str
+) -> None:
+    task = TASKS[mode]
+    first, second = task.delay(run, hold=0.5), task.delay(run, hold=0.5)
+    outcomes = [outcome(first), outcome(second)]
+    ran = [value for value in outcomes if isinstance(value, dict) and "pid" in value]
+    pairs = intervals(store, run)
+    assert len(pairs) == len(ran) >= 1
+    assert_no_overlap(pairs)
+    if mode in ("retry", "wait", "locked-wait"):
+        assert len(ran) == 2  # neither is dropped: the second runs after the first
+        assert ran[0]["token"] != ran[1]["token"]
+
+
+@pytest.mark.parametrize("mode", list(TASKS))
+def test_a_task_sent_while_its_lock_is_held(
+    mode: str, worker: Worker, store: redis.Redis, run: str
+) -> None:
+    task = TASKS[mode]
+    holder = task.delay(run, gate=True)
+    held = wait_started(store, run)
+    contender = task.delay(run, gate=True)
+    if mode == "skip":
+        assert contender.get(timeout=20) == {
+            "skipped": True,
+            "reason": "lock busy",
+            "lock": f"crit:{run}",
+        }
+    elif mode == "raise":
+        with pytest.raises(LockTimeout) as raised:
+            contender.get(timeout=20)
+        # Results carry an exception's message, not its attributes (retry_after).
+        assert f"lock 'crit:{run}' busy" in str(raised.value)
+        assert "the holder's lease ends in" in str(raised.value)
+    elif mode == "retry":
+        wait_for_state(contender, "RETRY")
+    open_gate(store, run, tokens=2)
+    assert holder.get(timeout=20)["token"] == held["token"]
+    if mode in ("retry", "wait", "locked-wait"):
+        second = contender.get(timeout=20)
+        assert second["token"] > held["token"]
+        if mode == "retry":
+            assert second["retries"] >= 1
+    pairs = intervals(store, run)
+    assert len(pairs) == (2 if mode in ("retry", "wait", "locked-wait") else 1)
+    assert_no_overlap(pairs)
