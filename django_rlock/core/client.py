@@ -8,7 +8,6 @@ process and share it, as Django's ``locks`` handler does.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import weakref
@@ -19,7 +18,12 @@ import redis
 
 from django_rlock.core.connection import connect, derive_pool
 from django_rlock.core.hold import Hold
-from django_rlock.core.names import check_key_prefix, check_name, check_watchdog_timeout
+from django_rlock.core.names import (
+    check_key_prefix,
+    check_name,
+    check_watchdog_timeout,
+    milliseconds,
+)
 from django_rlock.core.scripts import LockScripts
 from django_rlock.core.waiting import ReleaseListener
 from django_rlock.core.watchdog import get_watchdog
@@ -214,7 +218,7 @@ class LockClient:
         """Extend every hold's key to the watchdog timeout in one EVAL."""
         keys = [hold.key for hold in holds]
         args: list[str | int] = [
-            _milliseconds(self.watchdog_timeout),
+            milliseconds(self.watchdog_timeout),
             *(hold.owner for hold in holds),
         ]
         renewed = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
@@ -238,10 +242,6 @@ class LockClient:
         self._holds = {}
         self._watched = False
         self._listener = ReleaseListener(self.redis)
-
-
-def _milliseconds(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
 
 
 def _run_callbacks(callbacks: list[tuple[LostCallback, RLock]]) -> None:

@@ -20,6 +20,7 @@ long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable
@@ -29,13 +30,15 @@ from typing import TYPE_CHECKING
 from django_rlock.core import clock
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout
+from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
     from django_rlock.core.client import LockClient, LostCallback
     from django_rlock.core.hold import Hold
 
 __all__ = ["RLock"]
+
+logger = logging.getLogger("django_rlock.lock")
 
 
 class RLock:
@@ -93,27 +96,42 @@ class RLock:
             return False
         deadline = math.inf if wait is None else started + wait
         with self.client._listener.listen(self.keys.channel) as subscription:
-            while True:
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                # Subscribed before retrying, so no release can slip between.
-                subscription.wait_subscribed(min(pttl, remaining))
-                since = subscription.mark()
-                pttl = self._attempt(owner, lease_seconds)
-                if pttl is None:
-                    return True
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                subscription.wait(since, min(pttl, remaining))
+            registered = False
+            try:
+                while True:
+                    remaining = deadline - clock.monotonic()
+                    if remaining <= 0:
+                        return False
+                    # Subscribed before retrying, so no release can slip between.
+                    subscription.wait_subscribed(min(pttl, remaining))
+                    since = subscription.mark()
+                    sleep = min(pttl, remaining, self.client.watchdog_timeout)
+                    pttl = self._attempt(owner, lease_seconds, subscription.waiter_id, sleep)
+                    if pttl is None:
+                        registered = False  # the grant took it out of the waiting set
+                        return True
+                    registered = True
+                    remaining = deadline - clock.monotonic()
+                    if remaining <= 0:
+                        return False
+                    subscription.wait(since, min(pttl, remaining))
+            finally:
+                if registered:
+                    self._abandon(subscription.waiter_id)
 
-    def _attempt(self, owner: str, lease: float | None) -> float | None:
-        """One acquire script call: None when granted, else seconds to wait at most."""
+    def _attempt(
+        self, owner: str, lease: float | None, waiter_id: str = "", sleep: float = 0.0
+    ) -> float | None:
+        """One acquire script call: None when granted, else seconds to wait at most.
+
+        A ``waiter_id`` enters the caller in the lock's waiting set, so that a
+        release can wake it alone; ``sleep`` is how long it will wait at most.
+        """
         ttl = self.client.watchdog_timeout if lease is None else lease
         sent_at = clock.monotonic()
         reply = self.client._scripts.acquire(
-            keys=[self.keys.hash, self.keys.fence], args=[owner, max(1, math.ceil(ttl * 1000))]
+            keys=[self.keys.hash, self.keys.fence, self.keys.waiters],
+            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
         )
         if isinstance(reply, list):
             self.client._granted(
@@ -127,6 +145,16 @@ class RLock:
             # after one watchdog timeout rather than never.
             return self.client.watchdog_timeout
         return max(pttl_ms, 1) / 1000
+
+    def _abandon(self, waiter_id: str) -> None:
+        """Leave the waiting set without the lock, passing on a wake-up meant for us."""
+        try:
+            self.client._scripts.abandon(
+                keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
+                args=[waiter_id, self.client.publish_command],
+            )
+        except Exception:
+            logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
@@ -169,7 +197,7 @@ class RLock:
         try:
             left = int(
                 client._scripts.release(
-                    keys=[self.keys.hash, self.keys.channel],
+                    keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
                     args=[owner, client.publish_command],
                 )
             )

@@ -7,6 +7,7 @@ keeps the escaping one-to-one (two different names never share keys)::
 
     <prefix>:{<escaped name>}           HASH     owner id -> hold count
     <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
+    <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "check_timeout",
     "check_watchdog_timeout",
     "escape",
+    "milliseconds",
     "unescape",
 ]
 
@@ -124,6 +126,11 @@ def check_watchdog_timeout(timeout: object) -> float:
     return seconds
 
 
+def milliseconds(seconds: float) -> int:
+    """Seconds as the whole milliseconds Redis takes, rounded up, at least 1."""
+    return max(1, math.ceil(seconds * 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class LockKeys:
     """The Redis keys and channel of one lock name."""
@@ -131,13 +138,20 @@ class LockKeys:
     name: str
     hash: str
     fence: str
+    waiters: str
     channel: str
 
     @classmethod
     def build(cls, prefix: str, name: str) -> LockKeys:
         """Derive the keys of ``name`` under ``prefix`` (both already checked)."""
         base = f"{prefix}:{{{escape(name)}}}" if prefix else f"{{{escape(name)}}}"
-        return cls(name=name, hash=base, fence=f"{base}:fence", channel=f"{base}:released")
+        return cls(
+            name=name,
+            hash=base,
+            fence=f"{base}:fence",
+            waiters=f"{base}:waiters",
+            channel=f"{base}:released",
+        )
 
     @staticmethod
     def name_of(prefix: str, hash_key: str) -> str | None:

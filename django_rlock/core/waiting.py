@@ -1,54 +1,67 @@
 """Waiting for a release without polling.
 
 Each client has one :class:`ReleaseListener`: one pub/sub connection shared by
-every waiting thread, read by one dispatcher thread. A waiter subscribes to the
-lock's release channel *before* it retries the acquire, so a release between
-its failed attempt and its wait cannot be missed; it then sleeps until a
-release message arrives or the holder's PTTL runs out, whichever is first.
+every thread that waits for a lock. A waiter subscribes to the lock's release
+channel and has the subscription confirmed *before* it retries the acquire, so
+a release between its failed attempt and its wait cannot be missed; it then
+sleeps until a release wakes it or the holder's PTTL runs out, whichever is
+first.
+
+Wake-ups are targeted. A waiter that retries registers its waiter id in the
+lock's waiting set, inside the acquire script, and a release names the one
+waiter it wakes; an empty message wakes every waiter of the lock. A release
+therefore costs one retry, not one per waiting process (no thundering herd).
+Waiter ids are random per listener: they are not the owner credential.
+
+There is no dispatcher thread. The waiting threads read the connection
+themselves, one at a time (leader/follower): the first to wait becomes the
+reader and hands each message to the waiter it names; when the reader is woken
+or gives up, it passes the role to another waiting thread. The common case (one
+waiting thread per process) thus costs one thread wake-up per release, and a
+process with no waiters runs no thread at all.
 
 Channels are reference-counted: the first waiter on a lock subscribes, the last
-one to leave unsubscribes. If the connection dies, every waiter is woken at
-once to retry, and the dispatcher reconnects and subscribes again; a message
-lost in between costs a waiter at most the holder's PTTL, never a hang.
+one to leave unsubscribes. If the connection dies, every waiter is woken to
+retry, and the next reader reconnects and subscribes again; a message lost in
+between costs a waiter at most the holder's PTTL, never a hang.
 
-Subscriptions are confirmed by counting: ``sent`` SUBSCRIBE commands against
-``acked`` confirmations per channel. A channel's state outlives its waiters
+Subscriptions are confirmed by counting SUBSCRIBE commands ``sent`` against
+confirmations ``acked`` per channel. A channel's state outlives its waiters
 until every confirmation has arrived, so a late confirmation of an old
 subscription can never pass for a new one.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from django_rlock.core import clock
 from django_rlock.core.connection import derive_pool
 
 __all__ = ["ReleaseListener", "Subscription"]
 
 logger = logging.getLogger("django_rlock.waiting")
 
-# How long the dispatcher blocks on an idle connection before it looks at its
-# own shutdown flag again; close() also wakes it by disconnecting the socket.
-_IDLE_READ_SECONDS = 5.0
 _RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 @dataclass(eq=False)
 class _Channel:
     name: bytes
-    cond: threading.Condition
-    waiters: int = 0
+    subscriptions: dict[bytes, Subscription] = field(default_factory=dict)
     wanted: bool = False  # a SUBSCRIBE is in force (sent and not unsubscribed)
     sent: int = 0
     acked: int = 0
-    generation: int = 0  # bumped by each release message and each reconnect
 
     @property
     def settled(self) -> bool:
@@ -57,50 +70,54 @@ class _Channel:
 
 @dataclass(eq=False)
 class Subscription:
-    """A waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
+    """One waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
 
-    _channel: _Channel
+    waiter_id: str
+    _channel: _Channel = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
+    _cond: threading.Condition = field(repr=False)
+    _wakeups: int = 0
 
     def mark(self) -> int:
-        """The channel's generation now; pass it to :meth:`wait` after a failed attempt."""
-        with self._channel.cond:
-            return self._channel.generation
+        """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
+        with self._cond:
+            return self._wakeups
 
     def wait_subscribed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the server to confirm the subscription."""
-        channel = self._channel
-        with channel.cond:
-            return channel.cond.wait_for(
-                lambda: channel.settled and self._listener.connected, timeout
-            )
+        listener, channel = self._listener, self._channel
+        return listener._wait(
+            self, lambda: listener.connected and channel.wanted and channel.settled, timeout
+        )
 
     def wait(self, since: int, timeout: float) -> bool:
-        """Sleep until a release (or reconnect) after ``since``, or ``timeout`` seconds.
+        """Sleep until this waiter is woken after ``since``, or ``timeout`` seconds pass.
 
-        Returns True when woken by an event, False on timeout.
+        Returns True when woken (by a release or a reconnect), False on timeout.
         """
-        channel = self._channel
-        with channel.cond:
-            return channel.cond.wait_for(lambda: channel.generation != since, timeout)
+        return self._listener._wait(self, lambda: self._wakeups != since, timeout)
+
+    def _wake_locked(self) -> None:
+        self._wakeups += 1
+        self._cond.notify()
 
 
 class ReleaseListener:
-    """One pub/sub connection and dispatcher thread per client, shared by all waiters."""
+    """One pub/sub connection per client, read in turn by the threads that wait."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._pool = derive_pool(client, health_check_interval=0)
         self._lock = threading.Lock()
         self._channels: dict[bytes, _Channel] = {}
+        self._waiters: dict[bytes, Subscription] = {}
+        self._followers: set[Subscription] = set()
+        self._reading = False
         self._connection: Any = None
+        self._connect_failures = 0
         self.connected = False
-        self._thread: threading.Thread | None = None
-        self._closed = threading.Event()
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The dispatcher thread, once a waiter has started it."""
-        return self._thread
+        self._closed = False
+        self._id = secrets.token_hex(8)
+        self._sequence = itertools.count()
 
     def subscribed_channels(self) -> set[bytes]:
         """Channels with a subscription in force (for tests and diagnostics)."""
@@ -111,100 +128,139 @@ class ReleaseListener:
     def listen(self, channel_name: str) -> Iterator[Subscription]:
         """Subscribe to ``channel_name`` for the duration of the block."""
         name = channel_name.encode("utf-8")
+        waiter_id = f"{self._id}:{next(self._sequence)}"
+        key = waiter_id.encode()
         with self._lock:
-            if self._closed.is_set():
+            if self._closed:
                 raise RuntimeError("the lock client is closed")
             channel = self._channels.get(name)
             if channel is None:
-                channel = _Channel(name, threading.Condition(self._lock))
+                channel = _Channel(name)
                 self._channels[name] = channel
-            channel.waiters += 1
+            subscription = Subscription(waiter_id, channel, self, threading.Condition(self._lock))
+            channel.subscriptions[key] = subscription
+            self._waiters[key] = subscription
             if not channel.wanted:
                 channel.wanted = True
                 self._send_locked(channel, "SUBSCRIBE")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rlock-pubsub", daemon=True)
-                self._thread.start()
         try:
-            yield Subscription(channel, self)
+            yield subscription
         finally:
             with self._lock:
-                channel.waiters -= 1
-                if channel.waiters == 0:
+                del channel.subscriptions[key]
+                del self._waiters[key]
+                if not channel.subscriptions:
                     channel.wanted = False
                     self._send_locked(channel, "UNSUBSCRIBE")
                     self._drop_if_idle(channel)
 
     def close(self) -> None:
-        """Stop the dispatcher and close the connection. Waiters fall back to PTTL waits."""
-        self._closed.set()
+        """Close the connection. Threads still waiting fall back to their PTTL waits."""
         with self._lock:
+            self._closed = True
             connection, self._connection = self._connection, None
             self.connected = False
             self._wake_all_locked()
         if connection is not None:
             connection.disconnect()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=_IDLE_READ_SECONDS + 1)
         self._pool.disconnect()
+
+    # -- waiting: the leader/follower protocol ---------------------------------------
+
+    def _wait(self, subscription: Subscription, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``ready()`` (checked under the lock) or ``timeout`` seconds pass.
+
+        The calling thread reads the connection itself when no other thread is
+        reading; otherwise it sleeps until the reader wakes it or steps down.
+        """
+        deadline = clock.monotonic() + timeout
+        while True:
+            with self._lock:
+                if ready():
+                    return True
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                if self._reading or self._closed:
+                    self._followers.add(subscription)
+                    try:
+                        subscription._cond.wait(remaining)
+                    finally:
+                        self._followers.discard(subscription)
+                    continue
+                self._reading = True
+            try:
+                self._read_until(ready, deadline)
+            finally:
+                with self._lock:
+                    self._reading = False
+                    # Hand the reader role on, so the others' messages are read.
+                    for follower in self._followers:
+                        follower._cond.notify()
+                        break
+
+    def _read_until(self, ready: Callable[[], bool], deadline: float) -> None:
+        """As the reader: dispatch messages until ``ready()`` or the deadline."""
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or self._closed:
+                return
+            connection = self._connection
+            if connection is None:
+                if not self._connect():
+                    # Back off between attempts; the waiter's own deadline still rules.
+                    step = min(self._connect_failures, len(_RECONNECT_BACKOFF)) - 1
+                    time.sleep(min(_RECONNECT_BACKOFF[step], remaining))
+                    continue
+                connection = self._connection
+            try:
+                if connection.can_read(timeout=remaining):
+                    self._dispatch(connection.read_response(push_request=True))
+            except Exception as error:  # noqa: BLE001 -- any broken read means reconnect
+                if not self._closed:
+                    logger.warning("pub/sub connection lost, waiters will retry: %s", error)
+                self._reset(connection)
+            with self._lock:
+                if ready():
+                    return
 
     # -- called with self._lock held -------------------------------------------------
 
     def _send_locked(self, channel: _Channel, command: str) -> None:
         if not self.connected:
-            return  # the dispatcher subscribes every wanted channel when it connects
+            return  # the next reader subscribes every wanted channel when it connects
         try:
             self._connection.send_command(command, channel.name, check_health=False)
         except (redis.RedisError, OSError):
-            # The dispatcher sees the broken connection on its next read and resets.
+            # The reader sees the broken connection on its next read and resets.
             return
         if command == "SUBSCRIBE":
             channel.sent += 1
 
     def _drop_if_idle(self, channel: _Channel) -> None:
-        if channel.waiters == 0 and channel.settled:
+        if not channel.subscriptions and channel.settled:
             self._channels.pop(channel.name, None)
 
     def _wake_all_locked(self) -> None:
-        for channel in self._channels.values():
-            channel.generation += 1
-            channel.cond.notify_all()
+        for subscription in self._waiters.values():
+            subscription._wake_locked()
 
-    # -- the dispatcher thread -------------------------------------------------------
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._closed.is_set():
-            if self._connection is None:
-                if not self._connect():
-                    delay = _RECONNECT_BACKOFF[min(failures, len(_RECONNECT_BACKOFF) - 1)]
-                    failures += 1
-                    self._closed.wait(delay)
-                continue
-            failures = 0
-            try:
-                if self._connection.can_read(timeout=_IDLE_READ_SECONDS):
-                    self._dispatch(self._connection.read_response(push_request=True))
-            except Exception as error:  # noqa: BLE001 -- the dispatcher must outlive any error
-                if self._closed.is_set():
-                    break  # close() pulled the socket out from under the read
-                logger.warning("pub/sub connection lost, waiters will retry: %s", error)
-                self._reset()
+    # -- the connection, managed by whichever thread is reading -----------------------
 
     def _connect(self) -> bool:
-        # redis-py's Connection is untyped; the dispatcher only sends and reads.
-        connection: Any = self._pool.make_connection()
+        connection: Any = self._pool.make_connection()  # redis-py's Connection is untyped
         try:
             connection.connect()
         except (redis.RedisError, OSError) as error:
+            self._connect_failures += 1
             logger.debug("pub/sub connect failed: %s", error)
             connection.disconnect()
             return False
         with self._lock:
-            if self._closed.is_set():
+            if self._closed:
                 connection.disconnect()
                 return False
+            self._connect_failures = 0
             self._connection = connection
             self.connected = True
             for channel in list(self._channels.values()):
@@ -217,26 +273,32 @@ class ReleaseListener:
             self._wake_all_locked()
         return True
 
-    def _reset(self) -> None:
+    def _reset(self, broken: Any) -> None:
         with self._lock:
-            connection, self._connection = self._connection, None
-            self.connected = False
-            self._wake_all_locked()
-        if connection is not None:
-            connection.disconnect()
+            if self._connection is broken:
+                self._connection = None
+                self.connected = False
+                self._wake_all_locked()
+        broken.disconnect()
 
     def _dispatch(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) < 3:
             return
-        kind, name = reply[0], reply[1]
+        kind, name, payload = reply[0], reply[1], reply[2]
         with self._lock:
-            channel = self._channels.get(name)
-            if channel is None:
-                return
             if kind in (b"message", b"smessage"):
-                channel.generation += 1
-                channel.cond.notify_all()
+                if payload:
+                    # A message naming another process's waiter is not for us.
+                    target = self._waiters.get(payload)
+                    if target is not None:
+                        target._wake_locked()
+                    return
+                channel = self._channels.get(name)
+                if channel is not None:
+                    for subscription in channel.subscriptions.values():
+                        subscription._wake_locked()
             elif kind in (b"subscribe", b"ssubscribe"):
-                channel.acked += 1
-                channel.cond.notify_all()
-                self._drop_if_idle(channel)
+                channel = self._channels.get(name)
+                if channel is not None:
+                    channel.acked += 1
+                    self._drop_if_idle(channel)

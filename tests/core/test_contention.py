@@ -80,7 +80,7 @@ def test_contended_threads_leave_no_subscription_and_no_thread(
         time.sleep(0.01)  # the last UNSUBSCRIBE is asynchronous
     assert r.pubsub_channels() == []
     extra = {thread.name for thread in set(threading.enumerate()) - threads_before}
-    assert extra <= {"rlock-pubsub", "rlock-watchdog"}
+    assert extra <= {"rlock-watchdog"}
 
 
 def test_a_waiter_survives_its_pubsub_connection_being_killed(
