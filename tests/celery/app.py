@@ -182,3 +182,8 @@ def once_task(self: Task, run: str, gate: bool = False, hold: float = 0.0) -> An
 )
 def once_returning(self: Task, run: str, gate: bool = False) -> Any:
     return work(self, run, 0.0, gate)
+
+
+@app.task(base=LockedTask, lock="item:{payload[id]}")
+def keyed(payload: dict[str, Any]) -> str:
+    return "ran"
