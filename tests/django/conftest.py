@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from django_rlock.backends import locmem
 from django_rlock.handler import locks
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
+HANG = 10.0  # seconds: only ever reached when something hangs
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +27,40 @@ def rlocks(settings: SettingsWrapper, redis_url: str, r: redis.Redis) -> Iterato
     }
     yield settings.RLOCKS
     locks.close_all()
+
+
+class Holders:
+    """Locks held by live threads of their own (a thread that ended could pass its
+    identity on to a new thread, so holders stay alive until the test ends)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, name: str, *, using: str = "default", lease: float | None = 20) -> None:
+        """Hold lock ``name`` of alias ``using`` on another thread until the test ends."""
+        held = threading.Event()
+
+        def hold() -> None:
+            lock = locks[using].lock(name)
+            lock.acquire(lease=lease)
+            held.set()
+            self.stop.wait(HANG)
+
+        thread = threading.Thread(target=hold, daemon=True)
+        thread.start()
+        assert held.wait(HANG), f"could not take {name!r}"
+        self.threads.append(thread)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(HANG)
+
+
+@pytest.fixture
+def hold_elsewhere() -> Iterator[Holders]:
+    """``hold_elsewhere(name)``: lock ``name`` as another owner for the rest of the test."""
+    holders = Holders()
+    yield holders
+    holders.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -58,7 +60,7 @@ class LockBackendContract:
     def test_reentrant_holds_and_fencing_tokens(self, backend: BaseLockBackend) -> None:
         lock = backend.lock("order:1")
         assert lock.ttl() is None and lock.token is None
-        tokens = []
+        tokens: list[int | None] = []
         for _ in range(2):
             with lock:
                 outer = lock.token
@@ -264,3 +266,25 @@ def embedded(
     assert isinstance(backend, EmbeddedRedisLockBackend)
     backend.client.redis.flushall()
     return backend
+
+
+def test_embedded_server_is_shared_by_the_processes_of_the_machine(
+    embedded: BaseLockBackend, embedded_path: Path
+) -> None:
+    code = (
+        "import django\n"
+        "from django.conf import settings\n"
+        "settings.configure(RLOCKS={'default': {\n"
+        "    'BACKEND': 'django_rlock.backends.embedded.EmbeddedRedisLockBackend',\n"
+        f"    'LOCATION': {str(embedded_path)!r}, 'KEY_PREFIX': 't'}}}})\n"
+        "django.setup()\n"
+        "from django_rlock import locks\n"
+        "lock = locks['default'].lock('machine-wide')\n"
+        "print(lock.locked(), lock.acquire(blocking=False))\n"
+    )
+    with embedded.lock("machine-wide"):
+        result = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+        )
+    assert result.stdout.split() == ["True", "False"], result.stderr
+    assert not embedded.lock("machine-wide").locked()

@@ -63,7 +63,7 @@ class PayView(View):
         return HttpResponse(f"cbv paid {order_id}")
 
 
-@method_decorator(locked("user:{request.user_id}:{order_id}", timeout=0), name="dispatch")
+@method_decorator(locked("{request.method}:{order_id}", timeout=0), name="dispatch")
 class DispatchView(View):
     def get(self, request: HttpRequest, order_id: int) -> HttpResponse:
         return HttpResponse("dispatched")
