@@ -151,3 +151,45 @@ def test_fork_after_acquire_leaves_the_lock_with_the_parent(
     assert lock.owned() and lock.hold_count() == 1
     lock.release()
     assert not lock.locked()
+
+
+def test_targeted_wakeups_hand_the_lock_down_a_queue_of_waiters(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    lock = lock_client.lock("queue")
+    lock.acquire()  # watchdog hold: each waiter's PTTL fallback would be 30 s
+    acquired: list[float] = []
+
+    def waiter() -> None:
+        if lock.acquire(timeout=25):
+            acquired.append(time.monotonic())
+            time.sleep(0.01)
+            lock.release()
+
+    waiters = [threading.Thread(target=waiter) for _ in range(5)]
+    for thread in waiters:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while r.zcard("test:{queue}:waiters") < 5:
+        assert time.monotonic() < deadline, "the waiters never registered"
+        time.sleep(0.01)
+    released_at = time.monotonic()
+    lock.release()
+    for thread in waiters:
+        thread.join(30)
+    assert len(acquired) == 5
+    # Each release woke the next waiter by message, far inside the 30 s PTTL.
+    assert max(acquired) - released_at < 5
+    assert not r.exists("test:{queue}:waiters")
+
+
+def test_a_waiter_that_gives_up_leaves_the_waiting_set(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    lock = lock_client.lock("impatient")
+    holder = threading.Thread(target=lock.acquire)
+    holder.start()
+    holder.join()
+    assert lock.acquire(timeout=0.3) is False
+    assert not r.exists("test:{impatient}:waiters")
+    assert lock_client._listener.subscribed_channels() == set()
