@@ -216,3 +216,28 @@ def test_package_exports_lazily_without_settings() -> None:
     assert result.stdout.strip() == "ok", result.stderr
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         django_rlock.nothing  # noqa: B018
+
+
+def test_a_forked_child_uses_the_parents_backend_with_its_own_identity(r: redis.Redis) -> None:
+    import os  # noqa: PLC0415
+
+    backend = locks["default"]
+    lock = backend.lock("forked")
+    lock.acquire()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: not the owner, and the handler is usable
+        try:
+            child = locks["default"].lock("forked")
+            report = (
+                f"{child.owned()} {child.acquire(blocking=False)} {locks['default'] is backend}"
+            )
+            os.write(write, report.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        report = pipe.read()
+    os.waitpid(pid, 0)
+    lock.release()
+    assert report == "False False True"
