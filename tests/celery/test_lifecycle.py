@@ -113,8 +113,9 @@ def test_the_soft_time_limit_releases_at_once(worker: Worker, store: redis.Redis
 def test_warm_shutdown_waits_for_the_task_and_releases(
     broker_url: str, store: redis.Redis, run: str
 ) -> None:
-    with Worker(broker_url, concurrency=1, watchdog_timeout=30) as own:
-        result = test_app.sleeper.apply_async((run, 1.0), queue="celery")
+    queue = f"shutdown-{run}"
+    with Worker(broker_url, concurrency=1, watchdog_timeout=30, queue=queue) as own:
+        result = test_app.sleeper.apply_async((run, 1.0), queue=queue)
         wait_started(store, run)
         assert own.process is not None
         own.process.send_signal(signal.SIGTERM)

@@ -27,8 +27,11 @@ class Worker:
         watchdog_timeout: float = 1.0,
         concurrency: int = 2,
         pool: str = "prefork",
+        queue: str = "celery",
         env: dict[str, str] | None = None,
     ) -> None:
+        """``queue``: what it consumes (a test's own worker takes a queue of its own,
+        so the package's shared worker never runs that test's tasks)."""
         self.nodename = f"rlock-{uuid.uuid4().hex[:8]}@localhost"
         self.log = Path(tempfile.mkstemp(prefix="rlock-worker-", suffix=".log")[1])
         # Celery-only unless the test asks for Django: pytest-django exports
@@ -45,7 +48,7 @@ class Worker:
             sys.executable, "-m", "celery", "-A", "tests.celery.app", "worker",
             f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--prefetch-multiplier=1", "-n", self.nodename,
+            "--prefetch-multiplier=1", "-n", self.nodename, "-Q", queue,
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
