@@ -18,8 +18,11 @@ from typing import Any
 
 import redis
 from celery import Celery, Task
+from celery.signals import worker_process_init
+from django.conf import settings
 
 from celery_rlock import LockedTask, locked
+from django_rlock.signals import lock_acquired, lock_released
 
 app = Celery("rlock_tests", set_as_current=False)
 
@@ -187,3 +190,19 @@ def once_returning(self: Task, run: str, gate: bool = False) -> Any:
 @app.task(base=LockedTask, lock="item:{payload[id]}")
 def keyed(payload: dict[str, Any]) -> str:
     return "ran"
+
+
+@worker_process_init.connect
+def record_django_lock_signals(**kwargs: Any) -> None:
+    """In a Django-configured worker, record django_rlock's signals in Redis."""
+    if not settings.configured:
+        return
+
+    def acquired(name: str, waited: float, **rest: Any) -> None:
+        store().rpush(f"ctest:signals:{name}", json.dumps(["acquired", waited]))
+
+    def released(name: str, held: float, **rest: Any) -> None:
+        store().rpush(f"ctest:signals:{name}", json.dumps(["released", held]))
+
+    lock_acquired.connect(acquired, weak=False)
+    lock_released.connect(released, weak=False)

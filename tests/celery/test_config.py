@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 from celery import Celery
@@ -104,4 +106,11 @@ def test_a_django_configured_worker_takes_locks_from_rlocks(
         open_gate(store, run)
         holder.get(timeout=20)
         assert not store.exists(f"djtest:{{crit:{run}}}")
-        assert "lock 'crit:" in django_worker.output()
+        # Wait and hold times reach the django_rlock signals and the task's log.
+        signals = [json.loads(raw) for raw in store.lrange(f"ctest:signals:crit:{run}", 0, -1)]
+        assert [kind for kind, _ in signals] == ["acquired", "released"]
+        assert all(seconds >= 0 for _, seconds in signals)
+        log = django_worker.output()
+        assert f"lock 'crit:{run}' acquired after waiting" in log
+        assert f"lock 'crit:{run}' released after holding" in log
+        assert f"lock 'crit:{run}' busy after waiting" in log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -82,3 +83,9 @@ def test_a_task_sent_while_its_lock_is_held(
     pairs = intervals(store, run)
     assert len(pairs) == (2 if mode in ("retry", "wait", "locked-wait") else 1)
     assert_no_overlap(pairs)
+    log = worker.output()
+    assert f"lock 'crit:{run}' acquired after waiting" in log
+    assert f"lock 'crit:{run}' released after holding" in log
+    verdict = {"retry": "retrying in", "skip": "skipped", "raise": "failing"}.get(mode)
+    if verdict is not None:
+        assert re.search(rf"lock 'crit:{run}' busy after waiting [0-9.]+s.*: {verdict}", log)
