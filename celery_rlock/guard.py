@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar, get_args
 
+import redis
 from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
@@ -50,6 +51,9 @@ OnBusy: TypeAlias = Literal["retry", "skip", "wait", "raise"]
 DEFAULT_ON_BUSY: Final[OnBusy] = "retry"
 
 _R = TypeVar("_R")
+
+# Pauses between release attempts when Redis cannot be reached (seconds).
+_RELEASE_RETRY_PAUSES: Final = (0.1, 0.3, 1.0)
 
 
 class SkippedResult(TypedDict):
@@ -230,17 +234,30 @@ def _release(held: TaskLock) -> None:
     The task's work is done by now: failing it (or masking its own exception)
     would not undo an overlap, but the log must say that one may have happened.
     """
-    try:
-        held.lock.release()
-    except LockLostError:
-        logger.error(
-            "lock %r was lost while the task ran (held %.3fs): another run may have "
-            "overlapped this one",
-            held.name,
-            held.held,
-        )
-    else:
-        logger.info("lock %r released after holding %.3fs", held.name, held.held)
+    for attempt, pause in enumerate((*_RELEASE_RETRY_PAUSES, None)):
+        try:
+            held.lock.release()
+        except LockLostError:
+            if attempt:
+                # The previous attempt reached Redis but its reply was lost.
+                break
+            logger.error(
+                "lock %r was lost while the task ran (held %.3fs): another run may have "
+                "overlapped this one",
+                held.name,
+                held.held,
+            )
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # Unreleased, the hold would go on being renewed by this process's
+            # watchdog: try again over a short blip before giving up.
+            if pause is None:
+                logger.error("lock %r could not be released: %r", held.name, error)
+                raise
+            time.sleep(pause)
+            continue
+        break
+    logger.info("lock %r released after holding %.3fs", held.name, held.held)
 
 
 def _end_marker(
