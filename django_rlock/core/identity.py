@@ -1,13 +1,17 @@
 """Owner identity: who a hold belongs to.
 
-An owner id is ``<process id>:<thread id>``. The process id is 128 random bits,
-made anew in every forked child, so a child never passes for its parent (it
-cannot release the parent's locks, and the parent's holds are not its own).
+An owner id is ``<process id>:<thread number>``. The process id is 128 random
+bits, made anew in every forked child, so a child never passes for its parent
+(it cannot release the parent's locks, and the parent's holds are not its own).
+The thread number is given to each thread on first use and never given again in
+this process: ``threading.get_ident()`` values are reused once a thread ends,
+and a new thread must not inherit a dead thread's holds.
 The id is a credential: it must never appear in logs, reprs or error messages.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import threading
@@ -15,6 +19,8 @@ import threading
 __all__ = ["process_id", "thread_owner"]
 
 _process_id = secrets.token_hex(16)
+_thread_numbers = itertools.count(1)  # next() is atomic under the GIL
+_local = threading.local()
 
 
 def process_id() -> str:
@@ -24,12 +30,21 @@ def process_id() -> str:
 
 def thread_owner() -> str:
     """The owner id of the calling thread in this process."""
-    return f"{_process_id}:{threading.get_ident()}"
+    owner: str | None = getattr(_local, "owner", None)
+    # After a fork the surviving thread keeps its local: rebuild it for the new id.
+    if owner is None or not owner.startswith(_process_id):
+        owner = f"{_process_id}:{next(_thread_numbers)}"
+        _local.owner = owner
+    return owner
 
 
 def _regenerate_after_fork() -> None:
     global _process_id  # noqa: PLW0603 -- the id is process state by definition
     _process_id = secrets.token_hex(16)
+
+
+_thread_numbers = itertools.count(1)  # next() is atomic under the GIL
+_local = threading.local()
 
 
 os.register_at_fork(after_in_child=_regenerate_after_fork)

@@ -301,4 +301,7 @@ class ReleaseListener:
                 channel = self._channels.get(name)
                 if channel is not None:
                     channel.acked += 1
+                    # Waiters sleeping on this confirmation re-check it now.
+                    for subscription in channel.subscriptions.values():
+                        subscription._cond.notify()
                     self._drop_if_idle(channel)

@@ -259,3 +259,19 @@ def test_core_works_without_django_settings(redis_url: str, r: redis.Redis) -> N
         timeout=60,
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_a_new_thread_never_inherits_an_ended_threads_hold(lock_client: LockClient) -> None:
+    lock = lock_client.lock("inherited")
+    for _ in range(20):  # thread idents are reused quickly; owner ids must not be
+        first = threading.Thread(target=lambda: lock.acquire(lease=30))
+        first.start()
+        first.join()
+        outcome: list[bool] = []
+        second = threading.Thread(
+            target=lambda out=outcome: out.append(lock.acquire(blocking=False))
+        )
+        second.start()
+        second.join()
+        assert outcome == [False]
+        assert lock.force_release()
