@@ -10,14 +10,24 @@ Importable and usable with no Django settings::
 """
 
 from django_rlock.core.client import LockClient
-from django_rlock.core.exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core.exceptions import (
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockNotReplicatedError,
+    LockTimeout,
+)
 from django_rlock.core.lock import RLock
+from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = [
     "LockClient",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockNotReplicatedError",
     "LockTimeout",
+    "MultiLock",
     "RLock",
+    "RedLock",
 ]

@@ -1,35 +1,58 @@
 """LockClient: one Redis connection, the holds of this process, and renewal.
 
 A client is cheap to share and expensive to build (it owns connection pools and,
-once someone waits, a pub/sub dispatcher thread): build one per server per
-process and share it, as Django's ``locks`` handler does.
+once someone waits, a pub/sub connection): build one per server per process and
+share it, as Django's ``locks`` handler does.
+
+The deployment (one server, Sentinel, Redis Cluster) is recognised once, when
+the client is built, and settles which renewal connection, release listener
+and publish command it uses; acquiring and releasing never ask again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import MovedError
 
-from django_rlock.core.connection import connect, derive_pool
+from django_rlock.core.connection import (
+    RedisClient,
+    any_node_client,
+    connect,
+    connection_settings,
+    derive_client,
+    derive_pool,
+    describe,
+    node_client_for_key,
+    primaries,
+    server_major_version,
+)
+from django_rlock.core.exceptions import LockNotReplicatedError
 from django_rlock.core.hold import Hold
 from django_rlock.core.names import (
+    LockKeys,
     check_key_prefix,
     check_name,
     check_watchdog_timeout,
     milliseconds,
 )
-from django_rlock.core.scripts import LockScripts
-from django_rlock.core.waiting import ReleaseListener
+from django_rlock.core.scripts import ACQUIRE, LockScripts
+from django_rlock.core.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
 
 if TYPE_CHECKING:
     from django_rlock.core.lock import RLock
+    from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = ["LockClient", "LostCallback"]
 
@@ -42,33 +65,77 @@ LostCallback = Callable[["RLock"], object]
 _clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 
 
-class LockClient:
-    """Entry point of the engine: makes locks that live on one Redis server.
+class _Listener(Protocol):
+    """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
 
-    ``connection`` is a redis URL (``redis://``, ``rediss://``, ``unix://``) or a
-    ``redis.Redis`` instance; a client built from a URL is closed by
-    :meth:`close`, a passed-in instance is left to its owner. Keys are namespaced
-    by ``key_prefix``. A lock taken with ``lease=None`` lives ``watchdog_timeout``
-    seconds past the last renewal, renewed every third of that while held.
+    def listen(self, channel_name: str) -> AbstractContextManager[Subscription]: ...
+
+    def subscribed_channels(self) -> set[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class LockClient:
+    """Entry point of the engine: makes locks that live on one Redis deployment.
+
+    ``connection`` is a redis URL or client: one server (``redis://``,
+    ``rediss://``, ``unix://``, a ``redis.Redis``), a Sentinel-managed master
+    (``redis+sentinel://``, or a client from ``Sentinel.master_for``) or a Redis
+    Cluster (``redis+cluster://``, a ``redis.cluster.RedisCluster``); see
+    :mod:`django_rlock.core.connection` for the URL forms. A client built from
+    a URL is closed by :meth:`close`, a passed-in instance is left to its owner.
+    Keys are namespaced by ``key_prefix``. A lock taken with ``lease=None``
+    lives ``watchdog_timeout`` seconds past the last renewal, renewed every
+    third of that while held.
+
+    ``min_replicas`` (Redisson's checkLockSyncedSlaves) makes every acquire
+    wait, with WAIT, until that many replicas have the grant, at most
+    ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
+    and :class:`LockNotReplicatedError` is raised.
     """
 
     def __init__(
         self,
-        connection: str | redis.Redis,
+        connection: str | RedisClient,
         *,
         key_prefix: str = "rlock",
         watchdog_timeout: float = 30.0,
+        min_replicas: int = 0,
+        replica_sync_timeout: float = 1.0,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
         self.watchdog_timeout = check_watchdog_timeout(watchdog_timeout)
-        self.redis, self._owns_redis = connect(connection)
+        if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+            raise ValueError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
+        if isinstance(replica_sync_timeout, bool) or not (
+            isinstance(replica_sync_timeout, int | float) and 0 < replica_sync_timeout < math.inf
+        ):
+            raise ValueError(
+                f"replica_sync_timeout must be > 0 seconds, got {replica_sync_timeout!r}"
+            )
+        self.min_replicas = min_replicas
+        self.replica_sync_timeout = float(replica_sync_timeout)
+        client, self._owns_redis = connect(connection)
+        #: The caller's client. On a cluster it is a RedisCluster, which offers
+        #: every key command the locks and their callers use; it is typed as
+        #: redis.Redis so that single-server code keeps type-checking.
+        self.redis = cast(redis.Redis, client)
+        #: The cluster behind :attr:`redis`, None on one server or Sentinel.
+        self.cluster = client if isinstance(client, RedisCluster) else None
         #: The command that announces a release ('spublish' on a sharded cluster).
         self.publish_command = "publish"
+        #: On a cluster, the hash slot of a key: renewals are batched per slot.
+        self.slot_of: Callable[[str], int] | None = None
+        if self.cluster is not None:
+            self.slot_of = slot_of
+            if self._sharded_pubsub(self.cluster):
+                self.publish_command = "spublish"
         self._scripts = LockScripts(self.redis)
-        self._renewal_redis = redis.Redis(
-            connection_pool=derive_pool(self.redis, **self._renewal_timeouts())
-        )
-        self._listener = ReleaseListener(self.redis)
+        self._renewal_redis = derive_client(client, **self._renewal_timeouts())
+        self._listener = self._make_listener()
+        #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
+        self._acquire = self._scripts.acquire if min_replicas == 0 else self._acquire_synced
+        self._bounded_clients: dict[float, redis.Redis] = {}
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
         self._watched = False  # registered with the watchdog (on the first watchdog hold)
@@ -101,6 +168,24 @@ class LockClient:
 
         return RLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
+    def multi_lock(self, *locks: RLock) -> MultiLock:
+        """All-or-nothing over ``locks``, which may live on different servers.
+
+        See :class:`~django_rlock.core.multilock.MultiLock`.
+        """
+        from django_rlock.core.multilock import MultiLock  # noqa: PLC0415 -- it imports lock
+
+        return MultiLock(*locks)
+
+    def red_lock(self, *locks: RLock) -> RedLock:
+        """The Redlock algorithm over ``locks``, each on its own independent server.
+
+        See :class:`~django_rlock.core.multilock.RedLock` (and its caveats).
+        """
+        from django_rlock.core.multilock import RedLock  # noqa: PLC0415 -- it imports lock
+
+        return RedLock(*locks)
+
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""
         self._lost_callbacks.append(callback)
@@ -116,10 +201,111 @@ class LockClient:
             self._holds.clear()
             self._watched = False
         self._listener.close()
+        for bounded in self._bounded_clients.values():
+            bounded.close()
+            bounded.connection_pool.disconnect()
         self._renewal_redis.close()
-        self._renewal_redis.connection_pool.disconnect()
+        if isinstance(self._renewal_redis, redis.Redis):
+            self._renewal_redis.connection_pool.disconnect()
         if self._owns_redis:
             self.redis.close()
+
+    def _bounded(self, timeout: float) -> redis.Redis | None:
+        """A connection to this client's server whose calls end within ``timeout`` seconds.
+
+        No retries. RedLock sends its attempts through it, so a slow server
+        cannot eat the lock's validity. None on a cluster (its own client is used).
+        """
+        if self.cluster is not None:
+            return None
+        with self._lock:
+            bounded = self._bounded_clients.get(timeout)
+            if bounded is None:
+                pool = derive_pool(
+                    self.redis, socket_timeout=timeout, socket_connect_timeout=timeout
+                )
+                bounded = self._bounded_clients[timeout] = redis.Redis(connection_pool=pool)
+            return bounded
+
+    # -- topology, settled once at construction --------------------------------------
+
+    @staticmethod
+    def _sharded_pubsub(cluster: RedisCluster) -> bool:
+        # Every primary must know SSUBSCRIBE (a cluster mid-upgrade may not).
+        return all(
+            server_major_version(cluster.get_redis_connection(node)) >= 7
+            for node in primaries(cluster)
+        )
+
+    def _make_listener(self) -> _Listener:
+        cluster = self.cluster
+        if cluster is None:
+            return ReleaseListener(self.redis)
+        if self.publish_command == "spublish":
+            return ShardedReleaseListener(cluster)
+        # Before Redis 7 a PUBLISH reaches every node: any one node will do.
+        return ReleaseListener(any_node_client(cluster))
+
+    # -- replica-synced acquisition (min_replicas) -----------------------------------
+
+    def _acquire_synced(
+        self, keys: list[str], args: list[str | int], client: RedisClient | None = None
+    ) -> Any:
+        """The acquire script, then WAIT on the same connection; undo a grant too few confirm.
+
+        WAIT counts the replicas that have every write the *connection* made,
+        hence one pipeline (one connection, one round trip). On a cluster it
+        runs on the node owning the lock's slot.
+        """
+        target = client if isinstance(client, redis.Redis) else self._node_client(keys[0])
+        try:
+            reply, acknowledged = self._eval_and_wait(target, keys, args)
+        except MovedError:
+            # The slot moved since the cluster map was read: refresh it, try once more.
+            assert self.cluster is not None
+            self.cluster.nodes_manager.initialize()
+            reply, acknowledged = self._eval_and_wait(self._node_client(keys[0]), keys, args)
+        if isinstance(reply, list) and int(acknowledged) < self.min_replicas:
+            self._undo_grant(keys[0], owner=str(args[0]))
+            name = LockKeys.name_of(self.key_prefix, keys[0]) or keys[0]
+            raise LockNotReplicatedError(
+                f"lock {name!r} was granted by {describe(self.redis)} but only "
+                f"{int(acknowledged)} of the {self.min_replicas} required replicas confirmed it "
+                f"within {self.replica_sync_timeout}s; the grant was undone",
+                name=name,
+                required=self.min_replicas,
+                acknowledged=int(acknowledged),
+            )
+        return reply
+
+    def _node_client(self, key: str) -> redis.Redis:
+        if self.cluster is None:
+            return self.redis
+        return node_client_for_key(self.cluster, key)
+
+    def _eval_and_wait(
+        self, target: redis.Redis, keys: list[str], args: list[str | int]
+    ) -> tuple[Any, int]:
+        pipe = target.pipeline(transaction=False)
+        pipe.eval(ACQUIRE, len(keys), *keys, *args)
+        pipe.wait(self.min_replicas, milliseconds(self.replica_sync_timeout))
+        reply, acknowledged = pipe.execute()
+        return reply, int(acknowledged)
+
+    def _undo_grant(self, hash_key: str, owner: str) -> None:
+        # One release of the hold just granted (a re-entry gives back its one
+        # extra hold); a full release wakes the next waiter as usual.
+        keys = LockKeys.build(self.key_prefix, LockKeys.name_of(self.key_prefix, hash_key) or "")
+        try:
+            self._scripts.release(
+                keys=[hash_key, keys.channel, keys.waiters], args=[owner, self.publish_command]
+            )
+        except redis.RedisError:
+            logger.warning(
+                "could not undo an unreplicated grant of %r; it expires with its lease",
+                keys.name,
+                exc_info=True,
+            )
 
     # -- the hold registry, used by RLock ----------------------------------------------
 
@@ -215,7 +401,10 @@ class LockClient:
             ]
 
     def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend every hold's key to the watchdog timeout in one EVAL."""
+        """Extend every hold's key to the watchdog timeout in one EVAL.
+
+        On a cluster the watchdog passes holds of one slot only (see :attr:`slot_of`).
+        """
         keys = [hold.key for hold in holds]
         args: list[str | int] = [
             milliseconds(self.watchdog_timeout),
@@ -228,7 +417,7 @@ class LockClient:
         # Half an interval: a renewal that hangs ends well before the next tick,
         # and the last attempt before a deadline ends before the deadline.
         limit = self.watchdog_timeout / 6
-        kwargs = self.redis.connection_pool.connection_kwargs
+        kwargs = connection_settings(self.redis)
         socket_timeout = kwargs.get("socket_timeout") or limit
         connect_timeout = kwargs.get("socket_connect_timeout") or limit
         return {
@@ -241,7 +430,7 @@ class LockClient:
         self._lock = threading.Lock()
         self._holds = {}
         self._watched = False
-        self._listener = ReleaseListener(self.redis)
+        self._listener = self._make_listener()
 
 
 def _run_callbacks(callbacks: list[tuple[LostCallback, RLock]]) -> None:

@@ -9,7 +9,13 @@ not lock errors: they raise ``ValueError`` (core) or ``ImproperlyConfigured``
 
 from __future__ import annotations
 
-__all__ = ["LockError", "LockLostError", "LockNotOwnedError", "LockTimeout"]
+__all__ = [
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockNotReplicatedError",
+    "LockTimeout",
+]
 
 
 class LockError(Exception):
@@ -40,3 +46,19 @@ class LockNotOwnedError(LockError):
 
 class LockLostError(LockNotOwnedError):
     """The caller held the lock, but it expired or was taken over before release."""
+
+
+class LockNotReplicatedError(LockError):
+    """Redis granted the lock, but too few replicas confirmed it in time (``min_replicas``).
+
+    The grant was undone before this was raised, so nothing is held: a
+    failover to a replica that never saw the grant cannot hand the same lock
+    to a second owner. ``required`` and ``acknowledged`` count replicas.
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, required: int, acknowledged: int
+    ) -> None:
+        super().__init__(message, name=name)
+        self.required = required
+        self.acknowledged = acknowledged

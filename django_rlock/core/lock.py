@@ -33,6 +33,8 @@ from django_rlock.core.identity import thread_owner
 from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
+    import redis
+
     from django_rlock.core.client import LockClient, LostCallback
     from django_rlock.core.hold import Hold
 
@@ -120,18 +122,26 @@ class RLock:
                     self._abandon(subscription.waiter_id)
 
     def _attempt(
-        self, owner: str, lease: float | None, waiter_id: str = "", sleep: float = 0.0
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str = "",
+        sleep: float = 0.0,
+        via: redis.Redis | None = None,
     ) -> float | None:
         """One acquire script call: None when granted, else seconds to wait at most.
 
         A ``waiter_id`` enters the caller in the lock's waiting set, so that a
         release can wake it alone; ``sleep`` is how long it will wait at most.
+        ``via`` is another connection to the same server to send it on (RedLock
+        uses one with a short timeout).
         """
         ttl = self.client.watchdog_timeout if lease is None else lease
         sent_at = clock.monotonic()
-        reply = self.client._scripts.acquire(
+        reply = self.client._acquire(
             keys=[self.keys.hash, self.keys.fence, self.keys.waiters],
             args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
+            client=via,
         )
         if isinstance(reply, list):
             self.client._granted(

@@ -105,8 +105,11 @@ class Subscription:
 class ReleaseListener:
     """One pub/sub connection per client, read in turn by the threads that wait."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, sharded: bool = False) -> None:
         self._pool = derive_pool(client, health_check_interval=0)
+        # Sharded pub/sub (Redis Cluster >= 7): the node owning the channel's
+        # slot is the only one that hears its SPUBLISH, so nothing is broadcast.
+        self._wire = {"SUBSCRIBE": "SSUBSCRIBE", "UNSUBSCRIBE": "SUNSUBSCRIBE"} if sharded else {}
         self._lock = threading.Lock()
         self._channels: dict[bytes, _Channel] = {}
         self._waiters: dict[bytes, Subscription] = {}
@@ -216,6 +219,14 @@ class ReleaseListener:
             try:
                 if connection.can_read(timeout=remaining):
                     self._dispatch(connection.read_response(push_request=True))
+            except redis.ResponseError as error:
+                # A refused (S)SUBSCRIBE (an ACL, a slot that moved): the
+                # connection is sound, and reconnecting would be refused again.
+                # Its channel stays unconfirmed, so its waiters fall back to
+                # PTTL waits; wake them to retry now.
+                logger.warning("pub/sub subscription refused, waiters will retry: %s", error)
+                with self._lock:
+                    self._wake_all_locked()
             except Exception as error:  # noqa: BLE001 -- any broken read means reconnect
                 if not self._closed:
                     logger.warning("pub/sub connection lost, waiters will retry: %s", error)
@@ -230,7 +241,9 @@ class ReleaseListener:
         if not self.connected:
             return  # the next reader subscribes every wanted channel when it connects
         try:
-            self._connection.send_command(command, channel.name, check_health=False)
+            self._connection.send_command(
+                self._wire.get(command, command), channel.name, check_health=False
+            )
         except (redis.RedisError, OSError):
             # The reader sees the broken connection on its next read and resets.
             return
@@ -295,6 +308,13 @@ class ReleaseListener:
                     return
                 channel = self._channels.get(name)
                 if channel is not None:
+                    for subscription in channel.subscriptions.values():
+                        subscription._wake_locked()
+            elif kind == b"sunsubscribe":
+                channel = self._channels.get(name)
+                if channel is not None and channel.wanted:
+                    # Unasked: the channel's slot moved to another node. Its
+                    # waiters retry now, then wait out the holder's PTTL.
                     for subscription in channel.subscriptions.values():
                         subscription._wake_locked()
             elif kind in (b"subscribe", b"ssubscribe"):

@@ -4,7 +4,8 @@ A hold taken with ``lease=None`` has its key set to expire after the client's
 ``watchdog_timeout``; the watchdog renews it every ``watchdog_timeout / 3``
 until it is released. All holds of one client are renewed together on one
 schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000 held locks cost 20
-round trips per interval, not 2,000 timers.
+round trips per interval, not 2,000 timers. One EVAL may only touch one slot
+of a Redis Cluster, so there the batches are formed per slot.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. When Redis cannot be reached, the renewal is tried
@@ -23,7 +24,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +44,8 @@ class Renewer(Protocol):
     """What the watchdog needs from a lock client."""
 
     watchdog_timeout: float
+    #: The hash slot of a key on a cluster (batches never mix slots), else None.
+    slot_of: Callable[[str], int] | None
 
     def watched_holds(self) -> list[Hold]:
         """The holds to renew now: watchdog holds not released and not lost."""
@@ -138,9 +141,7 @@ class Watchdog:
                 self._cond.wait(None if next_wake is None else next_wake - now)
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
-        holds = renewer.watched_holds()
-        for start in range(0, len(holds), BATCH_SIZE):
-            batch = holds[start : start + BATCH_SIZE]
+        for batch in _batches(renewer.watched_holds(), renewer.slot_of):
             sent_at = clock.monotonic()
             self.renewal_calls += 1
             try:
@@ -175,6 +176,21 @@ class Watchdog:
             earliest = min(hold.deadline for hold in alive)
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
+
+
+def _batches(holds: list[Hold], slot_of: Callable[[str], int] | None) -> list[list[Hold]]:
+    """``holds`` cut into EVAL-sized batches, each within one slot when ``slot_of`` is given."""
+    groups: list[list[Hold]] = [holds]
+    if slot_of is not None:
+        by_slot: dict[int, list[Hold]] = {}
+        for hold in holds:
+            by_slot.setdefault(slot_of(hold.key), []).append(hold)
+        groups = list(by_slot.values())
+    return [
+        group[start : start + BATCH_SIZE]
+        for group in groups
+        for start in range(0, len(group), BATCH_SIZE)
+    ]
 
 
 _instance: Watchdog | None = None

@@ -1,0 +1,270 @@
+"""Real multi-server Redis topologies for the tests, on free loopback ports.
+
+Built from the same ``redis-server`` the rest of the suite uses
+(:mod:`tests.servers`):
+
+* :class:`Standalones`: several independent servers (MultiLock, RedLock);
+* :class:`Cluster`: a Redis Cluster of N masters made by ``redis-cli --cluster create``;
+* :class:`SentinelGroup`: a master, a replica and three ``redis-sentinel`` processes.
+
+Each waits (bounded) until the topology is usable and tears everything down on
+exit. A binary that is missing raises :class:`Unavailable`, which the fixtures
+turn into a skip naming the binary; every other failure fails the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from tests.servers import RedisServer, redis_server_binary
+
+__all__ = [
+    "Cluster",
+    "SentinelGroup",
+    "Standalones",
+    "Unavailable",
+    "distinct_ports",
+    "wait_until",
+]
+
+SERVICE = "rlock-test"
+
+
+class Unavailable(RuntimeError):
+    """A binary the topology needs is not installed."""
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` every 50 ms until it is true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def distinct_ports(count: int) -> list[int]:
+    """``count`` different free loopback ports (each probe stays bound until all are chosen)."""
+    probes = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise Unavailable(f"{name} is not installed (CI installs it with apt)")
+    return found
+
+
+class Standalones:
+    """``count`` independent redis-servers."""
+
+    def __init__(self, count: int) -> None:
+        self.servers = [RedisServer(port=port) for port in distinct_ports(count)]
+
+    def __enter__(self) -> Standalones:
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for server in self.servers:
+            server.__exit__()
+
+    def restart_stopped(self) -> None:
+        """Start again every server a test stopped (same port, empty data)."""
+        for server in self.servers:
+            if server.process is None or server.process.poll() is not None:
+                server.start()
+
+    def flush(self) -> None:
+        for server in self.servers:
+            client = server.client()
+            client.flushall()
+            client.close()
+
+
+class Cluster:
+    """A Redis Cluster of ``masters`` nodes, no replicas, built by redis-cli."""
+
+    def __init__(self, masters: int = 3, binary: str | None = None) -> None:
+        self.binary = binary or redis_server_binary()
+        self.nodes = [
+            RedisServer(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+                port=port,
+            )  # fmt: skip
+            for port in distinct_ports(masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        """The ``redis+cluster://`` URL naming every node as a seed."""
+        seeds = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"redis+cluster://{seeds}"
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+
+    def __enter__(self) -> Cluster:
+        cli = _binary("redis-cli")
+        try:
+            for node in self.nodes:
+                node.start()
+            subprocess.run(
+                [
+                    cli,
+                    "--cluster",
+                    "create",
+                    *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                ],  # fmt: skip
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=60,
+            )
+            for node in self.nodes:
+                wait_until(lambda node=node: self._ok(node), 30, f"cluster state ok on {node.port}")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    @staticmethod
+    def _ok(node: RedisServer) -> bool:
+        probe = node.client(socket_timeout=1)
+        try:
+            info = probe.execute_command("CLUSTER", "INFO")
+        finally:
+            probe.close()
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        return "cluster_state:ok" in text
+
+    def __exit__(self, *exc_info: object) -> None:
+        for node in self.nodes:
+            node.__exit__()
+
+
+class SentinelGroup:
+    """A master, one replica and three sentinels watching service :data:`SERVICE`."""
+
+    def __init__(self) -> None:
+        master_port, replica_port, *self.sentinel_ports = distinct_ports(5)
+        self.master = RedisServer(port=master_port)
+        self.replica = RedisServer("--replicaof", "127.0.0.1", str(master_port), port=replica_port)
+        self.dir = tempfile.mkdtemp(prefix="rlock-sentinel-")
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """The ``redis+sentinel://`` URL of the service (db 0)."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+
+    def sentinel(self) -> redis.Sentinel:
+        return redis.Sentinel(
+            [("127.0.0.1", port) for port in self.sentinel_ports], socket_timeout=1
+        )
+
+    def master_address(self) -> tuple[str, int]:
+        host, port = self.sentinel().discover_master(SERVICE)
+        return str(host), int(port)
+
+    def __enter__(self) -> SentinelGroup:
+        sentinel_binary = _binary("redis-sentinel")
+        try:
+            self.master.start()
+            self.replica.start()
+            wait_until(self.replica_in_sync, 20, "the replica to sync")
+            for port in self.sentinel_ports:
+                self.sentinels.append(self._start_sentinel(sentinel_binary, port))
+            wait_until(self._sentinels_ready, 30, "three sentinels to see the master and replica")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start_sentinel(self, binary: str, port: int) -> subprocess.Popen[bytes]:
+        config = Path(self.dir) / f"sentinel-{port}.conf"
+        config.write_text(
+            f"port {port}\n"
+            "bind 127.0.0.1\n"
+            f"dir {self.dir}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} 10000\n"
+            f"sentinel parallel-syncs {SERVICE} 1\n"
+        )
+        return subprocess.Popen(
+            [binary, str(config), "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def replica_in_sync(self) -> bool:
+        probe = self.replica.client(socket_timeout=1)
+        try:
+            info = probe.info("replication")
+        finally:
+            probe.close()
+        return info.get("master_link_status") == "up"
+
+    def _sentinels_ready(self) -> bool:
+        for port in self.sentinel_ports:
+            probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+            try:
+                master = probe.sentinel_master(SERVICE)
+                replicas = probe.sentinel_slaves(SERVICE)
+            finally:
+                probe.close()
+            if int(master.get("num-other-sentinels", 0)) < 2 or not replicas:
+                return False
+        return True
+
+    def __exit__(self, *exc_info: object) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.sentinels:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        self.sentinels = []
+        self.replica.__exit__()
+        self.master.__exit__()
+        shutil.rmtree(self.dir, ignore_errors=True)
