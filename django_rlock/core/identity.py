@@ -11,16 +11,19 @@ The id is a credential: it must never appear in logs, reprs or error messages.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import secrets
 import threading
+import weakref
 
-__all__ = ["process_id", "thread_owner"]
+__all__ = ["process_id", "task_owner", "thread_owner"]
 
 _process_id = secrets.token_hex(16)
 _thread_numbers = itertools.count(1)  # next() is atomic under the GIL
 _local = threading.local()
+_task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
 
 
 def process_id() -> str:
@@ -38,13 +41,25 @@ def thread_owner() -> str:
     return owner
 
 
+def task_owner() -> str:
+    """The owner id of the current asyncio task: each task is its own owner.
+
+    Tasks on one thread (``asyncio.gather`` children included) exclude each
+    other as threads do. Raises RuntimeError outside a task.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("an async lock must be used from inside an asyncio task")
+    owner = _task_owners.get(task)
+    if owner is None or not owner.startswith(_process_id):
+        owner = f"{_process_id}:task-{next(_thread_numbers)}"
+        _task_owners[task] = owner
+    return owner
+
+
 def _regenerate_after_fork() -> None:
     global _process_id  # noqa: PLW0603 -- the id is process state by definition
     _process_id = secrets.token_hex(16)
-
-
-_thread_numbers = itertools.count(1)  # next() is atomic under the GIL
-_local = threading.local()
 
 
 os.register_at_fork(after_in_child=_regenerate_after_fork)

@@ -1,0 +1,122 @@
+"""AsyncLockClient: the asyncio entry point, twin of :class:`~django_rlock.core.LockClient`.
+
+Use one client per event loop (as with ``redis.asyncio`` clients). Holds are
+recorded in the same registry as the sync engine's, and renewed by the same
+one-per-process watchdog thread over a sync connection of the client's own, so
+renewal never runs on, or blocks, the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import redis.asyncio
+
+from django_rlock.core.aio.connection import connect_async, sync_twin
+from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.aio.waiting import AsyncReleaseListener
+from django_rlock.core.client import LockClient
+from django_rlock.core.names import check_name
+from django_rlock.core.scripts import ABANDON, ACQUIRE, FORCE_RELEASE, RELEASE
+
+__all__ = ["AsyncLockClient"]
+
+T = TypeVar("T")
+
+
+class AsyncLockClient:
+    """Makes :class:`AsyncRLock` locks on one Redis server; see :class:`LockClient`.
+
+    ``connection`` is a redis URL or a ``redis.asyncio.Redis``; a client built
+    from a URL is closed by :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        connection: str | redis.asyncio.Redis,
+        *,
+        key_prefix: str = "rlock",
+        watchdog_timeout: float = 30.0,
+    ) -> None:
+        self.redis, self._owns_redis = connect_async(connection)
+        # The sync engine keeps the registry of holds and renews them.
+        self._engine = LockClient(
+            sync_twin(self.redis), key_prefix=key_prefix, watchdog_timeout=watchdog_timeout
+        )
+        self.key_prefix = self._engine.key_prefix
+        self.watchdog_timeout = self._engine.watchdog_timeout
+        self._scripts = _AsyncScripts(self.redis)
+        self._listener = AsyncReleaseListener(self.redis)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"<AsyncLockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
+        )
+
+    async def __aenter__(self) -> AsyncLockClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AsyncRLock:
+        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults."""
+        return AsyncRLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
+
+    def on_lost(self, callback: Callable[[Any], object]) -> None:
+        """Call ``callback(lock)`` (on a thread of its own) when any hold of this client is lost."""
+        self._engine.on_lost(callback)
+
+    async def settle(self) -> None:
+        """Wait until the background work of cancelled calls has finished."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._listener.settle()
+
+    async def aclose(self) -> None:
+        """Finish background work, stop listening and close what this client opened.
+
+        Locks still held are not released: they expire as if the process died.
+        """
+        await self.settle()
+        await self._listener.aclose()
+        self._engine.close()
+        self._engine.redis.close()
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run work that must finish even if its caller is cancelled."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(_forget_task(self._tasks))
+        return task
+
+
+def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its caller may have been cancelled away
+
+    return done
+
+
+class _AsyncScripts:
+    """The sync engine's Lua scripts, registered on the async client."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.acquire = client.register_script(ACQUIRE)
+        self.release = client.register_script(RELEASE)
+        self.force_release = client.register_script(FORCE_RELEASE)
+        self.abandon = client.register_script(ABANDON)

@@ -1,0 +1,323 @@
+"""AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
+
+Same Lua scripts, same keys, same fencing counter: sync and async owners
+exclude each other on the same name. The owner is the current asyncio task,
+so tasks on one loop (``asyncio.gather`` children included) are separate
+owners, and a task re-enters its own lock::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    lock = client.lock("order:42")
+    async with lock:
+        async with lock:          # re-entry by the same task
+            await charge(order, fence=lock.token)
+
+Cancellation is safe at every await: a cancelled ``acquire`` gives back a
+grant that arrived as it was cancelled and leaves its waiting registration and
+subscription behind it cleaned up; a cancelled ``release`` still completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from django_rlock.core import clock
+from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core.identity import task_owner
+from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+
+if TYPE_CHECKING:
+    from django_rlock.core.aio.client import AsyncLockClient
+    from django_rlock.core.hold import Hold
+
+__all__ = ["AsyncRLock"]
+
+
+class AsyncRLock:
+    """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> None:
+        self.client = client
+        self.keys = LockKeys.build(client.key_prefix, name)
+        self.timeout = check_timeout(timeout)
+        self.lease = check_lease(lease)
+        self.blocking = blocking
+        self.lost_callbacks: list[Callable[[Any], object]] = []
+        # Tasks whose last hold through this object ended lost (see `lost`).
+        self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<AsyncRLock {self.name!r}>"
+
+    # -- acquiring ----------------------------------------------------------------
+
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        if not blocking and wait is not None:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        owner = task_owner()
+        started = clock.monotonic()
+        pttl = await self._attempt(owner, lease_seconds)
+        if pttl is None:
+            return True
+        if not blocking or wait == 0:
+            return False
+        deadline = math.inf if wait is None else started + wait
+        listener = self.client._listener
+        subscription = listener.subscribe(self.keys.channel)
+        registered = False
+        try:
+            while True:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                # Subscribed before retrying, so no release can slip between.
+                await subscription.wait_subscribed(min(pttl, remaining))
+                since = subscription.mark()
+                sleep = min(pttl, remaining, self.client.watchdog_timeout)
+                registered = True
+                pttl = await self._attempt(owner, lease_seconds, subscription.waiter_id, sleep)
+                if pttl is None:
+                    registered = False  # the grant took it out of the waiting set
+                    return True
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                await subscription.wait(since, min(pttl, remaining))
+        finally:
+            listener.unsubscribe(subscription)
+            if registered:
+                self.client._spawn(self._abandon(subscription.waiter_id))
+
+    async def _attempt(
+        self, owner: str, lease: float | None, waiter_id: str = "", sleep: float = 0.0
+    ) -> float | None:
+        """One acquire script call, shielded: None when granted, else seconds to wait.
+
+        If the caller is cancelled while the call is in flight, the call still
+        completes, and a grant it brings is given back at once.
+        """
+        call = self.client._spawn(self._acquire_script(owner, lease, waiter_id, sleep))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(lambda done: self._give_back_if_granted(done, owner))
+            raise
+
+    async def _acquire_script(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> float | None:
+        client = self.client
+        ttl = client.watchdog_timeout if lease is None else lease
+        sent_at = clock.monotonic()
+        reply = await client._scripts.acquire(
+            keys=[self.keys.hash, self.keys.fence, self.keys.waiters],
+            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
+        )
+        if isinstance(reply, list):
+            # The registry only reads `lost_callbacks` from the lock it is given.
+            lock: Any = self
+            client._engine._granted(
+                lock, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+            )
+            task = asyncio.current_task()
+            if task is not None:
+                self._lost_tasks.pop(task, None)
+            return None
+        pttl_ms = int(reply)
+        if pttl_ms < 0:
+            return client.watchdog_timeout
+        return max(pttl_ms, 1) / 1000
+
+    def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
+        if call.cancelled() or call.exception() is not None or call.result() is not None:
+            return
+        self.client._spawn(self._release_as(owner))
+
+    async def _abandon(self, waiter_id: str) -> None:
+        client = self.client
+        await client._scripts.abandon(
+            keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
+            args=[waiter_id, client._engine.publish_command],
+        )
+
+    async def __aenter__(self) -> AsyncRLock:
+        if not await self.acquire(self.blocking, self.timeout, self.lease):
+            remaining = await self.ttl()
+            raise LockTimeout(
+                f"could not acquire lock {self.name!r} within {self.timeout}s"
+                + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+                name=self.name,
+                retry_after=remaining,
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    # -- releasing ----------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Give back one hold, as :meth:`RLock.release` does.
+
+        Shielded: if the caller is cancelled meanwhile, the release completes
+        anyway (and the cancellation still propagates).
+        """
+        call = self.client._spawn(self._release_as(task_owner(), asyncio.current_task()))
+        await asyncio.shield(call)
+
+    async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
+        engine = self.client._engine
+        with engine._lock:
+            stack = engine._holds_of(self.keys.hash, owner)
+            hold = stack[-1] if stack else None
+            if hold is not None and hold.lost:
+                self._drop_one(hold, caller)
+                raise self._lost_error()
+            if hold is not None and hold.count == 1:
+                hold.releasing = True
+        try:
+            left = int(
+                await self.client._scripts.release(
+                    keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
+                    args=[owner, engine.publish_command],
+                )
+            )
+        except BaseException:
+            if hold is not None:
+                hold.releasing = False
+            raise
+        if left < 0:
+            if hold is None:
+                raise LockNotOwnedError(
+                    f"cannot release lock {self.name!r}: the calling task does not hold it",
+                    name=self.name,
+                )
+            engine.declare_lost(hold, "it expired or was taken over before release", by_owner=True)
+            with engine._lock:
+                self._drop_one(hold, caller)
+            raise self._lost_error()
+        if hold is None:
+            return
+        with engine._lock:
+            hold.count -= 1
+            if hold.count <= 0 or left == 0:
+                engine._forget_hold(hold)
+
+    def _drop_one(self, hold: Hold, caller: asyncio.Task[Any] | None) -> None:
+        # Called with the registry lock held: one hold of a lost lock is acknowledged.
+        hold.count -= 1
+        if hold.count <= 0:
+            self.client._engine._forget_hold(hold)
+            if caller is not None:
+                self._lost_tasks[caller] = True
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"lock {self.name!r} was lost: it expired or another owner took it before release",
+            name=self.name,
+        )
+
+    async def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        return bool(
+            await self.client._scripts.force_release(
+                keys=[self.keys.hash, self.keys.channel],
+                args=[self.client._engine.publish_command],
+            )
+        )
+
+    # -- inspecting ---------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        return bool(await self.client.redis.exists(self.keys.hash))
+
+    def owned(self) -> bool:
+        """True when the current task holds the lock (this process's record, no I/O)."""
+        return self.hold_count() > 0
+
+    def hold_count(self) -> int:
+        """How many live holds the current task has on the lock (no I/O)."""
+        engine = self.client._engine
+        with engine._lock:
+            stack = engine._holds_of(self.keys.hash, task_owner())
+            now = clock.monotonic()
+            return sum(hold.count for hold in stack if not hold.lost and now < hold.deadline)
+
+    async def ttl(self) -> float | None:
+        """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
+        pttl = int(await self.client.redis.pttl(self.keys.hash))
+        if pttl == -2:
+            return None
+        if pttl == -1:
+            return math.inf
+        return pttl / 1000
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current task's hold, None when it holds none."""
+        engine = self.client._engine
+        with engine._lock:
+            stack = engine._holds_of(self.keys.hash, task_owner())
+            return stack[-1].token if stack else None
+
+    @property
+    def lost(self) -> bool:
+        """True when a hold the current task took through this lock was lost (see RLock.lost)."""
+        engine = self.client._engine
+        with engine._lock:
+            stack = list(engine._holds_of(self.keys.hash, task_owner()))
+        now = clock.monotonic()
+        for hold in stack:
+            if not hold.lost and now >= hold.deadline:
+                engine.declare_lost(hold, "its deadline passed without a renewal")
+        task = asyncio.current_task()
+        flagged = task is not None and self._lost_tasks.get(task, False)
+        return any(hold.lost for hold in stack) or flagged
+
+    def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
+        """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
+
+        ``callback`` may be a coroutine function; it then runs as a task.
+        """
+        loop = asyncio.get_running_loop()
+
+        def on_loop(_lock: object) -> None:
+            loop.call_soon_threadsafe(_run, callback, self)
+
+        self.lost_callbacks.append(on_loop)
+
+
+def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
+    result = callback(lock)
+    if isinstance(result, Coroutine):
+        asyncio.ensure_future(result)  # noqa: RUF006 -- the loop keeps it until it ends
