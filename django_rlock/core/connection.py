@@ -203,7 +203,7 @@ def derive_client(client: RedisClient, **overrides: Any) -> RedisClient:
         kwargs = {
             key: value
             for key, value in connection_settings(client).items()
-            if key not in ("host", "port", "redis_connect_func", "connection_class")
+            if key not in ("host", "port", "db", "redis_connect_func", "connection_class")
             and key not in _NO_RETRIES
             and key != "retry"
         }

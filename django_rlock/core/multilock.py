@@ -50,7 +50,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -95,7 +95,9 @@ class _Acquisition:
     members: tuple[RLock, ...]
     holds: tuple[Hold, ...]
     validity: float
-    reported: bool = field(default=False)
+    #: RedLock: the bound on each server call this acquisition was made with.
+    call_timeout: float = 0.0
+    reported: bool = False
 
 
 class _GroupLock:
@@ -471,6 +473,25 @@ class RedLock(_GroupLock):
     def _needed(self) -> int:
         return self.quorum
 
+    def release(self) -> None:
+        """Release every member, also those the acquire did not get (as Redlock asks).
+
+        A server that did not answer may still have granted the lock; it is
+        sent a release too (bounded by the call timeout), unless the thread
+        holds that member otherwise. Raises :class:`LockLostError` when fewer
+        than a majority of members were still held.
+        """
+        stack = self._stack()
+        acquisition = stack[-1] if stack else None
+        try:
+            super().release()
+        finally:
+            if acquisition is not None and acquisition not in stack:  # it was released
+                owner = thread_owner()
+                for member in self.locks:
+                    if all(member is not taken for taken in acquisition.members):
+                        self._release_unanswered(member, owner, acquisition.call_timeout)
+
     def _acquire(self, blocking: bool, deadline: float, lease: float | None) -> _Acquisition | None:
         ttl = lease or min(lock.client.watchdog_timeout for lock in self.locks)
         while True:
@@ -505,7 +526,9 @@ class RedLock(_GroupLock):
                 unknown.append(member)  # it may have been granted before the reply was lost
         validity = validity_time(ttl, clock.monotonic() - started)
         if len(taken) >= self.quorum and validity > 0:
-            return self._record(taken, validity)
+            acquisition = self._record(taken, validity)
+            acquisition.call_timeout = call_timeout
+            return acquisition
         _release_quietly(taken)
         for member in unknown:
             self._release_unanswered(member, owner, call_timeout)

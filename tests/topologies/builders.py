@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import redis
@@ -114,18 +115,9 @@ class Cluster:
 
     def __init__(self, masters: int = 3, binary: str | None = None) -> None:
         self.binary = binary or redis_server_binary()
-        self.nodes = [
-            RedisServer(
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "5000",
-                port=port,
-            )  # fmt: skip
-            for port in distinct_ports(masters)
-        ]
+        flags = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        flags += ["--cluster-node-timeout", "5000"]
+        self.nodes = [RedisServer(*flags, port=port) for port in distinct_ports(masters)]
 
     @property
     def url(self) -> str:
@@ -141,23 +133,24 @@ class Cluster:
         try:
             for node in self.nodes:
                 node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             subprocess.run(
                 [
                     cli,
                     "--cluster",
                     "create",
-                    *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                    *addresses,
                     "--cluster-replicas",
                     "0",
                     "--cluster-yes",
-                ],  # fmt: skip
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 timeout=60,
             )
             for node in self.nodes:
-                wait_until(lambda node=node: self._ok(node), 30, f"cluster state ok on {node.port}")
+                wait_until(partial(self._ok, node), 30, f"cluster state ok on {node.port}")
         except BaseException:
             self.__exit__()
             raise
@@ -167,7 +160,7 @@ class Cluster:
     def _ok(node: RedisServer) -> bool:
         probe = node.client(socket_timeout=1)
         try:
-            info = probe.execute_command("CLUSTER", "INFO")
+            info = probe.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
         finally:
             probe.close()
         text = info.decode() if isinstance(info, bytes) else str(info)
@@ -195,12 +188,11 @@ class SentinelGroup:
         return f"redis+sentinel://{hosts}/{SERVICE}/0"
 
     def sentinel(self) -> redis.Sentinel:
-        return redis.Sentinel(
-            [("127.0.0.1", port) for port in self.sentinel_ports], socket_timeout=1
-        )
+        hosts = [("127.0.0.1", port) for port in self.sentinel_ports]
+        return redis.Sentinel(hosts, socket_timeout=1)  # type: ignore[no-untyped-call]
 
     def master_address(self) -> tuple[str, int]:
-        host, port = self.sentinel().discover_master(SERVICE)
+        host, port = self.sentinel().discover_master(SERVICE)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         return str(host), int(port)
 
     def __enter__(self) -> SentinelGroup:
@@ -240,17 +232,17 @@ class SentinelGroup:
             info = probe.info("replication")
         finally:
             probe.close()
-        return info.get("master_link_status") == "up"
+        return isinstance(info, dict) and info.get("master_link_status") == "up"
 
     def _sentinels_ready(self) -> bool:
         for port in self.sentinel_ports:
             probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
             try:
-                master = probe.sentinel_master(SERVICE)
+                master: dict[str, object] = probe.sentinel_master(SERVICE)  # type: ignore[assignment]
                 replicas = probe.sentinel_slaves(SERVICE)
             finally:
                 probe.close()
-            if int(master.get("num-other-sentinels", 0)) < 2 or not replicas:
+            if int(str(master.get("num-other-sentinels", 0))) < 2 or not replicas:
                 return False
         return True
 

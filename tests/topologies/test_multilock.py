@@ -32,7 +32,9 @@ def clients(three: list[RedisServer]) -> Iterator[list[LockClient]]:
 
 @pytest.fixture
 def multi(clients: list[LockClient]) -> MultiLock:
-    return clients[0].multi_lock(*(client.lock(name) for client, name in zip(clients, NAMES)))
+    return clients[0].multi_lock(
+        *(client.lock(name) for client, name in zip(clients, NAMES, strict=True))
+    )
 
 
 def hold_elsewhere(server: RedisServer, name: str, ms: int) -> None:
@@ -45,7 +47,7 @@ def hold_elsewhere(server: RedisServer, name: str, ms: int) -> None:
 
 def keys_left(three: list[RedisServer]) -> list[str]:
     left = []
-    for server, name in zip(three, NAMES):
+    for server, name in zip(three, NAMES, strict=False):
         raw = server.client()
         if raw.exists(f"test:{{{name}}}"):
             left.append(name)
@@ -78,9 +80,8 @@ def test_one_busy_member_leaves_nothing_held_anywhere(
     raw = three[1].client()
     assert raw.hkeys("test:{b}") == [b"another-process:1"]  # the other holder is untouched
     raw.close()
-    with pytest.raises(LockTimeout):
-        with MultiLock(*multi.locks, timeout=0.2):
-            pass
+    with pytest.raises(LockTimeout), MultiLock(*multi.locks, timeout=0.2):
+        pass
     assert keys_left(three) == ["b"]
 
 
@@ -101,7 +102,7 @@ def test_a_lease_is_set_on_every_member_together(
     hold_elsewhere(three[1], "b", 500)
     assert multi.acquire(timeout=5, lease=2)
     ttls = []
-    for server, name in zip(three, NAMES):
+    for server, name in zip(three, NAMES, strict=False):
         raw = server.client()
         ttls.append(raw.pttl(f"test:{{{name}}}"))
         raw.close()

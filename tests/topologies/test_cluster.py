@@ -1,0 +1,164 @@
+"""A 3-master Redis Cluster: slots, sharded pub/sub, per-slot renewal, contention."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+from django_rlock.core import LockClient
+from django_rlock.core.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core.watchdog import BATCH_SIZE, _batches, get_watchdog
+from tests.topologies.builders import Cluster, wait_until
+from tests.topologies.conftest import running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    topology = Cluster(3)
+    with running(topology):
+        yield topology
+
+
+@pytest.fixture
+def raw(cluster: Cluster) -> Iterator[RedisCluster]:
+    client = cluster.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def lock_client(cluster: Cluster, raw: RedisCluster) -> Iterator[LockClient]:
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=3) as client:
+        yield client
+
+
+def test_a_cluster_url_gives_a_sharded_cluster_client(lock_client: LockClient) -> None:
+    assert isinstance(lock_client.cluster, RedisCluster)
+    assert lock_client.publish_command == "spublish"
+    assert isinstance(lock_client._listener, ShardedReleaseListener)
+    assert lock_client.slot_of is slot_of
+
+
+@pytest.mark.parametrize("name", ["plain", "a{b}c", "{x}", "}{", "{", "}", "%7B", "{}{}"])
+def test_every_name_keeps_its_keys_in_one_slot(
+    lock_client: LockClient, raw: RedisCluster, name: str
+) -> None:
+    lock = lock_client.lock(name)
+    keys = lock.keys
+    assert len({slot_of(key) for key in (keys.hash, keys.fence, keys.waiters, keys.channel)}) == 1
+    with lock:
+        with lock:
+            assert lock.hold_count() == 2
+        assert raw.exists(keys.hash)
+        assert lock.token is not None
+    assert not raw.exists(keys.hash)
+    assert lock_client.lock(name) is not lock  # a fresh object sees the same state
+    assert not lock_client.lock(name).locked()
+
+
+def test_a_waiter_uses_sharded_pubsub_on_the_slots_node(
+    cluster: Cluster, lock_client: LockClient, raw: RedisCluster
+) -> None:
+    lock = lock_client.lock("sharded")
+    channel = lock.keys.channel.encode()
+    owner_node = raw.get_node_from_key(lock.keys.hash)  # type: ignore[no-untyped-call]
+    node_client = raw.get_redis_connection(owner_node)
+    lock.acquire()
+    got: list[float] = []
+
+    def wait_for_it(other: LockClient) -> None:
+        other_lock = other.lock("sharded")
+        if other_lock.acquire(timeout=10):
+            got.append(time.monotonic())
+            other_lock.release()
+
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=3) as other_client:
+        waiter = threading.Thread(target=wait_for_it, args=(other_client,))
+        waiter.start()
+        wait_until(
+            lambda: channel in node_client.execute_command("PUBSUB", "SHARDCHANNELS"),  # type: ignore[no-untyped-call]
+            5,
+            "the waiter's SSUBSCRIBE on the node owning the slot",
+        )
+        for node in raw.get_primaries():  # type: ignore[no-untyped-call]
+            node_raw = raw.get_redis_connection(node)
+            assert channel not in node_raw.execute_command("PUBSUB", "CHANNELS")  # type: ignore[no-untyped-call]
+        released = time.monotonic()
+        lock.release()
+        waiter.join(10)
+        assert got, "the waiter did not get the lock"
+        assert got[0] - released < 1.0  # woken by the SPUBLISH, not by the 3 s lease
+    wait_until(
+        lambda: channel not in node_client.execute_command("PUBSUB", "SHARDCHANNELS"),  # type: ignore[no-untyped-call]
+        5,
+        "the waiter's SSUNSUBSCRIBE",
+    )
+
+
+def test_renewal_batches_never_mix_slots(lock_client: LockClient, raw: RedisCluster) -> None:
+    locks = [lock_client.lock(f"renewed:{index}") for index in range(250)]
+    for lock in locks:
+        lock.acquire()
+    holds = lock_client.watched_holds()
+    batches = _batches(holds, lock_client.slot_of)
+    assert sum(len(batch) for batch in batches) == 250
+    assert all(len({slot_of(hold.key) for hold in batch}) == 1 for batch in batches)
+    assert all(len(batch) <= BATCH_SIZE for batch in batches)
+    calls = get_watchdog().renewal_calls
+    time.sleep(4)  # more than the 3 s timeout: only renewals keep them alive
+    assert get_watchdog().renewal_calls > calls
+    assert all(raw.exists(lock.keys.hash) for lock in locks)
+    assert not any(lock.lost for lock in locks)
+    for lock in locks:
+        lock.release()
+
+
+def _count_under_locks(
+    url: str, seed: str, names: list[str], barrier: multiprocessing.synchronize.Barrier
+) -> None:
+    counters = RedisCluster.from_url(seed)
+    with LockClient(url, key_prefix="test") as client:
+        barrier.wait(30)
+        for name in names:
+            with client.lock(name):
+                # A deliberately non-atomic read-modify-write: only the lock makes it safe.
+                value = int(counters.get(f"count:{name}") or 0)
+                counters.set(f"count:{name}", value + 1)
+    counters.close()
+
+
+def test_a_thousand_names_over_every_slot_contended_across_processes(
+    cluster: Cluster, raw: RedisCluster
+) -> None:
+    names = [f"item:{index}" for index in range(1000)]
+    slots = {slot_of(f"test:{{{name}}}") for name in names}
+    assert len(slots) > 900
+    nodes = {raw.get_node_from_key(f"test:{{{name}}}").name for name in names}  # type: ignore[no-untyped-call]
+    assert len(nodes) == 3
+    processes = 3
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes)
+    # Every process takes the names in the same order, so they collide on each one.
+    workers = [
+        context.Process(
+            target=_count_under_locks,
+            args=(cluster.url, f"redis://127.0.0.1:{cluster.nodes[0].port}", names, barrier),
+        )
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=90)
+    assert [worker.exitcode for worker in workers] == [0] * processes
+    counts = [int(raw.get(f"count:{name}") or 0) for name in names]
+    assert counts == [processes] * len(names)  # 0 lost updates
+    assert not any(raw.exists(f"test:{{{name}}}") for name in names[:50])
