@@ -1,0 +1,132 @@
+"""Master + replica + 3 sentinels: replica-synced acquisition, then a real failover.
+
+The failover test is last: it leaves the old master dead and the replica promoted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.sentinel import SentinelConnectionPool
+
+from django_rlock.core import LockClient, LockNotReplicatedError
+from tests.topologies.builders import SentinelGroup, wait_until
+from tests.topologies.conftest import running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[SentinelGroup]:
+    topology = SentinelGroup()
+    with running(topology):
+        yield topology
+
+
+@pytest.fixture
+def master(group: SentinelGroup) -> Iterator[redis.Redis]:
+    host, port = group.master_address()
+    client = redis.Redis(host=host, port=port, socket_timeout=2)
+    client.flushall()
+    yield client
+    client.close()
+
+
+def test_a_sentinel_url_gives_sentinel_managed_connections(
+    group: SentinelGroup, master: redis.Redis
+) -> None:
+    with LockClient(group.url, key_prefix="test") as client:
+        assert isinstance(client.redis.connection_pool, SentinelConnectionPool)
+        # Renewal and pub/sub ask the sentinels too, so they follow a failover.
+        renewal = client._renewal_redis
+        assert isinstance(renewal, redis.Redis)
+        assert isinstance(renewal.connection_pool, SentinelConnectionPool)
+        with client.lock("via-sentinel") as lock:
+            assert master.exists(lock.keys.hash)
+        assert not master.exists(lock.keys.hash)
+
+
+def test_a_sentinel_managed_client_can_be_passed_in(
+    group: SentinelGroup, master: redis.Redis
+) -> None:
+    managed = group.sentinel().master_for("rlock-test")  # type: ignore[no-untyped-call]
+    with LockClient(managed, key_prefix="test") as client, client.lock("passed-in") as lock:
+        assert master.exists(lock.keys.hash)
+    managed.close()
+
+
+def test_min_replicas_confirmed(group: SentinelGroup, master: redis.Redis) -> None:
+    with LockClient(group.url, key_prefix="test", min_replicas=1) as client:
+        lock = client.lock("synced")
+        with lock, lock:  # a re-entry is synced too
+            assert lock.hold_count() == 2
+        assert not master.exists(lock.keys.hash)
+
+
+def test_min_replicas_with_the_replica_stopped_fails_and_leaves_no_key(
+    group: SentinelGroup, master: redis.Redis
+) -> None:
+    group.replica.stop()
+    try:
+        with LockClient(
+            group.url, key_prefix="test", min_replicas=1, replica_sync_timeout=0.3
+        ) as client:
+            lock = client.lock("unsynced")
+            started = time.monotonic()
+            with pytest.raises(LockNotReplicatedError) as raised:
+                lock.acquire()
+            assert time.monotonic() - started < 2
+            assert raised.value.required == 1
+            assert raised.value.acknowledged == 0
+            assert raised.value.name == "unsynced"
+            assert not master.exists(lock.keys.hash)
+            assert lock.hold_count() == 0
+            assert lock.token is None
+    finally:
+        group.replica.start()
+        wait_until(group.replica_in_sync, 20, "the replica to sync again")
+
+
+def test_failover_the_client_keeps_working(group: SentinelGroup, master: redis.Redis) -> None:
+    old_address = group.master_address()
+    with LockClient(group.url, key_prefix="test", watchdog_timeout=10, min_replicas=1) as client:
+        held = client.lock("through-failover")
+        held.acquire()  # confirmed by the replica, so it survives the promotion
+        group.master.stop()
+        wait_until(lambda: group.master_address() != old_address, 30, "the sentinels' failover")
+        new_host, new_port = group.master_address()
+        promoted = redis.Redis(host=new_host, port=new_port, socket_timeout=2)
+        wait_until(
+            lambda: promoted.info("replication").get("role") == "master",
+            10,
+            "the replica to become master",
+        )
+        assert promoted.exists(held.keys.hash)
+        # The watchdog's renewal connection found the new master by itself.
+        left = int(promoted.pttl(held.keys.hash))
+        wait_until(
+            lambda: int(promoted.pttl(held.keys.hash)) > left + 500,
+            8,
+            "a renewal on the promoted master",
+        )
+        with LockClient(group.url, key_prefix="test", watchdog_timeout=10) as unsynced:
+            # min_replicas=1 would now fail: the promoted master has no replica left.
+            other = unsynced.lock("after-failover")
+            deadline = time.monotonic() + 10
+            while True:  # the first calls may still hit the dead master's sockets
+                try:
+                    assert other.acquire(timeout=5)
+                    break
+                except redis.ConnectionError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert promoted.exists(other.keys.hash)
+            other.release()
+        assert not held.lost
+        assert held.owned()
+        held.release()
+        assert not promoted.exists(held.keys.hash)
+        promoted.close()
