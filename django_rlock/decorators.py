@@ -31,30 +31,29 @@ least 1) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 a view always raises :class:`LockTimeout`. The default ``timeout=None`` waits
 as long as it takes; views usually want a small timeout.
 
-An async function's lock is taken and released on one worker thread of its
-own per call: the lock's owner is a thread, and the event loop's threads are
-shared by every request.
+An async function uses the backend's asyncio lock natively (its owner is the
+request's task; no thread hop on the Redis backend); a backend without one
+(LocMem) enters and releases the lock on one worker thread of its own per call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
+from django_rlock.backends.base import AsyncLock
 from django_rlock.core.exceptions import LockTimeout
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template
-from django_rlock.reporting import ReportingLock
+from django_rlock.reporting import AsyncReportingLock, ReportingLock
 
 __all__ = ["busy_response", "locked"]
 
@@ -94,6 +93,13 @@ def locked(
                 lock.location = location
             return lock
 
+        def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
+            name = build_key(template, signature_source, args, kwargs)
+            lock = locks[using].async_lock(name, timeout=timeout, lease=lease)
+            if isinstance(lock, AsyncReportingLock):
+                lock.location = location
+            return lock
+
         def busy(args: tuple[Any, ...], error: LockTimeout) -> HttpResponse:
             request = _request_of(args)
             if request is None:
@@ -104,15 +110,15 @@ def locked(
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                owner = _OwnerThread(take(args, kwargs))
+                lock = take_async(args, kwargs)
                 try:
-                    await owner.enter()
+                    await lock.__aenter__()
                 except LockTimeout as error:
                     return busy(args, error)
                 try:
                     return await func(*args, **kwargs)
                 finally:
-                    await owner.exit()
+                    await lock.__aexit__(None, None, None)
 
             return cast(F, async_wrapper)
 
@@ -190,36 +196,3 @@ def _definition(func: Callable[..., Any]) -> str | None:
     if code is None:
         return None
     return f"{code.co_filename}:{code.co_firstlineno} in {target.__qualname__}"
-
-
-class _OwnerThread:
-    """Enters and exits one lock on one worker thread of its own: the lock's owner."""
-
-    def __init__(self, lock: RLock) -> None:
-        self.lock = lock
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlock-async")
-
-    async def enter(self) -> None:
-        """Wait for the lock without blocking the event loop; LockTimeout when busy."""
-        future = self.executor.submit(self.lock.__enter__)
-        try:
-            await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # The wait goes on in its thread; a hold it ends in is given back.
-            future.add_done_callback(self._release_if_held)
-            raise
-        except BaseException:
-            self.executor.shutdown(wait=False)
-            raise
-
-    async def exit(self) -> None:
-        """Release the lock on the thread that took it (runs even if the caller is cancelled)."""
-        try:
-            await asyncio.shield(asyncio.wrap_future(self.executor.submit(self.lock.release)))
-        finally:
-            self.executor.shutdown(wait=False)
-
-    def _release_if_held(self, future: Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            self.executor.submit(self.lock.release)
-        self.executor.shutdown(wait=False)

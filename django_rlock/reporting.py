@@ -14,24 +14,35 @@ lock taken through ``locks[alias]`` reports itself however it is used
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import sysconfig
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from django_rlock.core import clock
+from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.exceptions import LockLostError
-from django_rlock.core.identity import thread_owner
+from django_rlock.core.identity import task_owner, thread_owner
 from django_rlock.core.lock import RLock
 from django_rlock.signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
-    from django_rlock.backends.base import BaseLockBackend
+    from django_rlock.backends.base import AsyncLock, BaseLockBackend
 
-__all__ = ["HoldTracker", "ReportingLock", "caller_location", "slow_logger"]
+__all__ = [
+    "AsyncReportingLock",
+    "HoldTracker",
+    "ReportingLock",
+    "caller_location",
+    "send_lost",
+    "slow_logger",
+]
 
 slow_logger = logging.getLogger("django_rlock.slow")
 
@@ -75,9 +86,9 @@ class HoldTracker:
         self._mutex = threading.Lock()
         self._holdings: dict[tuple[str, str], _Holding] = {}
 
-    def entered(self, name: str, location: str | None) -> bool:
-        """Count one more hold of the calling owner; True for its first."""
-        key = (name, thread_owner())
+    def entered(self, name: str, location: str | None, owner: str) -> bool:
+        """Count one more hold of ``owner``; True for its first."""
+        key = (name, owner)
         with self._mutex:
             holding = self._holdings.get(key)
             if holding is not None:
@@ -86,9 +97,9 @@ class HoldTracker:
             self._holdings[key] = _Holding(depth=1, since=clock.monotonic(), location=location)
             return True
 
-    def left(self, name: str) -> _Holding | None:
-        """Count one hold given back; the holding when it was the owner's last."""
-        key = (name, thread_owner())
+    def left(self, name: str, owner: str) -> _Holding | None:
+        """Count one hold of ``owner`` given back; the holding when it was its last."""
+        key = (name, owner)
         with self._mutex:
             holding = self._holdings.get(key)
             if holding is None:
@@ -100,26 +111,15 @@ class HoldTracker:
             return holding
 
 
-class ReportingLock(RLock):
-    """An :class:`RLock` that sends the lock signals and writes the slow-lock log.
-
-    Backends mix it in front of their lock implementation; ``backend`` is set
-    by the backend that made the lock. ``location`` may be set by the caller
-    (``@locked`` sets the decorated function's) to name the code that takes
-    the lock in the slow-lock log; otherwise it is read from the call stack.
-    """
+class _Reporting:
+    """The reporting shared by the sync and the async lock of a backend."""
 
     backend: BaseLockBackend
     location: str | None = None
+    name: str
 
-    def acquire(
-        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
-    ) -> bool:
-        """Take the lock as :meth:`RLock.acquire` does, then report it."""
+    def _report_acquired(self, *, acquired: bool, waited: float, owner: str) -> None:
         backend = self.backend
-        started = clock.monotonic()
-        acquired = super().acquire(blocking, timeout, lease)
-        waited = clock.monotonic() - started
         location = self.location
         if location is None and (backend.slow_wait is not None or backend.slow_hold is not None):
             location = caller_location()
@@ -133,24 +133,14 @@ class ReportingLock(RLock):
                 location or "an unknown location",
                 extra={"lock_name": self.name, "alias": backend.alias, "seconds": waited},
             )
-        if acquired and backend.tracker.entered(self.name, location):
+        if acquired and backend.tracker.entered(self.name, location, owner):
             lock_acquired.send(
                 sender=type(backend), name=self.name, alias=backend.alias, lock=self, waited=waited
             )
-        return acquired
 
-    def release(self) -> None:
-        """Give back one hold as :meth:`RLock.release` does, then report it."""
-        try:
-            super().release()
-        except LockLostError:
-            self._released(lost=True)
-            raise
-        self._released(lost=False)
-
-    def _released(self, *, lost: bool) -> None:
+    def _report_released(self, *, lost: bool, owner: str) -> None:
         backend = self.backend
-        holding = backend.tracker.left(self.name)
+        holding = backend.tracker.left(self.name, owner)
         if holding is None:
             return
         held = clock.monotonic() - holding.since
@@ -173,8 +163,100 @@ class ReportingLock(RLock):
         )
 
 
-def send_lost(lock: RLock) -> None:
+class ReportingLock(_Reporting, RLock):
+    """An :class:`RLock` that sends the lock signals and writes the slow-lock log.
+
+    Backends mix it in front of their lock implementation; ``backend`` is set
+    by the backend that made the lock. ``location`` may be set by the caller
+    (``@locked`` sets the decorated function's) to name the code that takes
+    the lock in the slow-lock log; otherwise it is read from the call stack.
+
+    ``async with`` on it takes the backend's asyncio twin of the lock (owned
+    by the current task) and yields that.
+    """
+
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock as :meth:`RLock.acquire` does, then report it."""
+        started = clock.monotonic()
+        acquired = super().acquire(blocking, timeout, lease)
+        waited = clock.monotonic() - started
+        self._report_acquired(acquired=acquired, waited=waited, owner=thread_owner())
+        return acquired
+
+    def release(self) -> None:
+        """Give back one hold as :meth:`RLock.release` does, then report it."""
+        try:
+            super().release()
+        except LockLostError:
+            self._report_released(lost=True, owner=thread_owner())
+            raise
+        self._report_released(lost=False, owner=thread_owner())
+
+    async def __aenter__(self) -> AsyncLock:
+        twin = self.backend.async_lock(
+            self.name, timeout=self.timeout, lease=self.lease, blocking=self.blocking
+        )
+        entered = await twin.__aenter__()
+        self._twins().setdefault(_current_task(), []).append(twin)
+        return entered
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        twins = self._twins()
+        task = _current_task()
+        stack = twins[task]
+        twin = stack.pop()
+        if not stack:
+            del twins[task]
+        await twin.__aexit__(exc_type, exc, traceback)
+
+    def _twins(self) -> weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]]:
+        # Per task, the async locks entered through this object (nested: a stack).
+        twins = self.__dict__.get("_async_twins")
+        if twins is None:
+            twins = self.__dict__["_async_twins"] = weakref.WeakKeyDictionary()
+        return twins
+
+
+class AsyncReportingLock(_Reporting, AsyncRLock):
+    """An :class:`AsyncRLock` that sends the lock signals and writes the slow-lock log."""
+
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock as :meth:`AsyncRLock.acquire` does, then report it."""
+        started = clock.monotonic()
+        acquired = await super().acquire(blocking, timeout, lease)
+        waited = clock.monotonic() - started
+        self._report_acquired(acquired=acquired, waited=waited, owner=task_owner())
+        return acquired
+
+    async def release(self) -> None:
+        """Give back one hold as :meth:`AsyncRLock.release` does, then report it."""
+        owner = task_owner()
+        try:
+            await super().release()
+        except LockLostError:
+            self._report_released(lost=True, owner=owner)
+            raise
+        self._report_released(lost=False, owner=owner)
+
+
+def _current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("async with on a lock must run inside an asyncio task")
+    return task
+
+
+def send_lost(lock: object) -> None:
     """Client-wide loss callback: send :data:`lock_lost` for a lock of a backend."""
-    if isinstance(lock, ReportingLock):
+    if isinstance(lock, _Reporting):
         backend = lock.backend
         lock_lost.send(sender=type(backend), name=lock.name, alias=backend.alias, lock=lock)

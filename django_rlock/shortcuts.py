@@ -10,13 +10,20 @@
 It is ``locks[using].lock(name, ...)``: the RLock itself, whose ``with``
 waits up to ``timeout`` seconds (None: as long as it takes) and raises
 :class:`~django_rlock.exceptions.LockTimeout` when the wait runs out.
+
+In async code, ``async with rlock(...) as lock`` takes the backend's asyncio
+twin of the lock instead, owned by the current task (on the Redis backend an
+:class:`~django_rlock.core.aio.AsyncRLock`; nothing blocks the event loop)::
+
+    async with rlock(f"order:{order_id}", timeout=5) as lock:
+        await charge(order_id, fence=lock.token)
 """
 
 from __future__ import annotations
 
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
-from django_rlock.core.lock import RLock
 from django_rlock.handler import locks
+from django_rlock.reporting import ReportingLock
 
 __all__ = ["rlock"]
 
@@ -28,8 +35,8 @@ def rlock(
     timeout: float | None = None,
     lease: float | None = None,
     blocking: bool = True,
-) -> RLock:
-    """The reentrant lock ``name`` of alias ``using``, ready for ``with``.
+) -> ReportingLock:
+    """The reentrant lock ``name`` of alias ``using``, ready for ``with`` and ``async with``.
 
     ``timeout`` is the longest wait in seconds (None: wait as long as it
     takes), ``lease`` a fixed expiry in seconds (None: the watchdog renews the

@@ -13,14 +13,37 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from django_rlock import conf
-from django_rlock.core.lock import RLock
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
-from django_rlock.reporting import HoldTracker
+from django_rlock.reporting import HoldTracker, ReportingLock
+from django_rlock.threadowned import ThreadOwnedLock
 
-__all__ = ["BaseLockBackend", "InvalidLockBackendError", "LockInfo", "display_owner"]
+__all__ = ["AsyncLock", "BaseLockBackend", "InvalidLockBackendError", "LockInfo", "display_owner"]
+
+
+class AsyncLock(Protocol):
+    """What :meth:`BaseLockBackend.async_lock` returns: a lock for ``async with``."""
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        ...
+
+    async def __aenter__(self) -> Self:
+        """Take the lock, waiting as the lock's defaults say; LockTimeout when busy."""
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Give the hold back."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -84,12 +107,27 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
-    ) -> RLock:
+    ) -> ReportingLock:
         """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults ``with lock:``
         uses. The lock sends the lock signals and writes the slow-lock log.
         """
+
+    def async_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AsyncLock:
+        """The lock ``name`` for asyncio code (``async with``), owned by the current task.
+
+        This default enters and releases :meth:`lock` on a worker thread of its
+        own; backends with a native asyncio lock return that instead.
+        """
+        return ThreadOwnedLock(self.lock(name, timeout=timeout, lease=lease, blocking=blocking))
 
     @abstractmethod
     def names(self, pattern: str = "*") -> Iterator[str]:

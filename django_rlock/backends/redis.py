@@ -22,23 +22,38 @@ first use and shared by every thread of the process.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import redis
-from redis.connection import parse_url
+import redis.asyncio
 
 from django_rlock import conf
-from django_rlock.backends.base import BaseLockBackend, LockInfo, display_owner
+from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
+from django_rlock.core.aio import AsyncLockClient
 from django_rlock.core.client import LockClient
-from django_rlock.core.connection import derive_pool
+from django_rlock.core.connection import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    RedisClient,
+    check_url,
+    derive_client,
+    from_url,
+)
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.exceptions import LockSettingError
-from django_rlock.reporting import ReportingLock, send_lost
+from django_rlock.reporting import AsyncReportingLock, ReportingLock, send_lost
 
 __all__ = ["RedisLockBackend"]
 
-_SCHEMES = ("redis://", "rediss://", "unix://")
+_SCHEMES = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    *(f"{scheme}://" for scheme in SENTINEL_SCHEMES + CLUSTER_SCHEMES),
+)
 _SCAN_BATCH = 1000
 _PROBE_SECONDS = 5.0
 
@@ -56,7 +71,11 @@ class RedisLockBackend(BaseLockBackend):
         self.cache_alias: str | None = params.get("CACHE")
         self.location = self._check_location(params)
         self._client: LockClient | None = None
-        self._redis: redis.Redis | None = None  # the client we built, and so close
+        self._redis: RedisClient | None = None  # the client we built, and so close
+        # asyncio clients are bound to their event loop: one per loop.
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncLockClient
+        ] = weakref.WeakKeyDictionary()
 
     def _check_location(self, params: dict[str, Any]) -> str:
         where = f"RLOCKS[{self.alias!r}]"
@@ -72,12 +91,13 @@ class RedisLockBackend(BaseLockBackend):
         location = params.get("LOCATION", conf.DEFAULT_LOCATION)
         if not isinstance(location, str) or not location.startswith(_SCHEMES):
             raise LockSettingError(
-                f"{where}['LOCATION'] must be one redis URL (redis://, rediss:// or unix://), "
+                f"{where}['LOCATION'] must be a redis URL (redis://, rediss://, unix://, "
+                "redis+sentinel:// or redis+cluster://), "
                 f"got {location!r}",
                 check_id="django_rlock.E003",
             )
         try:
-            parse_url(location)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            check_url(location)
         except ValueError as error:
             raise LockSettingError(
                 f"{where}['LOCATION'] is not a valid redis URL: {error}",
@@ -105,7 +125,7 @@ class RedisLockBackend(BaseLockBackend):
                 self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout
             )
         try:
-            self._redis = redis.Redis.from_url(self.location, **self.options)
+            self._redis = from_url(self.location, **self.options)
         except (TypeError, ValueError) as error:
             raise LockSettingError(
                 f"RLOCKS[{self.alias!r}]: cannot build a redis client from LOCATION and "
@@ -132,6 +152,47 @@ class RedisLockBackend(BaseLockBackend):
         )
         lock.backend = self
         return lock
+
+    def async_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AsyncLock:
+        """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
+        if self.cache_alias is not None:
+            # A cache alias shares the cache's sync pool, which asyncio cannot use.
+            return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
+        lock = AsyncReportingLock(
+            self._async_client(), check_name(name), timeout=timeout, lease=lease, blocking=blocking
+        )
+        lock.backend = self
+        return lock
+
+    def _async_client(self) -> AsyncLockClient:
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            try:
+                pool = redis.asyncio.BlockingConnectionPool.from_url(
+                    self.location, timeout=None, **self.options
+                )
+            except (TypeError, ValueError) as error:
+                raise LockSettingError(
+                    f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "
+                    f"LOCATION and OPTIONS: {error}",
+                    check_id="django_rlock.E003",
+                ) from None
+            client = AsyncLockClient(
+                redis.asyncio.Redis(connection_pool=pool),
+                key_prefix=self.key_prefix,
+                watchdog_timeout=self.watchdog_timeout,
+            )
+            client.on_lost(send_lost)
+            self._async_clients[loop] = client
+        return client
 
     def names(self, pattern: str = "*") -> Iterator[str]:
         """Held lock names matching ``pattern``, found with SCAN (never KEYS)."""
@@ -171,18 +232,17 @@ class RedisLockBackend(BaseLockBackend):
         """The server's ``maxmemory-policy``, read with CONFIG GET (5 s at most)."""
         # Its own short-timeout connection: a deploy check must not hang on a
         # server that does not answer, whatever timeouts the alias's OPTIONS set.
-        probe = redis.Redis(
-            connection_pool=derive_pool(
-                self.client.redis,
-                socket_timeout=_PROBE_SECONDS,
-                socket_connect_timeout=_PROBE_SECONDS,
-            )
+        probe = derive_client(
+            self.client.cluster or self.client.redis,
+            socket_timeout=_PROBE_SECONDS,
+            socket_connect_timeout=_PROBE_SECONDS,
         )
         try:
             reply = probe.config_get("maxmemory-policy")
         finally:
             probe.close()
-            probe.connection_pool.disconnect()
+            if isinstance(probe, redis.Redis):
+                probe.connection_pool.disconnect()
         for key, value in reply.items():
             if (key.decode() if isinstance(key, bytes) else key) == "maxmemory-policy":
                 return value.decode() if isinstance(value, bytes) else str(value)
@@ -196,4 +256,10 @@ class RedisLockBackend(BaseLockBackend):
         if client is not None and built is not None:
             client.close()
             built.close()
-            built.connection_pool.disconnect()
+            if isinstance(built, redis.Redis):  # a RedisCluster's close() closes its pools
+                built.connection_pool.disconnect()
+        async_clients = list(self._async_clients.values())
+        self._async_clients.clear()
+        for async_client in async_clients:
+            # Their event loops may be gone: stop renewing; connections die with them.
+            async_client._engine.close()

@@ -23,7 +23,7 @@ import math
 import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from django_rlock.core import clock
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
@@ -164,7 +164,7 @@ class AsyncRLock:
             args=[waiter_id, client._engine.publish_command],
         )
 
-    async def __aenter__(self) -> AsyncRLock:
+    async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
             remaining = await self.ttl()
             raise LockTimeout(
