@@ -51,7 +51,7 @@ from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
 
 if TYPE_CHECKING:
-    from django_rlock.core.lock import RLock
+    from django_rlock.core.lock import LockBase, RLock
     from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = ["LockClient", "LostCallback"]
@@ -60,7 +60,7 @@ logger = logging.getLogger("django_rlock.lock")
 
 #: Called with the lock whose hold was lost. Runs on a short-lived thread of its
 #: own, so a slow callback cannot delay the renewal of other locks.
-LostCallback = Callable[["RLock"], object]
+LostCallback = Callable[["LockBase"], object]
 
 _clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 
@@ -315,7 +315,7 @@ class LockClient:
 
     def _granted(
         self,
-        lock: RLock,
+        lock: LockBase,
         owner: str,
         *,
         token: int,
@@ -433,7 +433,7 @@ class LockClient:
         self._listener = self._make_listener()
 
 
-def _run_callbacks(callbacks: list[tuple[LostCallback, RLock]]) -> None:
+def _run_callbacks(callbacks: list[tuple[LostCallback, LockBase]]) -> None:
     for callback, lock in callbacks:
         try:
             callback(lock)

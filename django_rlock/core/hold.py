@@ -3,7 +3,7 @@
 Redis is the source of truth for who holds a lock; a :class:`Hold` is what this
 process knows about its own hold: the hold count, the fencing token, how long
 the key is known to live, and whether the hold was lost. Holds live in the
-client, keyed by ``(lock key, owner)``, so that every RLock object naming the
+client, keyed by ``(lock key, owner)``, so that every lock object naming the
 same lock in one thread shares them (as Redis does).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from django_rlock.core.lock import RLock
+    from django_rlock.core.lock import LockBase
 
 __all__ = ["Hold"]
 
@@ -36,12 +36,12 @@ class Hold:
     watchdog: bool
     deadline: float
     acquired_at: float
-    locks: list[RLock] = field(default_factory=list)
+    locks: list[LockBase] = field(default_factory=list)
     lost: bool = False
     releasing: bool = False
     released: bool = False
 
-    def add_lock(self, lock: RLock) -> None:
+    def add_lock(self, lock: LockBase) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""
         if all(existing is not lock for existing in self.locks):
             self.locks.append(lock)

@@ -25,7 +25,7 @@ import math
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_rlock.core import clock
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
@@ -35,15 +35,125 @@ from django_rlock.core.names import LockKeys, check_lease, check_timeout, millis
 if TYPE_CHECKING:
     import redis
 
-    from django_rlock.core.client import LockClient, LostCallback
+    from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
 
-__all__ = ["RLock"]
+__all__ = ["LockBase", "RLock"]
 
 logger = logging.getLogger("django_rlock.lock")
 
 
-class RLock:
+class LockBase:
+    """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
+
+    The keys and ``with`` defaults, and the bookkeeping around a release and a
+    loss, which never does I/O: only the script calls differ between the two.
+    ``registry`` is the :class:`LockClient` that records this process's holds.
+    """
+
+    def __init__(
+        self,
+        registry: LockClient,
+        name: str,
+        *,
+        timeout: float | None,
+        lease: float | None,
+        blocking: bool,
+    ) -> None:
+        self._registry = registry
+        self.keys = LockKeys.build(registry.key_prefix, name)
+        self.timeout = check_timeout(timeout)
+        self.lease = check_lease(lease)
+        self.blocking = blocking
+        # Each is called with this very lock, so it may expect the concrete class.
+        self.lost_callbacks: list[Callable[[Any], object]] = []
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+        return LockTimeout(
+            f"could not acquire lock {self.name!r} within {self.timeout}s"
+            + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+            name=self.name,
+            retry_after=remaining,
+        )
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"lock {self.name!r} was lost: it expired or another owner took it before release",
+            name=self.name,
+        )
+
+    def _release_prepare(self, owner: str, remember_lost: Callable[[], None]) -> Hold | None:
+        """Before the release script: the owner's newest hold (None: it has none here).
+
+        A hold already known lost is acknowledged instead (no script is sent):
+        LockLostError is raised, and ``remember_lost`` called once its last
+        hold is acknowledged.
+        """
+        registry = self._registry
+        with registry._lock:
+            stack = registry._holds_of(self.keys.hash, owner)
+            hold = stack[-1] if stack else None
+            if hold is not None and hold.lost:
+                self._acknowledge_lost(hold, remember_lost)
+                raise self._lost_error()
+            if hold is not None and hold.count == 1:
+                hold.releasing = True  # a renewal racing this release is not a loss
+        return hold
+
+    def _release_settle(
+        self, hold: Hold | None, left: int, owner_kind: str, remember_lost: Callable[[], None]
+    ) -> None:
+        """After the release script answered ``left`` (-1: the owner held nothing)."""
+        registry = self._registry
+        if left < 0:
+            if hold is None:
+                raise LockNotOwnedError(
+                    f"cannot release lock {self.name!r}: the calling {owner_kind} does not hold it",
+                    name=self.name,
+                )
+            registry.declare_lost(
+                hold, "it expired or was taken over before release", by_owner=True
+            )
+            with registry._lock:
+                self._acknowledge_lost(hold, remember_lost)
+            raise self._lost_error()
+        if hold is None:
+            return  # a hold of the same owner taken through another client
+        with registry._lock:
+            hold.count -= 1
+            if hold.count <= 0 or left == 0:
+                registry._forget_hold(hold)
+
+    def _acknowledge_lost(self, hold: Hold, remember_lost: Callable[[], None]) -> None:
+        # Called with the registry lock held: one hold of a lost lock is given up.
+        hold.count -= 1
+        if hold.count <= 0:
+            self._registry._forget_hold(hold)
+            remember_lost()
+
+    def _token_of(self, owner: str) -> int | None:
+        with self._registry._lock:
+            stack = self._registry._holds_of(self.keys.hash, owner)
+            return stack[-1].token if stack else None
+
+    def _holds_lost(self, owner: str) -> bool:
+        """Whether any hold of ``owner`` is lost, declaring those whose deadline passed."""
+        registry = self._registry
+        with registry._lock:
+            stack = list(registry._holds_of(self.keys.hash, owner))
+        now = clock.monotonic()
+        for hold in stack:
+            if not hold.lost and now >= hold.deadline:
+                registry.declare_lost(hold, "its deadline passed without a renewal")
+        return any(hold.lost for hold in stack)
+
+
+class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
     def __init__(
@@ -55,19 +165,10 @@ class RLock:
         lease: float | None = None,
         blocking: bool = True,
     ) -> None:
+        super().__init__(client, name, timeout=timeout, lease=lease, blocking=blocking)
         self.client = client
-        self.keys = LockKeys.build(client.key_prefix, name)
-        self.timeout = check_timeout(timeout)
-        self.lease = check_lease(lease)
-        self.blocking = blocking
-        self.lost_callbacks: list[LostCallback] = []
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
-
-    @property
-    def name(self) -> str:
-        """The lock's name, as the caller gave it."""
-        return self.keys.name
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
@@ -168,13 +269,7 @@ class RLock:
 
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
-            remaining = self.ttl()
-            raise LockTimeout(
-                f"could not acquire lock {self.name!r} within {self.timeout}s"
-                + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
-                name=self.name,
-                retry_after=remaining,
-            )
+            raise self._timeout_error(self.ttl())
         return self
 
     def __exit__(
@@ -196,14 +291,7 @@ class RLock:
         """
         client = self.client
         owner = thread_owner()
-        with client._lock:
-            stack = client._holds_of(self.keys.hash, owner)
-            hold = stack[-1] if stack else None
-            if hold is not None and hold.lost:
-                self._drop_one(hold)
-                raise self._lost_error()
-            if hold is not None and hold.count == 1:
-                hold.releasing = True
+        hold = self._release_prepare(owner, self._remember_lost)
         try:
             left = int(
                 client._scripts.release(
@@ -215,35 +303,10 @@ class RLock:
             if hold is not None:
                 hold.releasing = False
             raise
-        if left < 0:
-            if hold is None:
-                raise LockNotOwnedError(
-                    f"cannot release lock {self.name!r}: the calling thread does not hold it",
-                    name=self.name,
-                )
-            client.declare_lost(hold, "it expired or was taken over before release", by_owner=True)
-            with client._lock:
-                self._drop_one(hold)
-            raise self._lost_error()
-        if hold is None:
-            return  # a hold of the same owner taken through another client
-        with client._lock:
-            hold.count -= 1
-            if hold.count <= 0 or left == 0:
-                client._forget_hold(hold)
+        self._release_settle(hold, left, "thread", self._remember_lost)
 
-    def _drop_one(self, hold: Hold) -> None:
-        # Called with client._lock held: one hold of a lost lock is acknowledged.
-        hold.count -= 1
-        if hold.count <= 0:
-            self.client._forget_hold(hold)
-            self._local.lost = True
-
-    def _lost_error(self) -> LockLostError:
-        return LockLostError(
-            f"lock {self.name!r} was lost: it expired or another owner took it before release",
-            name=self.name,
-        )
+    def _remember_lost(self) -> None:
+        self._local.lost = True
 
     def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held.
@@ -289,9 +352,7 @@ class RLock:
         keeps the token. Pass it to the resource you protect and have that
         resource refuse any write with a token lower than the last one it saw.
         """
-        with self.client._lock:
-            stack = self.client._holds_of(self.keys.hash, thread_owner())
-            return stack[-1].token if stack else None
+        return self._token_of(thread_owner())
 
     @property
     def lost(self) -> bool:
@@ -301,14 +362,7 @@ class RLock:
         the watchdog, by a release, or by its local deadline passing (a pause
         longer than the lease). Stays true until this thread acquires again.
         """
-        client = self.client
-        with client._lock:
-            stack = list(client._holds_of(self.keys.hash, thread_owner()))
-        now = clock.monotonic()
-        for hold in stack:
-            if not hold.lost and now >= hold.deadline:
-                client.declare_lost(hold, "its deadline passed without a renewal")
-        return any(hold.lost for hold in stack) or getattr(self._local, "lost", False)
+        return self._holds_lost(thread_owner()) or getattr(self._local, "lost", False)
 
     def on_lost(self, callback: Callable[[RLock], object]) -> None:
         """Call ``callback(self)`` when a hold taken through this lock is lost.

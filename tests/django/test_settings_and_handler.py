@@ -65,7 +65,7 @@ def test_unknown_setting_name_is_a_value_error() -> None:
             "RLOCKS['bad']['KEY_PREFIX']: key_prefix must not contain",
             "E005",
         ),
-        ({"LOCATION": "http://x"}, "must be one redis URL", "E003"),
+        ({"LOCATION": "http://x"}, "must be a redis URL", "E003"),
         ({"LOCATION": "redis://h:notaport/0"}, "not a valid redis URL", "E003"),
         ({"LOCATION": "redis://x", "CACHE": "default"}, "both LOCATION and CACHE", "E003"),
         ({"CACHE": "nope"}, "not a cache alias in CACHES", "E003"),

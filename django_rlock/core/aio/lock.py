@@ -26,18 +26,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from django_rlock.core import clock
-from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.identity import task_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+from django_rlock.core.lock import LockBase
+from django_rlock.core.names import check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
-    from django_rlock.core.hold import Hold
 
 __all__ = ["AsyncRLock"]
 
 
-class AsyncRLock:
+class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
     def __init__(
@@ -49,21 +48,12 @@ class AsyncRLock:
         lease: float | None = None,
         blocking: bool = True,
     ) -> None:
+        super().__init__(client._engine, name, timeout=timeout, lease=lease, blocking=blocking)
         self.client = client
-        self.keys = LockKeys.build(client.key_prefix, name)
-        self.timeout = check_timeout(timeout)
-        self.lease = check_lease(lease)
-        self.blocking = blocking
-        self.lost_callbacks: list[Callable[[Any], object]] = []
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
             weakref.WeakKeyDictionary()
         )
-
-    @property
-    def name(self) -> str:
-        """The lock's name, as the caller gave it."""
-        return self.keys.name
 
     def __repr__(self) -> str:
         return f"<AsyncRLock {self.name!r}>"
@@ -138,10 +128,8 @@ class AsyncRLock:
             args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
         )
         if isinstance(reply, list):
-            # The registry only reads `lost_callbacks` from the lock it is given.
-            lock: Any = self
             client._engine._granted(
-                lock, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
             )
             task = asyncio.current_task()
             if task is not None:
@@ -166,13 +154,7 @@ class AsyncRLock:
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
-            remaining = await self.ttl()
-            raise LockTimeout(
-                f"could not acquire lock {self.name!r} within {self.timeout}s"
-                + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
-                name=self.name,
-                retry_after=remaining,
-            )
+            raise self._timeout_error(await self.ttl())
         return self
 
     async def __aexit__(
@@ -196,14 +178,12 @@ class AsyncRLock:
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         engine = self.client._engine
-        with engine._lock:
-            stack = engine._holds_of(self.keys.hash, owner)
-            hold = stack[-1] if stack else None
-            if hold is not None and hold.lost:
-                self._drop_one(hold, caller)
-                raise self._lost_error()
-            if hold is not None and hold.count == 1:
-                hold.releasing = True
+
+        def remember_lost() -> None:
+            if caller is not None:
+                self._lost_tasks[caller] = True
+
+        hold = self._release_prepare(owner, remember_lost)
         try:
             left = int(
                 await self.client._scripts.release(
@@ -215,36 +195,7 @@ class AsyncRLock:
             if hold is not None:
                 hold.releasing = False
             raise
-        if left < 0:
-            if hold is None:
-                raise LockNotOwnedError(
-                    f"cannot release lock {self.name!r}: the calling task does not hold it",
-                    name=self.name,
-                )
-            engine.declare_lost(hold, "it expired or was taken over before release", by_owner=True)
-            with engine._lock:
-                self._drop_one(hold, caller)
-            raise self._lost_error()
-        if hold is None:
-            return
-        with engine._lock:
-            hold.count -= 1
-            if hold.count <= 0 or left == 0:
-                engine._forget_hold(hold)
-
-    def _drop_one(self, hold: Hold, caller: asyncio.Task[Any] | None) -> None:
-        # Called with the registry lock held: one hold of a lost lock is acknowledged.
-        hold.count -= 1
-        if hold.count <= 0:
-            self.client._engine._forget_hold(hold)
-            if caller is not None:
-                self._lost_tasks[caller] = True
-
-    def _lost_error(self) -> LockLostError:
-        return LockLostError(
-            f"lock {self.name!r} was lost: it expired or another owner took it before release",
-            name=self.name,
-        )
+        self._release_settle(hold, left, "task", remember_lost)
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
@@ -285,24 +236,14 @@ class AsyncRLock:
     @property
     def token(self) -> int | None:
         """The fencing token of the current task's hold, None when it holds none."""
-        engine = self.client._engine
-        with engine._lock:
-            stack = engine._holds_of(self.keys.hash, task_owner())
-            return stack[-1].token if stack else None
+        return self._token_of(task_owner())
 
     @property
     def lost(self) -> bool:
         """True when a hold the current task took through this lock was lost (see RLock.lost)."""
-        engine = self.client._engine
-        with engine._lock:
-            stack = list(engine._holds_of(self.keys.hash, task_owner()))
-        now = clock.monotonic()
-        for hold in stack:
-            if not hold.lost and now >= hold.deadline:
-                engine.declare_lost(hold, "its deadline passed without a renewal")
         task = asyncio.current_task()
         flagged = task is not None and self._lost_tasks.get(task, False)
-        return any(hold.lost for hold in stack) or flagged
+        return self._holds_lost(task_owner()) or flagged
 
     def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
         """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
