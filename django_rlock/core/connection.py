@@ -37,8 +37,11 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 __all__ = [
+    "CLUSTER_SCHEMES",
+    "SENTINEL_SCHEMES",
     "RedisClient",
     "any_node_client",
+    "check_url",
     "connect",
     "connection_settings",
     "derive_client",
@@ -84,6 +87,21 @@ def from_url(url: str, **options: Any) -> RedisClient:
         if scheme in CLUSTER_SCHEMES:
             return _cluster_from_url(url, options)
         return redis.Redis.from_url(url, **options)
+    except ValueError as error:
+        raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError if ``url`` is not one of the URL forms above (nothing is contacted)."""
+    scheme = url.partition("://")[0].lower()
+    try:
+        if scheme in SENTINEL_SCHEMES or scheme in CLUSTER_SCHEMES:
+            _, path, _ = _split_multi_host_url(url)
+            segments = [segment for segment in path.split("/") if segment]
+            if scheme in SENTINEL_SCHEMES and not 1 <= len(segments) <= 2:
+                raise ValueError("a sentinel URL's path is /<service name>[/<db>]")
+        else:
+            parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
     except ValueError as error:
         raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
 

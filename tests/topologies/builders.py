@@ -71,6 +71,23 @@ def distinct_ports(count: int) -> list[int]:
             probe.close()
 
 
+def start_on_a_free_port(server: RedisServer, attempts: int = 3) -> None:
+    """Start ``server``, moving it to a fresh port if another process took its port first.
+
+    Other test runs on the machine pick free ports too, so a port can be
+    taken between choosing and binding it.
+    """
+    for attempt in range(attempts):
+        try:
+            server.start()
+            return
+        except RuntimeError:
+            server.stop()
+            if attempt == attempts - 1:
+                raise
+            server.port = distinct_ports(1)[0]
+
+
 def _binary(name: str) -> str:
     found = shutil.which(name)
     if found is None:
@@ -87,7 +104,7 @@ class Standalones:
     def __enter__(self) -> Standalones:
         try:
             for server in self.servers:
-                server.start()
+                start_on_a_free_port(server)
         except BaseException:
             self.__exit__()
             raise
@@ -101,7 +118,7 @@ class Standalones:
         """Start again every server a test stopped (same port, empty data)."""
         for server in self.servers:
             if server.process is None or server.process.poll() is not None:
-                server.start()
+                start_on_a_free_port(server)
 
     def flush(self) -> None:
         for server in self.servers:
@@ -132,7 +149,7 @@ class Cluster:
         cli = _binary("redis-cli")
         try:
             for node in self.nodes:
-                node.start()
+                start_on_a_free_port(node)
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             subprocess.run(
                 [
@@ -198,8 +215,9 @@ class SentinelGroup:
     def __enter__(self) -> SentinelGroup:
         sentinel_binary = _binary("redis-sentinel")
         try:
-            self.master.start()
-            self.replica.start()
+            start_on_a_free_port(self.master)
+            self.replica.extra_args[-1] = str(self.master.port)  # --replicaof host port
+            start_on_a_free_port(self.replica)
             wait_until(self.replica_in_sync, 20, "the replica to sync")
             for port in self.sentinel_ports:
                 self.sentinels.append(self._start_sentinel(sentinel_binary, port))

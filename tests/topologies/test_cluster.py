@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.cluster import RedisCluster
 
 from django_rlock.core import LockClient
@@ -162,3 +163,19 @@ def test_a_thousand_names_over_every_slot_contended_across_processes(
     counts = [int(raw.get(f"count:{name}") or 0) for name in names]
     assert counts == [processes] * len(names)  # 0 lost updates
     assert not any(raw.exists(f"test:{{{name}}}") for name in names[:50])
+
+
+def test_django_rlocks_location_for_a_cluster(
+    cluster: Cluster, raw: RedisCluster, settings: SettingsWrapper
+) -> None:
+    from django_rlock import locks  # noqa: PLC0415 -- needs Django settings
+
+    settings.RLOCKS = {"default": {"LOCATION": cluster.url, "KEY_PREFIX": "test"}}
+    backend = locks["default"]
+    try:
+        with backend.lock("django:{1}") as lock:
+            assert raw.exists(lock.keys.hash)
+            assert backend.client.publish_command == "spublish"  # type: ignore[attr-defined]
+        assert not raw.exists(lock.keys.hash)
+    finally:
+        backend.close()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.sentinel import SentinelConnectionPool
 
 from django_rlock.core import LockClient, LockNotReplicatedError
@@ -56,6 +57,21 @@ def test_a_sentinel_managed_client_can_be_passed_in(
     with LockClient(managed, key_prefix="test") as client, client.lock("passed-in") as lock:
         assert master.exists(lock.keys.hash)
     managed.close()
+
+
+def test_django_rlocks_location_for_sentinel(
+    group: SentinelGroup, master: redis.Redis, settings: SettingsWrapper
+) -> None:
+    from django_rlock import locks  # noqa: PLC0415 -- needs Django settings
+
+    settings.RLOCKS = {"default": {"LOCATION": group.url, "KEY_PREFIX": "test"}}
+    backend = locks["default"]
+    try:
+        with backend.lock("django") as lock:
+            assert master.exists(lock.keys.hash)
+        assert not master.exists(lock.keys.hash)
+    finally:
+        backend.close()
 
 
 def test_min_replicas_confirmed(group: SentinelGroup, master: redis.Redis) -> None:
@@ -105,13 +121,16 @@ def test_failover_the_client_keeps_working(group: SentinelGroup, master: redis.R
             "the replica to become master",
         )
         assert promoted.exists(held.keys.hash)
-        # The watchdog's renewal connection found the new master by itself.
-        left = int(promoted.pttl(held.keys.hash))
-        wait_until(
-            lambda: int(promoted.pttl(held.keys.hash)) > left + 500,
-            8,
-            "a renewal on the promoted master",
-        )
+        # The watchdog's renewal connection finds the new master by itself: the
+        # key's PTTL goes back up (a renewal every 10/3 s) after having gone down.
+        lowest = [int(promoted.pttl(held.keys.hash))]
+
+        def renewed() -> bool:
+            ttl = int(promoted.pttl(held.keys.hash))
+            lowest[0] = min(lowest[0], ttl)
+            return ttl > lowest[0] + 500
+
+        wait_until(renewed, 8, "a renewal on the promoted master")
         with LockClient(group.url, key_prefix="test", watchdog_timeout=10) as unsynced:
             # min_replicas=1 would now fail: the promoted master has no replica left.
             other = unsynced.lock("after-failover")
