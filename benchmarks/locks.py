@@ -10,6 +10,7 @@ markdown table with ratios, ours / peer.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import statistics
 import time
@@ -19,9 +20,11 @@ from multiprocessing.synchronize import Barrier, Event
 from typing import Any, Protocol
 
 import redis
+import redis.asyncio
 import redis_lock
 
 from django_rlock.core import LockClient
+from django_rlock.core.aio import AsyncLockClient
 from tests.servers import RedisServer
 
 
@@ -166,12 +169,57 @@ def wake_latency(library: str, url: str, rounds: int) -> tuple[float, float]:
     return statistics.median(latencies) * 1000, p99 * 1000
 
 
+#: name -> factory(url, lock name) returning an asyncio mutex (``async with``).
+ASYNC_LIBRARIES: dict[str, Callable[[str], Callable[[str], Any]]] = {
+    "django-rlock (asyncio)": lambda url: AsyncLockClient(url, key_prefix="bench").lock,
+    "redis-py asyncio Lock": lambda url: _redis_py_async_locks(url),  # noqa: PLW0108 -- reads as a table
+}
+
+
+def _redis_py_async_locks(url: str) -> Callable[[str], Any]:
+    client = redis.asyncio.Redis.from_url(url)
+    return lambda name: client.lock(name, timeout=30)
+
+
+async def async_uncontended(library: str, url: str, cycles: int) -> float:
+    lock = ASYNC_LIBRARIES[library](url)(f"async-uncontended:{library}")
+    async with lock:
+        pass
+    started = time.perf_counter()
+    for _ in range(cycles):
+        async with lock:
+            pass
+    return cycles / (time.perf_counter() - started)
+
+
+async def async_contended(library: str, url: str, tasks: int, seconds: float) -> tuple[float, int]:
+    make = ASYNC_LIBRARIES[library](url)
+    counter_client = redis.asyncio.Redis.from_url(url, max_connections=tasks + 10)
+    counter = f"bench:async-count:{library}"
+    done = [0]
+    stop_at = time.monotonic() + seconds
+
+    async def work() -> None:
+        lock = make(f"async-contended:{library}")  # one object per task: redis-py needs it
+        while time.monotonic() < stop_at:
+            async with lock:
+                value = int(await counter_client.get(counter) or 0)
+                await counter_client.set(counter, value + 1)
+            done[0] += 1
+
+    await asyncio.gather(*(work() for _ in range(tasks)))
+    stored = int(await counter_client.get(counter) or 0)
+    await counter_client.aclose()
+    return done[0] / seconds, done[0] - stored
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=5000, help="uncontended cycles per library")
     parser.add_argument("--processes", type=int, default=8, help="contending processes")
     parser.add_argument("--seconds", type=float, default=5.0, help="contended run length")
     parser.add_argument("--rounds", type=int, default=100, help="wake-up latency samples")
+    parser.add_argument("--tasks", type=int, default=100, help="contending asyncio tasks")
     args = parser.parse_args()
     with RedisServer() as server:
         url = server.url
@@ -183,7 +231,15 @@ def main() -> None:
             row.contended, row.lost_updates = contended(library, url, args.processes, args.seconds)
             row.wake_p50_ms, row.wake_p99_ms = wake_latency(library, url, args.rounds)
             rows[library] = row
+        async_rows = {
+            library: (
+                asyncio.run(async_uncontended(library, url, args.cycles)),
+                *asyncio.run(async_contended(library, url, args.tasks, args.seconds)),
+            )
+            for library in ASYNC_LIBRARIES
+        }
     print_table(rows, floor, args)
+    print_async_table(async_rows, args)
 
 
 def print_table(rows: dict[str, Row], floor: float, args: argparse.Namespace) -> None:
@@ -211,6 +267,21 @@ def print_table(rows: dict[str, Row], floor: float, args: argparse.Namespace) ->
             f"| {ours.wake_p50_ms / row.wake_p50_ms:.2f}x "
             f"| {ours.wake_p99_ms / row.wake_p99_ms:.2f}x |"
         )
+
+
+def print_async_table(rows: dict[str, tuple[float, float, int]], args: argparse.Namespace) -> None:
+    print(
+        f"\n| asyncio library | uncontended cycles/s | {args.tasks}-task contended cycles/s "
+        "| lost updates |"
+    )
+    print("|---|---:|---:|---:|")
+    for library, (uncontended, contended, lost) in rows.items():
+        print(f"| {library} | {uncontended:,.0f} | {contended:,.0f} | {lost} |")
+    (ours_u, ours_c, _), (peer_u, peer_c, _) = rows.values()
+    print(
+        f"\nRatios, django-rlock / redis-py asyncio Lock: uncontended {ours_u / peer_u:.2f}x, "
+        f"contended {ours_c / peer_c:.2f}x"
+    )
 
 
 if __name__ == "__main__":
