@@ -54,6 +54,7 @@ _SCHEMES = (
     "unix://",
     *(f"{scheme}://" for scheme in SENTINEL_SCHEMES + CLUSTER_SCHEMES),
 )
+_ASYNC_SCHEMES = ("redis://", "rediss://", "unix://")
 _SCAN_BATCH = 1000
 _PROBE_SECONDS = 5.0
 
@@ -162,8 +163,9 @@ class RedisLockBackend(BaseLockBackend):
         blocking: bool = True,
     ) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
-        if self.cache_alias is not None:
-            # A cache alias shares the cache's sync pool, which asyncio cannot use.
+        if self.cache_alias is not None or not self.location.startswith(_ASYNC_SCHEMES):
+            # A cache alias shares the cache's sync pool, which asyncio cannot use;
+            # Sentinel and Cluster topologies have no asyncio engine yet.
             return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
         lock = AsyncReportingLock(
             self._async_client(), check_name(name), timeout=timeout, lease=lease, blocking=blocking
