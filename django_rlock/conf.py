@@ -68,6 +68,8 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "SLOW_WAIT": None,
     "SLOW_HOLD": None,
     "BUSY_RESPONSE": 409,
+    "MIN_REPLICAS": 0,
+    "REPLICA_SYNC_TIMEOUT": 1.0,
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
@@ -153,6 +155,32 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
     """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (> 0)."""
     value, source = lookup("WATCHDOG_TIMEOUT", alias)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise LockSettingError(
+            f"{source} must be a positive number of seconds, got {value!r}",
+            check_id="django_rlock.E004",
+        )
+    return float(value)
+
+
+def min_replicas(alias: str = DEFAULT_LOCK_ALIAS) -> int:
+    """``MIN_REPLICAS``: replicas that must confirm each grant (WAIT); 0 disables it."""
+    value, source = lookup("MIN_REPLICAS", alias)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LockSettingError(
+            f"{source} must be an int >= 0, got {value!r}", check_id="django_rlock.E004"
+        )
+    return value
+
+
+def replica_sync_timeout(alias: str = DEFAULT_LOCK_ALIAS) -> float:
+    """``REPLICA_SYNC_TIMEOUT``: how long a grant waits for its replicas, in seconds (> 0)."""
+    value, source = lookup("REPLICA_SYNC_TIMEOUT", alias)
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)

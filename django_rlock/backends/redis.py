@@ -71,6 +71,8 @@ class RedisLockBackend(BaseLockBackend):
         super().__init__(alias, params)
         self.cache_alias: str | None = params.get("CACHE")
         self.location = self._check_location(params)
+        self.min_replicas = conf.min_replicas(alias)
+        self.replica_sync_timeout = conf.replica_sync_timeout(alias)
         self._client: LockClient | None = None
         self._redis: RedisClient | None = None  # the client we built, and so close
         # asyncio clients are bound to their event loop: one per loop.
@@ -134,7 +136,11 @@ class RedisLockBackend(BaseLockBackend):
                 check_id="django_rlock.E003",
             ) from None
         client = LockClient(
-            self._redis, key_prefix=self.key_prefix, watchdog_timeout=self.watchdog_timeout
+            self._redis,
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            min_replicas=self.min_replicas,
+            replica_sync_timeout=self.replica_sync_timeout,
         )
         client.on_lost(send_lost)
         return client
@@ -163,9 +169,13 @@ class RedisLockBackend(BaseLockBackend):
         blocking: bool = True,
     ) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
-        if self.cache_alias is not None or not self.location.startswith(_ASYNC_SCHEMES):
+        if (
+            self.cache_alias is not None
+            or self.min_replicas
+            or not self.location.startswith(_ASYNC_SCHEMES)
+        ):
             # A cache alias shares the cache's sync pool, which asyncio cannot use;
-            # Sentinel and Cluster topologies have no asyncio engine yet.
+            # Sentinel, Cluster and replica-synced grants have no asyncio engine yet.
             return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
         lock = AsyncReportingLock(
             self._async_client(), check_name(name), timeout=timeout, lease=lease, blocking=blocking

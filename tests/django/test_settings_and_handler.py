@@ -18,6 +18,7 @@ import django_rlock
 from django_rlock import conf, locks, rlock
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.backends.redis import RedisLockBackend
+from django_rlock.core import LockNotReplicatedError
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.handler import create_backend
 
@@ -241,3 +242,19 @@ def test_a_forked_child_uses_the_parents_backend_with_its_own_identity(r: redis.
     os.waitpid(pid, 0)
     lock.release()
     assert report == "False False True"
+
+
+def test_min_replicas_reaches_the_lock_client(
+    settings: SettingsWrapper, redis_url: str, r: redis.Redis
+) -> None:
+    settings.RLOCKS = {
+        "default": {"LOCATION": redis_url, "MIN_REPLICAS": 1, "REPLICA_SYNC_TIMEOUT": 0.1}
+    }
+    lock = locks["default"].lock("replicated")
+    # The test server has no replica: the grant is undone and refused.
+    with pytest.raises(LockNotReplicatedError):
+        lock.acquire()
+    assert not r.exists("rlock:{replicated}")
+    settings.RLOCKS = {"default": {"LOCATION": redis_url, "MIN_REPLICAS": -1}}
+    with pytest.raises(LockSettingError, match="MIN_REPLICAS"):
+        locks["default"].lock("x")
