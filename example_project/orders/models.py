@@ -31,6 +31,7 @@ class Customer(models.Model):
 
 class Order(models.Model):
     customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="orders")
+    customer_id: int
     total = models.PositiveIntegerField(help_text="cents")
     balance = models.PositiveIntegerField(help_text="cents still due")
     fence = models.PositiveBigIntegerField(

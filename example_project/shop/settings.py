@@ -41,6 +41,7 @@ WSGI_APPLICATION = "shop.wsgi.application"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
 
 DATABASES = {
     "default": {
@@ -53,6 +54,8 @@ DATABASES = {
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
+        # Tests run against a file too: a live server's threads share it.
+        "TEST": {"NAME": str(DATA_DIR / "test-shop.sqlite3")},
     }
 }
 
