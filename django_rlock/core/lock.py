@@ -129,6 +129,31 @@ class LockBase:
             if hold.count <= 0 or left == 0:
                 registry._forget_hold(hold)
 
+    def _release_failed(self, hold: Hold | None, error: BaseException) -> None:
+        """The release script failed (Redis unreachable, reply lost...).
+
+        Whether Redis applied it is unknown, so the hold is not kept alive: its
+        local count drops as if released and, at zero, the watchdog stops
+        renewing it, so the key expires within its lease or the watchdog
+        timeout. Retrying the release is safe: a second one that finds nothing
+        to release raises LockNotOwnedError and changes nothing.
+        """
+        if hold is None:
+            return
+        registry = self._registry
+        with registry._lock:
+            hold.releasing = False
+            hold.count -= 1
+            if hold.count > 0:
+                return
+            registry._forget_hold(hold)
+        logger.warning(
+            "releasing lock %r failed (%s): it will expire by itself within %ss",
+            self.name,
+            type(error).__name__,
+            registry.watchdog_timeout if hold.watchdog else "its lease",
+        )
+
     def _acknowledge_lost(self, hold: Hold, remember_lost: Callable[[], None]) -> None:
         # Called with the registry lock held: one hold of a lost lock is given up.
         hold.count -= 1
@@ -299,9 +324,8 @@ class RLock(LockBase):
                     args=[owner, client.publish_command],
                 )
             )
-        except BaseException:
-            if hold is not None:
-                hold.releasing = False
+        except BaseException as error:
+            self._release_failed(hold, error)
             raise
         self._release_settle(hold, left, "thread", self._remember_lost)
 

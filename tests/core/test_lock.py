@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -10,10 +11,12 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockNotOwnedError, LockTimeout, RLock
 from django_rlock.core.identity import process_id
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 
 
 def test_reentrant_holds_are_counted(lock_client: LockClient, r: redis.Redis) -> None:
@@ -275,3 +278,33 @@ def test_a_new_thread_never_inherits_an_ended_threads_hold(lock_client: LockClie
         second.join()
         assert outcome == [False]
         assert lock.force_release()
+
+
+def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
+    with RedisServer() as server:
+        raw = server.client()
+        client = LockClient(
+            redis.Redis(
+                host="127.0.0.1", port=server.port, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)
+            ),
+            key_prefix="test",
+            watchdog_timeout=1.0,
+        )
+        lock = client.lock("unreleasable")
+        lock.acquire()
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.RedisError):
+                lock.release()
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        assert client._holds == {}  # nothing left to renew
+        deadline = time.monotonic() + 5
+        while raw.exists("test:{unreleasable}"):
+            assert time.monotonic() < deadline, "the watchdog kept a failed release alive"
+            time.sleep(0.05)
+        with pytest.raises(LockNotOwnedError):
+            lock.release()
+        client.close()
+        raw.close()

@@ -191,9 +191,8 @@ class AsyncRLock(LockBase):
                     args=[owner, engine.publish_command],
                 )
             )
-        except BaseException:
-            if hold is not None:
-                hold.releasing = False
+        except BaseException as error:
+            self._release_failed(hold, error)
             raise
         self._release_settle(hold, left, "task", remember_lost)
 
