@@ -154,7 +154,11 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
     """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (> 0)."""
-    value, source = lookup("WATCHDOG_TIMEOUT", alias)
+    return _positive_seconds("WATCHDOG_TIMEOUT", alias)
+
+
+def _positive_seconds(name: str, alias: str | None) -> float:
+    value, source = lookup(name, alias)
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -180,18 +184,7 @@ def min_replicas(alias: str = DEFAULT_LOCK_ALIAS) -> int:
 
 def replica_sync_timeout(alias: str = DEFAULT_LOCK_ALIAS) -> float:
     """``REPLICA_SYNC_TIMEOUT``: how long a grant waits for its replicas, in seconds (> 0)."""
-    value, source = lookup("REPLICA_SYNC_TIMEOUT", alias)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise LockSettingError(
-            f"{source} must be a positive number of seconds, got {value!r}",
-            check_id="django_rlock.E004",
-        )
-    return float(value)
+    return _positive_seconds("REPLICA_SYNC_TIMEOUT", alias)
 
 
 def key_prefix(alias: str = DEFAULT_LOCK_ALIAS) -> str:
