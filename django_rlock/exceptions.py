@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from django_rlock.core.exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core.exceptions import (
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockOutOfMemoryError,
+    LockTimeout,
+)
 
 __all__ = [
     "InvalidLockBackendError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockOutOfMemoryError",
     "LockSettingError",
     "LockTimeout",
 ]

@@ -15,6 +15,7 @@ from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
     LockNotReplicatedError,
+    LockOutOfMemoryError,
     LockTimeout,
 )
 from django_rlock.core.lock import RLock
@@ -26,6 +27,7 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockNotReplicatedError",
+    "LockOutOfMemoryError",
     "LockTimeout",
     "MultiLock",
     "RLock",

@@ -14,6 +14,7 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockNotReplicatedError",
+    "LockOutOfMemoryError",
     "LockTimeout",
 ]
 
@@ -62,3 +63,12 @@ class LockNotReplicatedError(LockError):
         super().__init__(message, name=name)
         self.required = required
         self.acknowledged = acknowledged
+
+
+class LockOutOfMemoryError(LockError):
+    """Redis refused the acquire because it is out of memory (OOM, ``maxmemory`` reached).
+
+    Nothing was granted or changed. Releases and renewals of locks already
+    held still succeed on Redis >= 7 (their scripts may run under OOM), so a
+    full server stops new grants without stranding the holders.
+    """

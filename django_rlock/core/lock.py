@@ -20,6 +20,7 @@ long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -27,8 +28,15 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import OutOfMemoryError
+
 from django_rlock.core import clock
-from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core.exceptions import (
+    LockLostError,
+    LockNotOwnedError,
+    LockOutOfMemoryError,
+    LockTimeout,
+)
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
 
@@ -38,9 +46,20 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
 
-__all__ = ["LockBase", "RLock"]
+__all__ = ["LockBase", "RLock", "request_id"]
 
 logger = logging.getLogger("django_rlock.lock")
+
+_requests = itertools.count(1)
+
+
+def request_id() -> str:
+    """A new id for one acquire or release call, unique within this process.
+
+    Latches are per owner, and owner ids are unique across processes, so a
+    process-wide counter is enough (see :mod:`django_rlock.core.scripts`).
+    """
+    return str(next(_requests))
 
 
 class LockBase:
@@ -79,6 +98,13 @@ class LockBase:
             + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
             name=self.name,
             retry_after=remaining,
+        )
+
+    def _out_of_memory_error(self, error: OutOfMemoryError) -> LockOutOfMemoryError:
+        return LockOutOfMemoryError(
+            f"cannot acquire lock {self.name!r}: Redis is out of memory (OOM: maxmemory "
+            f"reached and nothing may be evicted), so it refuses new grants: {error}",
+            name=self.name,
         )
 
     def _lost_error(self) -> LockLostError:
@@ -263,12 +289,16 @@ class RLock(LockBase):
         uses one with a short timeout).
         """
         ttl = self.client.watchdog_timeout if lease is None else lease
+        keys = self.keys
         sent_at = clock.monotonic()
-        reply = self.client._acquire(
-            keys=[self.keys.hash, self.keys.fence, self.keys.waiters],
-            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
-            client=via,
-        )
+        try:
+            reply = self.client._acquire(
+                keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+                args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()],
+                client=via,
+            )
+        except OutOfMemoryError as error:
+            raise self._out_of_memory_error(error) from error
         if isinstance(reply, list):
             self.client._granted(
                 self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
@@ -318,10 +348,11 @@ class RLock(LockBase):
         owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
         try:
+            keys = self.keys
             left = int(
                 client._scripts.release(
-                    keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
-                    args=[owner, client.publish_command],
+                    keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
+                    args=[owner, client.publish_command, request_id()],
                 )
             )
         except BaseException as error:

@@ -9,6 +9,7 @@ keeps the escaping one-to-one (two different names never share keys)::
     <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
+    <prefix>:{<escaped name>}:req:<owner>  STRING  the owner's last request id (lost replies)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "MAX_NAME_BYTES",
+    "MAX_SECONDS",
     "LockKeys",
     "check_key_prefix",
     "check_lease",
@@ -31,6 +33,12 @@ __all__ = [
 ]
 
 MAX_NAME_BYTES = 1024
+
+#: The longest lease or watchdog timeout, in seconds (about 31 years). Redis
+#: takes expiries as integers, and Lua hands numbers to Redis with 14
+#: significant digits: a longer expiry would reach Redis as ``1e+14`` and be
+#: refused as "not an integer".
+MAX_SECONDS = 1e9
 
 _ESCAPES = (("%", "%25"), ("{", "%7B"), ("}", "%7D"))
 
@@ -115,6 +123,8 @@ def check_lease(lease: object) -> float | None:
     seconds = _seconds(lease, "lease")
     if seconds <= 0:
         raise ValueError(f"lease must be > 0 seconds or None (watchdog), got {lease!r}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"lease must be at most {MAX_SECONDS:g} seconds, got {lease!r}")
     return seconds
 
 
@@ -123,6 +133,10 @@ def check_watchdog_timeout(timeout: object) -> float:
     seconds = _seconds(timeout, "watchdog_timeout")
     if seconds <= 0:
         raise ValueError(f"watchdog_timeout must be > 0 seconds, got {timeout!r}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(
+            f"watchdog_timeout must be at most {MAX_SECONDS:g} seconds, got {timeout!r}"
+        )
     return seconds
 
 
@@ -152,6 +166,10 @@ class LockKeys:
             waiters=f"{base}:waiters",
             channel=f"{base}:released",
         )
+
+    def latch(self, owner: str) -> str:
+        """The request latch of ``owner`` on this lock (see :mod:`django_rlock.core.scripts`)."""
+        return f"{self.hash}:req:{owner}"
 
     @staticmethod
     def name_of(prefix: str, hash_key: str) -> str | None:

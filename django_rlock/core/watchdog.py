@@ -13,6 +13,10 @@ again on the next tick; the hold counts as lost once its local deadline (last
 successful renewal + timeout) has passed, because from then on another owner
 may hold the lock. Renewal connections have no hidden retries and a socket
 timeout of a fraction of the interval, so no renewal blocks past a deadline.
+While renewals fail, a hold is declared lost as soon as no further renewal
+could be confirmed before its deadline (a call may take up to half an
+interval), and a hold whose deadline has passed is declared before any call
+is sent: the holder hears of the loss before its key can expire on the server.
 
 The thread never dies on an error: it logs it on ``django_rlock.watchdog`` and
 carries on. A forked child starts with no watchdog; its first hold starts one.
@@ -84,6 +88,8 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         #: Renewal EVALs sent since start; read by tests and benchmarks.
         self.renewal_calls = 0
+        #: Renewal EVALs that failed (an error or no reply in time).
+        self.renewal_failures = 0
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -141,7 +147,15 @@ class Watchdog:
                 self._cond.wait(None if next_wake is None else next_wake - now)
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
-        for batch in _batches(renewer.watched_holds(), renewer.slot_of):
+        now = clock.monotonic()
+        due = []
+        for hold in renewer.watched_holds():
+            if now >= hold.deadline:
+                # Another owner may hold it already: say so now, not after a call.
+                renewer.declare_lost(hold, "its deadline passed before it could be renewed")
+            else:
+                due.append(hold)
+        for batch in _batches(due, renewer.slot_of):
             sent_at = clock.monotonic()
             self.renewal_calls += 1
             try:
@@ -161,19 +175,24 @@ class Watchdog:
     def _renewal_failed(
         self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
     ) -> None:
+        self.renewal_failures += 1
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
+        # A renewal call ends within its socket timeout, at most half an
+        # interval: a hold whose deadline is nearer than that cannot be saved
+        # by the next call in time, so it is lost now rather than late.
+        margin = schedule.interval / 2
         now = clock.monotonic()
         alive = []
         for hold in batch:
-            if now >= hold.deadline:
-                renewer.declare_lost(hold, f"renewals failed until its deadline passed ({error})")
+            if now + margin >= hold.deadline:
+                renewer.declare_lost(hold, f"renewals failed until its deadline ({error})")
             else:
                 alive.append(hold)
         if alive:
-            # Wake again no later than the first deadline, to report it on time.
-            earliest = min(hold.deadline for hold in alive)
+            # Wake again in time for a last attempt before the first deadline.
+            earliest = min(hold.deadline for hold in alive) - margin
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
 

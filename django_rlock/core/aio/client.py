@@ -13,13 +13,21 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import redis.asyncio
+from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.names import check_name
-from django_rlock.core.scripts import ABANDON, ACQUIRE, FORCE_RELEASE, RELEASE
+from django_rlock.core.scripts import (
+    ABANDON,
+    ACQUIRE,
+    ALLOW_OOM,
+    FORCE_RELEASE,
+    RELEASE,
+    is_unsupported_shebang,
+)
 
 __all__ = ["AsyncLockClient"]
 
@@ -117,6 +125,23 @@ class _AsyncScripts:
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.acquire = client.register_script(ACQUIRE)
-        self.release = client.register_script(RELEASE)
-        self.force_release = client.register_script(FORCE_RELEASE)
-        self.abandon = client.register_script(ABANDON)
+        self.release = _AsyncOomSafeScript(client, RELEASE)
+        self.force_release = _AsyncOomSafeScript(client, FORCE_RELEASE)
+        self.abandon = _AsyncOomSafeScript(client, ABANDON)
+
+
+class _AsyncOomSafeScript:
+    """The asyncio twin of :class:`~django_rlock.core.scripts.OomSafeScript`."""
+
+    def __init__(self, client: redis.asyncio.Redis, body: str) -> None:
+        self._plain = client.register_script(body)
+        self._script = client.register_script(ALLOW_OOM + body)
+
+    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return await self._script(keys=keys, args=args)
+        except ResponseError as error:
+            if self._script is self._plain or not is_unsupported_shebang(error):
+                raise
+            self._script = self._plain
+            return await self._plain(keys=keys, args=args)

@@ -25,9 +25,11 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.exceptions import OutOfMemoryError
+
 from django_rlock.core import clock
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockBase
+from django_rlock.core.lock import LockBase, request_id
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
@@ -123,10 +125,14 @@ class AsyncRLock(LockBase):
         client = self.client
         ttl = client.watchdog_timeout if lease is None else lease
         sent_at = clock.monotonic()
-        reply = await client._scripts.acquire(
-            keys=[self.keys.hash, self.keys.fence, self.keys.waiters],
-            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep)],
-        )
+        keys = self.keys
+        try:
+            reply = await client._scripts.acquire(
+                keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+                args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()],
+            )
+        except OutOfMemoryError as error:
+            raise self._out_of_memory_error(error) from error
         if isinstance(reply, list):
             client._engine._granted(
                 self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
@@ -187,8 +193,13 @@ class AsyncRLock(LockBase):
         try:
             left = int(
                 await self.client._scripts.release(
-                    keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
-                    args=[owner, engine.publish_command],
+                    keys=[
+                        self.keys.hash,
+                        self.keys.channel,
+                        self.keys.waiters,
+                        self.keys.latch(owner),
+                    ],
+                    args=[owner, engine.publish_command, request_id()],
                 )
             )
         except BaseException as error:
