@@ -1,0 +1,74 @@
+"""Watching a lock under a fault: when it was lost, and how long each renewal took."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_rlock.core import LockClient, RLock
+from django_rlock.core.hold import Hold
+from django_rlock.core.identity import thread_owner
+
+__all__ = ["LockWatch", "current_hold"]
+
+
+def current_hold(lock: RLock, owner: str | None = None) -> Hold:
+    """The calling thread's (or ``owner``'s) newest hold on ``lock``, as its client records it."""
+    client = lock.client
+    with client._lock:
+        return client._holds_of(lock.keys.hash, owner or thread_owner())[-1]
+
+
+@dataclass
+class LockWatch:
+    """Records when ``lock`` is declared lost, and every renewal call of its client.
+
+    ``renewals`` holds ``(started, ended, ok)`` in monotonic seconds: the
+    watchdog calls the client's ``renew_batch``, wrapped here on the instance.
+    """
+
+    lock: RLock
+    lost: threading.Event = field(default_factory=threading.Event)
+    lost_at: float | None = None
+    renewals: list[tuple[float, float, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.lock.on_lost(self._on_lost)
+        client: LockClient = self.lock.client
+        renew = client.renew_batch
+
+        def timed(holds: Sequence[Hold]) -> Any:
+            started = time.monotonic()
+            try:
+                result = renew(holds)
+            except Exception:
+                self.renewals.append((started, time.monotonic(), False))
+                raise
+            self.renewals.append((started, time.monotonic(), True))
+            return result
+
+        client.renew_batch = timed  # type: ignore[method-assign]
+
+    def _on_lost(self, _lock: object) -> None:
+        self.lost_at = time.monotonic()
+        self.lost.set()
+
+    def successful_renewals(self) -> int:
+        """Renewal calls that returned."""
+        return sum(ok for _, _, ok in self.renewals)
+
+    def longest_renewal(self) -> float:
+        """The longest renewal call, in seconds (0 when there was none)."""
+        return max((ended - started for started, ended, _ in self.renewals), default=0.0)
+
+    def wait_for_renewal(self, timeout: float = 5.0) -> None:
+        """Block until one more renewal call has succeeded."""
+        before = self.successful_renewals()
+        deadline = time.monotonic() + timeout
+        while self.successful_renewals() <= before:
+            if time.monotonic() > deadline:
+                raise AssertionError("no renewal succeeded in time")
+            time.sleep(0.01)

@@ -1,0 +1,78 @@
+"""Fault 6: the server ran acquire or release, but the reply was lost on the way back.
+
+redis-py resends a command whose connection broke (10 retries by default).
+Unprotected, a resent acquire counts a second hold and a resent release gives
+back one hold too many. The request latch (see django_rlock.core.scripts)
+makes the resend report the first call's outcome instead: hold counts stay
+exact. The control test shows the fault is real: the bare script double-counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.commands.core import Script
+
+from django_rlock.core import LockClient
+from django_rlock.core.identity import thread_owner
+from django_rlock.core.scripts import ACQUIRE
+from tests.faults.proxy import FaultProxy
+from tests.servers import RedisServer
+
+pytestmark = pytest.mark.faults
+
+
+def test_resent_acquire_and_release_apply_once(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    direct = private_server.client()
+    # A client built by the caller keeps redis-py's default retries (URL-built ones have none).
+    caller = redis.Redis(host="127.0.0.1", port=proxy.port)
+    with LockClient(caller, key_prefix="f") as client:
+        lock = client.lock("reply")
+        lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
+        lock.release()
+        key, owner = lock.keys.hash, thread_owner()
+
+        steps: list[tuple[Callable[[], object], int]] = [
+            (lock.acquire, 1),  # a new grant
+            (lock.acquire, 2),  # a re-entry
+            (lock.acquire, 3),
+            (lock.release, 2),  # a partial release
+            (lock.release, 1),
+        ]
+        for number, (call, holds) in enumerate(steps, start=1):
+            proxy.drop_reply_after(b"EVALSHA")
+            call()
+            assert proxy.dropped_replies == number
+            assert int(direct.hget(key, owner) or 0) == holds
+            assert lock.hold_count() == holds
+        assert lock.token == 2  # one new grant since the warm-up: one INCR
+
+        proxy.drop_reply_after(b"EVALSHA")
+        lock.release()  # the final release, resent: no LockLostError, nothing more freed
+        assert proxy.dropped_replies == len(steps) + 1
+        assert not direct.exists(key) and not lock.lost
+        assert direct.get(lock.keys.fence) == b"2"
+        assert lock.acquire(blocking=False) and lock.token == 3
+        lock.release()
+    direct.close()
+    caller.close()
+
+
+def test_without_the_latch_a_lost_reply_double_counts(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """The control: the same fault against the script called without its latch."""
+    client = redis.Redis(host="127.0.0.1", port=proxy.port)  # redis-py's default retries
+    bare = Script(client, ACQUIRE)
+    keys = ["f:{bare}", "f:{bare}:fence", "f:{bare}:waiters"]
+    bare(keys=keys, args=["owner", 30000, "", 0])
+    client.delete(*keys)
+    proxy.drop_reply_after(b"EVALSHA")
+    bare(keys=keys, args=["owner", 30000, "", 0])
+    assert proxy.dropped_replies == 1
+    assert client.hget("f:{bare}", "owner") == b"2"  # one call, two holds
+    client.close()

@@ -1,0 +1,126 @@
+"""Fault 7: the waiters' pub/sub connection is killed while they wait.
+
+A release message can be lost with it; the waiter must still get the lock
+within the holder's TTL (it never sleeps past the PTTL it was given), and no
+channel may stay subscribed once the waiting is over, whatever was killed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient
+from tests.faults.conftest import TIMEOUT
+from tests.servers import RedisServer
+
+pytestmark = pytest.mark.faults
+
+
+def _kill_pubsub_until(admin: redis.Redis, done: threading.Event, every: float) -> int:
+    kills = 0
+    while not done.wait(every):
+        kills += int(admin.client_kill_filter(_type="pubsub"))
+    return kills
+
+
+def test_waiter_gets_the_lock_within_the_holders_ttl_with_pubsub_killed(
+    private_server: RedisServer,
+) -> None:
+    admin = private_server.client()
+    lease = 1.0
+    with (
+        LockClient(private_server.url, key_prefix="f") as holder,
+        LockClient(private_server.url, key_prefix="f") as waiting,
+    ):
+        # The holder never releases: only its lease's end frees the lock, and
+        # no message is ever published; the waiter must not need one. (Another
+        # thread: in this one, the holder and the waiter would be one owner.)
+        taken = threading.Thread(target=lambda: holder.lock("ttl").acquire(lease=lease))
+        taken.start()
+        taken.join(5)
+        assert holder.lock("ttl").locked()
+        expires_at = time.monotonic() + lease
+        done = threading.Event()
+        kills: list[int] = []
+        killer = threading.Thread(
+            target=lambda: kills.append(_kill_pubsub_until(admin, done, 0.05))
+        )
+        killer.start()
+        try:
+            assert waiting.lock("ttl").acquire(timeout=5 * lease)
+            granted_at = time.monotonic()
+        finally:
+            done.set()
+            killer.join(5)
+        assert kills and kills[0] >= 1
+        assert granted_at - expires_at <= 0.25
+        waiting.lock("ttl").release()
+        assert waiting._listener.subscribed_channels() == set()
+    admin.close()
+
+
+def test_release_published_while_the_subscriber_is_dead_still_wakes_in_time(
+    private_server: RedisServer,
+) -> None:
+    admin = private_server.client()
+    with (
+        LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder,
+        LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as waiting,
+    ):
+        lock = holder.lock("gap")
+        assert lock.acquire()
+        granted: list[float] = []
+
+        def wait_for_it() -> None:
+            if waiting.lock("gap").acquire(timeout=10):
+                granted.append(time.monotonic())
+
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while not admin.pubsub_numsub("f:{gap}:released")[0][1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        admin.client_kill_filter(_type="pubsub")
+        lock.release()  # published to nobody
+        released_at = time.monotonic()
+        waiter.join(10)
+        assert granted and granted[0] - released_at <= TIMEOUT
+    admin.close()
+
+
+def test_ten_thousand_contended_operations_under_pubsub_kills_leave_nothing_subscribed(
+    private_server: RedisServer,
+) -> None:
+    admin = private_server.client()
+    names, threads, per_thread = 2, 4, 2500  # four threads on two names: real contention
+    counts = {f"n{index}": 0 for index in range(names)}
+    with LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as client:
+        done = threading.Event()
+        killer = threading.Thread(target=_kill_pubsub_until, args=(admin, done, 0.2))
+        killer.start()
+
+        def work(seed: int) -> None:
+            for step in range(per_thread):
+                name = f"n{(seed + step) % names}"
+                with client.lock(name):
+                    counts[name] += 1  # not atomic: a second owner inside would lose updates
+
+        workers = [threading.Thread(target=work, args=(seed,)) for seed in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(120)
+        done.set()
+        killer.join(5)
+        assert sum(counts.values()) == threads * per_thread
+        assert client._listener.subscribed_channels() == set()
+        deadline = time.monotonic() + 2
+        while admin.pubsub_channels("f:*"):
+            assert time.monotonic() < deadline, admin.pubsub_channels("f:*")
+            time.sleep(0.02)
+    admin.close()

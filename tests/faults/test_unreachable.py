@@ -1,0 +1,132 @@
+"""Faults 2 and 3: Redis unreachable (a partition) or stalled for twice the watchdog timeout.
+
+Whatever the cause, the holder must hear of the loss by its local deadline
+(last renewal sent + timeout), before the key can expire on the server and be
+granted to someone else; each renewal call must end within its socket timeout;
+and afterwards release must say the lock was lost.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient, LockLostError
+from tests.faults.conftest import TIMEOUT, server_major
+from tests.faults.proxy import FaultProxy
+from tests.faults.recorder import LockWatch, current_hold
+from tests.servers import RedisServer
+
+pytestmark = pytest.mark.faults
+
+#: A renewal call's socket timeout is TIMEOUT / 6; this is what scheduling may add.
+SLACK = 0.1
+
+
+def _partition(server: RedisServer, proxy: FaultProxy, seconds: float) -> None:
+    proxy.blackhole()
+    time.sleep(seconds)
+    proxy.heal()
+
+
+def _client_pause(server: RedisServer, proxy: FaultProxy, seconds: float) -> None:
+    with server.client() as admin:
+        admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "ALL")
+    time.sleep(seconds)
+
+
+def _debug_sleep(server: RedisServer, proxy: FaultProxy, seconds: float) -> None:
+    if server_major() < 7:
+        pytest.skip("DEBUG needs enable-debug-command (Redis >= 7) in this suite")
+    with server.client(socket_timeout=seconds + 10) as admin:
+        admin.execute_command("DEBUG", "SLEEP", seconds)
+
+
+FAULTS: dict[str, Callable[[RedisServer, FaultProxy, float], None]] = {
+    "partition-proxy": _partition,
+    "client-pause": _client_pause,
+    "debug-sleep": _debug_sleep,
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
+    fault: str, private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    holder_client = LockClient(proxy.url, key_prefix="f", watchdog_timeout=TIMEOUT)
+    rival_client = LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT)
+    try:
+        lock = holder_client.lock("unreachable")
+        assert lock.acquire()
+        watch = LockWatch(lock)
+        watch.wait_for_renewal()
+        first_token = lock.token
+
+        granted_at: list[float] = []
+
+        def rival() -> None:
+            if rival_client.lock("unreachable").acquire(timeout=4 * TIMEOUT):
+                granted_at.append(time.monotonic())
+
+        # The rival waits on a healthy connection; for the stalls its calls
+        # stall too, which is the point: it may only win once the key expires.
+        rival_thread = threading.Thread(target=rival)
+        deadline = current_hold(lock).deadline
+        fault_thread = threading.Thread(
+            target=FAULTS[fault], args=(private_server, proxy, 2 * TIMEOUT)
+        )
+        fault_thread.start()
+        rival_thread.start()
+        assert watch.lost.wait(3 * TIMEOUT), "the holder was never told"
+        fault_thread.join(4 * TIMEOUT)
+        rival_thread.join(4 * TIMEOUT)
+
+        assert watch.lost_at is not None
+        # The renewal that set `deadline` may have been the last success.
+        last_deadline = max(deadline, current_hold(lock).deadline)
+        assert watch.lost_at <= last_deadline + SLACK
+        assert granted_at, "the rival never got the lock"
+        assert watch.lost_at < granted_at[0]
+        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK
+        assert lock.lost
+        with pytest.raises(LockLostError):
+            lock.release()
+        assert lock.lost  # stays true until this thread acquires again
+        assert first_token is not None
+        assert private_server.client().get("f:{unreachable}:fence") == str(first_token + 1).encode()
+    finally:
+        holder_client.close()
+        rival_client.close()
+
+
+def test_no_call_hangs_past_its_socket_timeout_during_a_partition(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """The caller's own calls end by their socket timeout (retries off), renewals by theirs."""
+    caller = redis.Redis.from_url(proxy.url, socket_timeout=0.3, retry_on_error=[], retry=None)
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    try:
+        lock = client.lock("bounded")
+        assert lock.acquire()
+        watch = LockWatch(lock)
+        watch.wait_for_renewal()
+        proxy.blackhole()
+        for call in (lock.locked, lambda: lock.acquire(blocking=False), lock.ttl):
+            started = time.monotonic()
+            with pytest.raises((redis.TimeoutError, redis.ConnectionError)):
+                call()
+            assert time.monotonic() - started <= 0.3 + SLACK
+        assert watch.lost.wait(2 * TIMEOUT)
+        started = time.monotonic()
+        with pytest.raises(LockLostError):
+            lock.release()  # known lost: answered locally, no call at all
+        assert time.monotonic() - started < 0.05
+        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK
+    finally:
+        proxy.heal()
+        client.close()
+        caller.close()
