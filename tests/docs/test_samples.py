@@ -17,7 +17,10 @@ How a page is run:
   (pytest-django's fixture: assignments apply Django settings for the page),
   ``rf`` (Django's RequestFactory) and ``held_elsewhere(name)`` (a context
   manager holding the lock ``name`` of ``locks["default"]`` on another thread).
-* A page may create Celery apps; the current app is restored after it.
+* A page may create Celery apps; the current app is restored after it, and
+  its apps see only the "shared" tasks that existed when the suite was
+  collected (Celery binds every shared task defined in the process to every
+  app it finalizes, including tests' deliberately broken ones).
 
 A sample that cannot run as shown needs hidden setup, not an exemption: there
 is no way to skip a block.
@@ -36,6 +39,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from celery import _state as celery_state
 from django.test import RequestFactory
 from pytest_django.fixtures import Settings as SettingsWrapper
@@ -47,6 +51,8 @@ from tests.servers import RedisServer
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SAMPLE_ADDRESS = "redis://127.0.0.1:6379"
+
+_SHARED_TASKS_AT_COLLECTION = frozenset(celery_state._on_app_finalizers)
 
 _FENCE = re.compile(r"^```python\s*$")
 _HIDDEN = re.compile(r"^<!-- docs-test\s*$")
@@ -175,15 +181,20 @@ def test_every_sample_of_the_page_runs(
         "held_elsewhere": held_elsewhere,
     }
     default_app, current_app = celery_state.default_app, celery_state.get_current_app()
+    shared_tasks = set(celery_state._on_app_finalizers)
+    celery_state._on_app_finalizers.clear()
+    celery_state._on_app_finalizers.update(_SHARED_TASKS_AT_COLLECTION)
     try:
         run_page(page, namespace, address)
     finally:
         for value in namespace.values():
-            if isinstance(value, LockClient):
+            if isinstance(value, LockClient | Celery):
                 value.close()
         locks.close_all()
         celery_state.set_default_app(default_app)
         celery_state._set_current_app(current_app)
+        celery_state._on_app_finalizers.clear()
+        celery_state._on_app_finalizers.update(shared_tasks)
 
 
 def test_an_excerpt_must_match_its_file(tmp_path: Path) -> None:
