@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from redis.commands.core import Script
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 __all__ = [
     "ABANDON",
@@ -41,10 +41,21 @@ __all__ = [
     "RELEASE",
     "RENEW",
     "REQUEST_LATCH_MS",
+    "SCRIPT_COMMANDS",
+    "LockScript",
     "LockScripts",
     "OomSafeScript",
     "is_unsupported_shebang",
+    "permission_error",
 ]
+
+#: Every command the scripts run. An ACL user needs them all (scripts' own
+#: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
+#: client sends itself (README: "Minimal ACL").
+SCRIPT_COMMANDS = (
+    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "incr",
+    "del", "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+)  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
 #: redis-py's whole retry window (10 retries with up to 1 s of backoff each by
@@ -207,6 +218,39 @@ return 0
 """
 
 
+def permission_error(error: ResponseError) -> NoPermissionError | None:
+    """A clear NOPERM error for an ACL refusal inside a script, else None.
+
+    Redis reports a command refused inside a script as a plain error that names
+    neither the command nor the cause ("The user executing the script can't run
+    this command or subcommand"); the caller gets what to grant instead.
+    """
+    message = str(error)
+    if "can't run this command" not in message:
+        return None
+    return NoPermissionError(
+        "NOPERM: the Redis ACL user may not run a command the lock scripts need "
+        f"({message.strip()}). The scripts run: {' '.join(SCRIPT_COMMANDS)}; "
+        "grant them with the lock key prefix and its channels (README: Minimal ACL)."
+    )
+
+
+class LockScript(Script):
+    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
+
+    def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
+        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+    ) -> Any:
+        """Run the script (EVALSHA, loading it on NOSCRIPT)."""
+        try:
+            return super().__call__(keys=keys or [], args=args or [], client=client)
+        except ResponseError as error:
+            refused = permission_error(error)
+            if refused is None:
+                raise
+            raise refused from error
+
+
 def is_unsupported_shebang(error: ResponseError) -> bool:
     """Whether ``error`` is a server refusing to compile a ``#!lua flags=...`` script.
 
@@ -227,8 +271,8 @@ class OomSafeScript:
     """
 
     def __init__(self, redis: Any, body: str) -> None:
-        self._plain = Script(redis, body)
-        self._script = Script(redis, ALLOW_OOM + body)
+        self._plain = LockScript(redis, body)
+        self._script = LockScript(redis, ALLOW_OOM + body)
 
     @property
     def flagged(self) -> bool:
@@ -256,7 +300,7 @@ class LockScripts:
     """
 
     def __init__(self, redis: Any) -> None:
-        self.acquire = Script(redis, ACQUIRE)
+        self.acquire = LockScript(redis, ACQUIRE)
         self.release = OomSafeScript(redis, RELEASE)
         self.renew = OomSafeScript(redis, RENEW)
         self.force_release = OomSafeScript(redis, FORCE_RELEASE)

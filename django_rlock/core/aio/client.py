@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import redis.asyncio
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
@@ -27,6 +28,7 @@ from django_rlock.core.scripts import (
     FORCE_RELEASE,
     RELEASE,
     is_unsupported_shebang,
+    permission_error,
 )
 
 __all__ = ["AsyncLockClient"]
@@ -124,18 +126,33 @@ class _AsyncScripts:
     """The sync engine's Lua scripts, registered on the async client."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
-        self.acquire = client.register_script(ACQUIRE)
+        self.acquire = _AsyncLockScript(client, ACQUIRE)
         self.release = _AsyncOomSafeScript(client, RELEASE)
         self.force_release = _AsyncOomSafeScript(client, FORCE_RELEASE)
         self.abandon = _AsyncOomSafeScript(client, ABANDON)
+
+
+class _AsyncLockScript(AsyncScript):
+    """The asyncio twin of :class:`~django_rlock.core.scripts.LockScript`."""
+
+    async def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
+        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+    ) -> Any:
+        try:
+            return await super().__call__(keys=keys or [], args=args or [], client=client)
+        except ResponseError as error:
+            refused = permission_error(error)
+            if refused is None:
+                raise
+            raise refused from error
 
 
 class _AsyncOomSafeScript:
     """The asyncio twin of :class:`~django_rlock.core.scripts.OomSafeScript`."""
 
     def __init__(self, client: redis.asyncio.Redis, body: str) -> None:
-        self._plain = client.register_script(body)
-        self._script = client.register_script(ALLOW_OOM + body)
+        self._plain = _AsyncLockScript(client, body)
+        self._script = _AsyncLockScript(client, ALLOW_OOM + body)
 
     async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
         try:
