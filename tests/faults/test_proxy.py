@@ -6,6 +6,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.faults.proxy import FaultProxy
 from tests.servers import RedisServer
@@ -15,7 +17,9 @@ pytestmark = pytest.mark.faults
 
 def test_proxy_forwards_blackholes_and_heals(private_server: RedisServer) -> None:
     with FaultProxy(private_server.port) as proxy:
-        client = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=0.3, retry=None)
+        client = redis.Redis(
+            host="127.0.0.1", port=proxy.port, socket_timeout=0.3, retry=Retry(NoBackoff(), 0)
+        )
         client.set("k", "v")
         assert client.get("k") == b"v"
         proxy.blackhole()
