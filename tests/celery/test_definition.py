@@ -13,7 +13,9 @@ from celery_rlock import LockedTask, locked
 def define(**options: Any) -> Any:
     app = Celery("definition-test", set_as_current=False)
 
-    @app.task(base=LockedTask, **options)  # type: ignore[untyped-decorator]  # Celery is untyped
+    # shared=False: a deliberately broken task must not be bound to every app
+    # created later in this process (Celery shares tasks across apps by default).
+    @app.task(base=LockedTask, shared=False, **options)  # type: ignore[untyped-decorator]
     def pay(order_id: int, amount: int = 0) -> None: ...
 
     return pay.name  # evaluates the lazy task, which binds and checks it
