@@ -90,7 +90,12 @@ def worker(
                 stats["violations"] += 1
             slots[index] = token
         lock.on_lost(_leaving(leave, index, token))
-        for _ in range(rng.randrange(0, 6)):  # up to 50 ms of work, in steps
+        # Mostly short work; one hold in 20 outlasts renewals (up to twice the
+        # timeout), so that faults also catch holders that must be renewed.
+        steps = rng.randrange(0, 6)
+        if rng.random() < 0.05:
+            steps = int(rng.uniform(0, 2 * args.timeout) / 0.01)
+        for _ in range(steps):  # in 10 ms steps, stopping as soon as the lock is lost
             if lock.lost:
                 break
             time.sleep(0.01)

@@ -43,6 +43,7 @@ def test_partition_by_network_namespace() -> None:
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
+    print(f"FIGURES netns: {report}")
     assert report["told"] and report["release"] == "LockLostError"
     assert report["late_by"] <= 0.1  # told by its deadline (scheduling aside)
     assert report["longest_renewal"] <= TIMEOUT / 6 + 0.1

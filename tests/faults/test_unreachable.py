@@ -88,6 +88,12 @@ def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
         assert watch.lost_at is not None
         # The renewal that set `deadline` may have been the last success.
         last_deadline = max(deadline, current_hold(lock).deadline)
+        # The figures the README reports (shown with -s).
+        print(
+            f"FIGURES {fault}: told {last_deadline - watch.lost_at:+.3f}s before the deadline, "
+            f"{(granted_at or [float('nan')])[0] - watch.lost_at:.3f}s before the rival's grant, "
+            f"longest renewal call {watch.longest_renewal():.3f}s"
+        )
         assert watch.lost_at <= last_deadline + SLACK
         assert granted_at, "the rival never got the lock"
         assert watch.lost_at < granted_at[0]
