@@ -13,10 +13,12 @@ again on the next tick; the hold counts as lost once its local deadline (last
 successful renewal + timeout) has passed, because from then on another owner
 may hold the lock. Renewal connections have no hidden retries and a socket
 timeout of a fraction of the interval, so no renewal blocks past a deadline.
-While renewals fail, a hold is declared lost as soon as no further renewal
-could be confirmed before its deadline (a call may take up to half an
-interval), and a hold whose deadline has passed is declared before any call
-is sent: the holder hears of the loss before its key can expire on the server.
+No renewal is started that could end after its hold's deadline (a call may
+take up to half an interval): while renewals fail, the last attempt is made
+early enough to end half an interval before the deadline, and when it fails
+too the hold is declared lost then. The holder thus hears of the loss about
+half an interval (timeout / 6) before its key can expire on the server, with
+that much room for the callbacks' thread and any scheduling delay.
 
 The thread never dies on an error: it logs it on ``django_rlock.watchdog`` and
 carries on. A forked child starts with no watchdog; its first hold starts one.
@@ -148,11 +150,13 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         now = clock.monotonic()
+        margin = _call_margin(schedule)
         due = []
         for hold in renewer.watched_holds():
-            if now >= hold.deadline:
-                # Another owner may hold it already: say so now, not after a call.
-                renewer.declare_lost(hold, "its deadline passed before it could be renewed")
+            if now + margin >= hold.deadline:
+                # A call now could end past the deadline (the thread was late):
+                # say so now, not after a call.
+                renewer.declare_lost(hold, "its deadline came before it could be renewed")
             else:
                 due.append(hold)
         for batch in _batches(due, renewer.slot_of):
@@ -179,10 +183,7 @@ class Watchdog:
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
-        # A renewal call ends within its socket timeout, at most half an
-        # interval: a hold whose deadline is nearer than that cannot be saved
-        # by the next call in time, so it is lost now rather than late.
-        margin = schedule.interval / 2
+        margin = _call_margin(schedule)
         now = clock.monotonic()
         alive = []
         for hold in batch:
@@ -191,10 +192,16 @@ class Watchdog:
             else:
                 alive.append(hold)
         if alive:
-            # Wake again in time for a last attempt before the first deadline.
-            earliest = min(hold.deadline for hold in alive) - margin
+            # A last attempt that, even taking a full call, ends a margin
+            # before the first deadline: if it fails, the loss is told then.
+            earliest = min(hold.deadline for hold in alive) - 2 * margin
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
+
+
+def _call_margin(schedule: _Schedule) -> float:
+    """The longest a renewal call may take: its socket timeout, at most half an interval."""
+    return schedule.interval / 2
 
 
 def _batches(holds: list[Hold], slot_of: Callable[[str], int] | None) -> list[list[Hold]]:
