@@ -26,8 +26,9 @@ import math
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
@@ -46,9 +47,11 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
 
-__all__ = ["LockBase", "RLock", "request_id"]
+__all__ = ["LOST_REPLY", "LockBase", "RLock", "request_id", "resend_once"]
 
 logger = logging.getLogger("django_rlock.lock")
+
+T = TypeVar("T")
 
 _requests = itertools.count(1)
 
@@ -60,6 +63,26 @@ def request_id() -> str:
     process-wide counter is enough (see :mod:`django_rlock.core.scripts`).
     """
     return str(next(_requests))
+
+
+#: A connection that broke under a call: its reply is lost, and whether Redis
+#: ran the call is unknown. A *timeout* is not resent: a resend would double
+#: how long a call may hang on a partitioned or stalled server.
+LOST_REPLY = (redis_errors.ConnectionError,)
+
+
+def resend_once(call: Callable[[], T]) -> T:
+    """Run ``call``; when its connection broke before the reply, send it once more.
+
+    ``call`` must carry one request id for both sends: the script's request
+    latch turns a resend of a call Redis already ran into a report of the
+    current state, so a lost reply neither double-counts a hold nor leaves one
+    that nobody renews.
+    """
+    try:
+        return call()
+    except LOST_REPLY:
+        return call()
 
 
 class LockBase:
@@ -291,12 +314,21 @@ class RLock(LockBase):
         ttl = self.client.watchdog_timeout if lease is None else lease
         keys = self.keys
         sent_at = clock.monotonic()
+        call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
+        call_args: list[str | int] = [
+            owner,
+            milliseconds(ttl),
+            waiter_id,
+            milliseconds(sleep),
+            request_id(),
+        ]
+
+        def send() -> Any:
+            return self.client._acquire(keys=call_keys, args=call_args, client=via)
+
         try:
-            reply = self.client._acquire(
-                keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-                args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()],
-                client=via,
-            )
+            # RedLock (`via`) bounds each server to one short attempt: no resend.
+            reply = send() if via is not None else resend_once(send)
         except OutOfMemoryError as error:
             raise self._out_of_memory_error(error) from error
         if isinstance(reply, list):
@@ -347,14 +379,11 @@ class RLock(LockBase):
         client = self.client
         owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
+        keys = self.keys
+        call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
+        call_args = [owner, client.publish_command, request_id()]
         try:
-            keys = self.keys
-            left = int(
-                client._scripts.release(
-                    keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
-                    args=[owner, client.publish_command, request_id()],
-                )
-            )
+            left = int(resend_once(lambda: client._scripts.release(keys=call_keys, args=call_args)))
         except BaseException as error:
             self._release_failed(hold, error)
             raise

@@ -24,12 +24,18 @@ from tests.servers import RedisServer
 pytestmark = pytest.mark.faults
 
 
+@pytest.mark.parametrize("resender", ["redis-py retries", "the engine resends"])
 def test_resent_acquire_and_release_apply_once(
-    private_server: RedisServer, proxy: FaultProxy
+    private_server: RedisServer, proxy: FaultProxy, resender: str
 ) -> None:
     direct = private_server.client()
-    # A client built by the caller keeps redis-py's default retries (URL-built ones have none).
-    caller = redis.Redis(host="127.0.0.1", port=proxy.port)
+    # A client built by the caller keeps redis-py's default retries; a URL-built
+    # one has none, and the engine itself resends once on a broken connection.
+    caller: str | redis.Redis = (
+        redis.Redis(host="127.0.0.1", port=proxy.port)
+        if resender == "redis-py retries"
+        else proxy.url
+    )
     with LockClient(caller, key_prefix="f") as client:
         lock = client.lock("reply")
         lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
@@ -59,7 +65,8 @@ def test_resent_acquire_and_release_apply_once(
         assert lock.acquire(blocking=False) and lock.token == 3
         lock.release()
     direct.close()
-    caller.close()
+    if isinstance(caller, redis.Redis):
+        caller.close()
 
 
 def test_without_the_latch_a_lost_reply_double_counts(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -29,7 +29,7 @@ from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockBase, request_id
+from django_rlock.core.lock import LOST_REPLY, LockBase, request_id
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
@@ -126,10 +126,11 @@ class AsyncRLock(LockBase):
         ttl = client.watchdog_timeout if lease is None else lease
         sent_at = clock.monotonic()
         keys = self.keys
+        call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
+        call_args = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()]
         try:
-            reply = await client._scripts.acquire(
-                keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-                args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()],
+            reply = await _resend_once(
+                lambda: client._scripts.acquire(keys=call_keys, args=call_args)
             )
         except OutOfMemoryError as error:
             raise self._out_of_memory_error(error) from error
@@ -190,16 +191,13 @@ class AsyncRLock(LockBase):
                 self._lost_tasks[caller] = True
 
         hold = self._release_prepare(owner, remember_lost)
+        keys = self.keys
+        call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
+        call_args = [owner, engine.publish_command, request_id()]
         try:
             left = int(
-                await self.client._scripts.release(
-                    keys=[
-                        self.keys.hash,
-                        self.keys.channel,
-                        self.keys.waiters,
-                        self.keys.latch(owner),
-                    ],
-                    args=[owner, engine.publish_command, request_id()],
+                await _resend_once(
+                    lambda: self.client._scripts.release(keys=call_keys, args=call_args)
                 )
             )
         except BaseException as error:
@@ -266,6 +264,14 @@ class AsyncRLock(LockBase):
             loop.call_soon_threadsafe(_run, callback, self)
 
         self.lost_callbacks.append(on_loop)
+
+
+async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
+    """:func:`django_rlock.core.lock.resend_once` for coroutines."""
+    try:
+        return await call()
+    except LOST_REPLY:
+        return await call()
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
