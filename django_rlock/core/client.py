@@ -138,6 +138,9 @@ class LockClient:
         self._bounded_clients: dict[float, redis.Redis] = {}
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
+        # (lock key, owner, "acquire"/"release") -> the request id of a call whose
+        # reply never came: the owner's next such call reuses it (see LockBase).
+        self._unanswered: dict[tuple[str, str, str], str] = {}
         self._watched = False  # registered with the watchdog (on the first watchdog hold)
         self._lost_callbacks: list[LostCallback] = []
         _clients.add(self)
@@ -199,6 +202,7 @@ class LockClient:
         get_watchdog().forget(self)
         with self._lock:
             self._holds.clear()
+            self._unanswered.clear()
             self._watched = False
         self._listener.close()
         for bounded in self._bounded_clients.values():
@@ -429,6 +433,7 @@ class LockClient:
         # The child owns none of the parent's holds and shares none of its threads.
         self._lock = threading.Lock()
         self._holds = {}
+        self._unanswered = {}
         self._watched = False
         self._listener = self._make_listener()
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
 
-__all__ = ["LOST_REPLY", "LockBase", "RLock", "request_id", "resend_once"]
+__all__ = ["LOST_REPLY", "UNANSWERED", "LockBase", "RLock", "request_id", "resend_once"]
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -69,6 +69,9 @@ def request_id() -> str:
 #: ran the call is unknown. A *timeout* is not resent: a resend would double
 #: how long a call may hang on a partitioned or stalled server.
 LOST_REPLY = (redis_errors.ConnectionError,)
+
+#: Errors after which a call may or may not have run on the server.
+UNANSWERED = (redis_errors.ConnectionError, redis_errors.TimeoutError)
 
 
 def resend_once(call: Callable[[], T]) -> T:
@@ -114,6 +117,23 @@ class LockBase:
     def name(self) -> str:
         """The lock's name, as the caller gave it."""
         return self.keys.name
+
+    def _request_id(self, kind: str, owner: str) -> str:
+        """The id for the owner's next ``kind`` call: a new one, or the unanswered one.
+
+        A call whose reply never came (a timeout, or a broken connection twice)
+        may or may not have run. Its id is kept, and the owner's next call of
+        the same kind on this lock reuses it: the request latch then reports
+        what the first one did instead of doing it again (no double-counted
+        re-entry after a retried acquire, no second release).
+        """
+        with self._registry._lock:
+            pending = self._registry._unanswered.pop((self.keys.hash, owner, kind), None)
+        return pending or request_id()
+
+    def _unanswered(self, kind: str, owner: str, rid: str) -> None:
+        with self._registry._lock:
+            self._registry._unanswered[(self.keys.hash, owner, kind)] = rid
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
@@ -315,13 +335,8 @@ class RLock(LockBase):
         keys = self.keys
         sent_at = clock.monotonic()
         call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
-        call_args: list[str | int] = [
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            request_id(),
-        ]
+        rid = self._request_id("acquire", owner)
+        call_args: list[str | int] = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
 
         def send() -> Any:
             return self.client._acquire(keys=call_keys, args=call_args, client=via)
@@ -331,6 +346,9 @@ class RLock(LockBase):
             reply = send() if via is not None else resend_once(send)
         except OutOfMemoryError as error:
             raise self._out_of_memory_error(error) from error
+        except UNANSWERED:
+            self._unanswered("acquire", owner, rid)
+            raise
         if isinstance(reply, list):
             self.client._granted(
                 self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
@@ -381,10 +399,13 @@ class RLock(LockBase):
         hold = self._release_prepare(owner, self._remember_lost)
         keys = self.keys
         call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
-        call_args = [owner, client.publish_command, request_id()]
+        rid = self._request_id("release", owner)
+        call_args = [owner, client.publish_command, rid]
         try:
             left = int(resend_once(lambda: client._scripts.release(keys=call_keys, args=call_args)))
         except BaseException as error:
+            if isinstance(error, UNANSWERED):
+                self._unanswered("release", owner, rid)
             self._release_failed(hold, error)
             raise
         self._release_settle(hold, left, "thread", self._remember_lost)

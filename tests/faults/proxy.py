@@ -39,6 +39,7 @@ class _Pair:
     upstream: socket.socket
     #: Set when a matching request went up: its reply is to be dropped.
     drop_next_reply: bool = False
+    swallow_replies: bool = False
     closed: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
@@ -70,6 +71,7 @@ class FaultProxy:
         self._threads: list[threading.Thread] = []
         self._blackholed = False
         self._drop_reply_match: bytes | None = None
+        self._swallow_reply_match: bytes | None = None
         #: Replies dropped by :meth:`drop_reply_after` so far.
         self.dropped_replies = 0
         self._accepter = self._spawn(self._accept, "fault-proxy-accept")
@@ -97,6 +99,14 @@ class FaultProxy:
         before any reply, exactly what happens when a network fails mid-call.
         """
         self._drop_reply_match = match
+
+    def swallow_reply_after(self, match: bytes) -> None:
+        """Once: forward the next request containing ``match``, then drop its reply.
+
+        Unlike :meth:`drop_reply_after` the connection stays open: the client
+        waits out its socket timeout, as when a network goes quiet mid-call.
+        """
+        self._swallow_reply_match = match
 
     def cut(self) -> None:
         """Close every connection now (new ones are accepted as before)."""
@@ -184,6 +194,13 @@ class FaultProxy:
                     if match is not None and match in data:
                         self._drop_reply_match = None
                         pair.drop_next_reply = True
+                    swallow = self._swallow_reply_match
+                    if swallow is not None and swallow in data:
+                        self._swallow_reply_match = None
+                        pair.swallow_replies = True
+                elif pair.swallow_replies:
+                    self.dropped_replies += 1
+                    continue  # never delivered; the connection stays open
                 elif pair.drop_next_reply:
                     self.dropped_replies += 1
                     break  # the reply never arrives: the connection dies instead

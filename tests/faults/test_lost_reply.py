@@ -83,3 +83,34 @@ def test_without_the_latch_a_lost_reply_double_counts(
     assert proxy.dropped_replies == 1
     assert client.hget("f:{bare}", "owner") == b"2"  # one call, two holds
     client.close()
+
+
+def test_a_retried_call_whose_first_reply_timed_out_applies_once(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """A timeout is not resent by the engine; the caller's own retry reuses its request id."""
+    direct = private_server.client()
+    with LockClient(f"{proxy.url}?socket_timeout=0.5", key_prefix="f") as client:
+        lock = client.lock("quiet")
+        lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
+        lock.release()
+        key, owner = lock.keys.hash, thread_owner()
+
+        proxy.swallow_reply_after(b"EVALSHA")
+        with pytest.raises(redis.TimeoutError):
+            lock.acquire()  # Redis granted it; the reply never came
+        assert int(direct.hget(key, owner) or 0) == 1
+        assert lock.acquire()  # the caller retries: reported, not re-entered
+        assert int(direct.hget(key, owner) or 0) == 1
+        assert lock.hold_count() == 1
+
+        proxy.swallow_reply_after(b"EVALSHA")
+        with pytest.raises(redis.TimeoutError):
+            lock.release()  # Redis released it; the reply never came
+        assert not direct.exists(key)
+        lock.release()  # the retry reports the first release: no error, nothing more
+        assert proxy.dropped_replies == 2
+        assert not direct.exists(key)
+        assert lock.acquire(blocking=False)
+        lock.release()
+    direct.close()

@@ -29,7 +29,7 @@ from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, LockBase, request_id
+from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
 
 if TYPE_CHECKING:
@@ -127,13 +127,17 @@ class AsyncRLock(LockBase):
         sent_at = clock.monotonic()
         keys = self.keys
         call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
-        call_args = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), request_id()]
+        rid = self._request_id("acquire", owner)
+        call_args = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
         try:
             reply = await _resend_once(
                 lambda: client._scripts.acquire(keys=call_keys, args=call_args)
             )
         except OutOfMemoryError as error:
             raise self._out_of_memory_error(error) from error
+        except UNANSWERED:
+            self._unanswered("acquire", owner, rid)
+            raise
         if isinstance(reply, list):
             client._engine._granted(
                 self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
@@ -193,7 +197,8 @@ class AsyncRLock(LockBase):
         hold = self._release_prepare(owner, remember_lost)
         keys = self.keys
         call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
-        call_args = [owner, engine.publish_command, request_id()]
+        rid = self._request_id("release", owner)
+        call_args = [owner, engine.publish_command, rid]
         try:
             left = int(
                 await _resend_once(
@@ -201,6 +206,8 @@ class AsyncRLock(LockBase):
                 )
             )
         except BaseException as error:
+            if isinstance(error, UNANSWERED):
+                self._unanswered("release", owner, rid)
             self._release_failed(hold, error)
             raise
         self._release_settle(hold, left, "task", remember_lost)
