@@ -25,8 +25,9 @@ import logging
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -88,6 +89,13 @@ def resend_once(call: Callable[[], T]) -> T:
         return call()
 
 
+@dataclass(frozen=True, slots=True)
+class _ScriptCall:
+    keys: list[str]
+    args: list[str | int]
+    rid: str  # the request id inside args, kept if the call goes unanswered
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -117,6 +125,53 @@ class LockBase:
     def name(self) -> str:
         """The lock's name, as the caller gave it."""
         return self.keys.name
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> _ScriptCall:
+        """The keys and arguments of one acquire script call (see scripts.ACQUIRE)."""
+        keys = self.keys
+        ttl = self._registry.watchdog_timeout if lease is None else lease
+        rid = self._request_id("acquire", owner)
+        return _ScriptCall(
+            keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid],
+            rid=rid,
+        )
+
+    def _release_call(self, owner: str) -> _ScriptCall:
+        """The keys and arguments of one release script call (see scripts.RELEASE)."""
+        keys = self.keys
+        rid = self._request_id("release", owner)
+        return _ScriptCall(
+            keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
+            args=[owner, self._registry.publish_command, rid],
+            rid=rid,
+        )
+
+    def _acquire_failed(self, error: Exception, owner: str, call: _ScriptCall) -> NoReturn:
+        """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
+        if isinstance(error, OutOfMemoryError):
+            raise self._out_of_memory_error(error) from error
+        self._unanswered("acquire", owner, call.rid)
+        raise error
+
+    def _acquire_reply(
+        self, reply: Any, owner: str, lease: float | None, sent_at: float
+    ) -> float | None:
+        """Record a grant (None), or the seconds to wait at most before trying again."""
+        registry = self._registry
+        if isinstance(reply, list):
+            registry._granted(
+                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+            )
+            return None
+        pttl_ms = int(reply)
+        if pttl_ms < 0:
+            # Held with no expiry (someone wrote the key by hand): look again
+            # after one watchdog timeout rather than never.
+            return registry.watchdog_timeout
+        return max(pttl_ms, 1) / 1000
 
     def _request_id(self, kind: str, owner: str) -> str:
         """The id for the owner's next ``kind`` call: a new one, or the unanswered one.
@@ -198,7 +253,9 @@ class LockBase:
             if hold.count <= 0 or left == 0:
                 registry._forget_hold(hold)
 
-    def _release_failed(self, hold: Hold | None, error: BaseException) -> None:
+    def _release_failed(
+        self, hold: Hold | None, error: BaseException, owner: str, call: _ScriptCall
+    ) -> None:
         """The release script failed (Redis unreachable, reply lost...).
 
         Whether Redis applied it is unknown, so the hold is not kept alive: its
@@ -207,6 +264,8 @@ class LockBase:
         timeout. Retrying the release is safe: a second one that finds nothing
         to release raises LockNotOwnedError and changes nothing.
         """
+        if isinstance(error, UNANSWERED):
+            self._unanswered("release", owner, call.rid)
         if hold is None:
             return
         registry = self._registry
@@ -331,36 +390,21 @@ class RLock(LockBase):
         ``via`` is another connection to the same server to send it on (RedLock
         uses one with a short timeout).
         """
-        ttl = self.client.watchdog_timeout if lease is None else lease
-        keys = self.keys
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
-        call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
-        rid = self._request_id("acquire", owner)
-        call_args: list[str | int] = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
 
         def send() -> Any:
-            return self.client._acquire(keys=call_keys, args=call_args, client=via)
+            return self.client._acquire(keys=call.keys, args=call.args, client=via)
 
         try:
             # RedLock (`via`) bounds each server to one short attempt: no resend.
             reply = send() if via is not None else resend_once(send)
-        except OutOfMemoryError as error:
-            raise self._out_of_memory_error(error) from error
-        except UNANSWERED:
-            self._unanswered("acquire", owner, rid)
-            raise
-        if isinstance(reply, list):
-            self.client._granted(
-                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
-            )
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            self._acquire_failed(error, owner, call)
+        wait = self._acquire_reply(reply, owner, lease, sent_at)
+        if wait is None:
             self._local.lost = False
-            return None
-        pttl_ms = int(reply)
-        if pttl_ms < 0:
-            # Held with no expiry (someone wrote the key by hand): look again
-            # after one watchdog timeout rather than never.
-            return self.client.watchdog_timeout
-        return max(pttl_ms, 1) / 1000
+        return wait
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
@@ -397,16 +441,11 @@ class RLock(LockBase):
         client = self.client
         owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
-        keys = self.keys
-        call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
-        rid = self._request_id("release", owner)
-        call_args = [owner, client.publish_command, rid]
+        call = self._release_call(owner)
         try:
-            left = int(resend_once(lambda: client._scripts.release(keys=call_keys, args=call_args)))
+            left = int(resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args)))
         except BaseException as error:
-            if isinstance(error, UNANSWERED):
-                self._unanswered("release", owner, rid)
-            self._release_failed(hold, error)
+            self._release_failed(hold, error, owner, call)
             raise
         self._release_settle(hold, left, "thread", self._remember_lost)
 

@@ -130,6 +130,9 @@ def test_async_with_raises_lock_timeout_and_a_lease_expires(redis_url: str, r: r
         with pytest.raises(LockLostError):
             await lock.release()
         assert lock.lost
+        assert await lock.acquire(blocking=False)
+        assert not lock.lost  # a new grant clears it for this task
+        await lock.release()
 
     run(redis_url, scenario)
     assert_clean(r, "leased")

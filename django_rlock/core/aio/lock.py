@@ -30,7 +30,7 @@ from redis.exceptions import OutOfMemoryError
 from django_rlock.core import clock
 from django_rlock.core.identity import task_owner
 from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase
-from django_rlock.core.names import check_lease, check_timeout, milliseconds
+from django_rlock.core.names import check_lease, check_timeout
 
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
@@ -112,7 +112,9 @@ class AsyncRLock(LockBase):
         If the caller is cancelled while the call is in flight, the call still
         completes, and a grant it brings is given back at once.
         """
-        call = self.client._spawn(self._acquire_script(owner, lease, waiter_id, sleep))
+        call = self.client._spawn(
+            self._acquire_script(owner, lease, waiter_id, sleep, asyncio.current_task())
+        )
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -120,36 +122,25 @@ class AsyncRLock(LockBase):
             raise
 
     async def _acquire_script(
-        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str,
+        sleep: float,
+        caller: asyncio.Task[Any] | None,
     ) -> float | None:
-        client = self.client
-        ttl = client.watchdog_timeout if lease is None else lease
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
-        keys = self.keys
-        call_keys = [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
-        rid = self._request_id("acquire", owner)
-        call_args = [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
         try:
             reply = await _resend_once(
-                lambda: client._scripts.acquire(keys=call_keys, args=call_args)
+                lambda: self.client._scripts.acquire(keys=call.keys, args=call.args)
             )
-        except OutOfMemoryError as error:
-            raise self._out_of_memory_error(error) from error
-        except UNANSWERED:
-            self._unanswered("acquire", owner, rid)
-            raise
-        if isinstance(reply, list):
-            client._engine._granted(
-                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
-            )
-            task = asyncio.current_task()
-            if task is not None:
-                self._lost_tasks.pop(task, None)
-            return None
-        pttl_ms = int(reply)
-        if pttl_ms < 0:
-            return client.watchdog_timeout
-        return max(pttl_ms, 1) / 1000
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            self._acquire_failed(error, owner, call)
+        wait = self._acquire_reply(reply, owner, lease, sent_at)
+        if wait is None and caller is not None:
+            self._lost_tasks.pop(caller, None)
+        return wait
 
     def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
         if call.cancelled() or call.exception() is not None or call.result() is not None:
@@ -188,27 +179,20 @@ class AsyncRLock(LockBase):
         await asyncio.shield(call)
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
-        engine = self.client._engine
-
         def remember_lost() -> None:
             if caller is not None:
                 self._lost_tasks[caller] = True
 
         hold = self._release_prepare(owner, remember_lost)
-        keys = self.keys
-        call_keys = [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
-        rid = self._request_id("release", owner)
-        call_args = [owner, engine.publish_command, rid]
+        call = self._release_call(owner)
         try:
             left = int(
                 await _resend_once(
-                    lambda: self.client._scripts.release(keys=call_keys, args=call_args)
+                    lambda: self.client._scripts.release(keys=call.keys, args=call.args)
                 )
             )
         except BaseException as error:
-            if isinstance(error, UNANSWERED):
-                self._unanswered("release", owner, rid)
-            self._release_failed(hold, error)
+            self._release_failed(hold, error, owner, call)
             raise
         self._release_settle(hold, left, "task", remember_lost)
 
