@@ -42,7 +42,10 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process on 127.0.0.1, started and stopped by the tests."""
 
-    def __init__(self, *extra_args: str, port: int | None = None) -> None:
+    def __init__(
+        self, *extra_args: str, port: int | None = None, binary: str | None = None
+    ) -> None:
+        self.binary = binary
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="rlock-redis-")
@@ -57,7 +60,7 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         args = [
-            redis_server_binary(),
+            self.binary or redis_server_binary(),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", self.dir,

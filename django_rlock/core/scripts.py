@@ -283,10 +283,13 @@ class OomSafeScript:
         self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
     ) -> Any:
         """Run the script as :class:`Script` does (EVALSHA, loading it on NOSCRIPT)."""
+        # The variant this call uses, read once: another thread may switch
+        # `_script` to the plain one while this call is still failing on the flag.
+        script = self._script
         try:
-            return self._script(keys=keys or [], args=args or [], client=client)
+            return script(keys=keys or [], args=args or [], client=client)
         except ResponseError as error:
-            if not self.flagged or not is_unsupported_shebang(error):
+            if script is self._plain or not is_unsupported_shebang(error):
                 raise
             self._script = self._plain
             return self._plain(keys=keys or [], args=args or [], client=client)
