@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench soak clean
+.PHONY: demo test matrix lint bench soak clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,15 @@ $(STAMP): setup.cfg pyproject.toml
 demo: $(STAMP)
 	cd example_project && $(abspath $(BIN))/python -m demo $(DEMO_ARGS)
 
+# The suite against what we ship (noxfile.py): build and check the sdist and the
+# wheel, install the wheel in a fresh virtualenv, run pytest from a copy of the
+# test tree. PYTEST_ARGS="tests/core -x" narrows it.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/nox -s tests -- $(PYTEST_ARGS)
+
+# Every supported Python / Django / Celery / redis-py / server line (nox -l lists them).
+matrix: $(STAMP)
+	$(BIN)/nox -s matrix
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,4 +42,4 @@ soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .nox build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
