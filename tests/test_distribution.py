@@ -35,7 +35,7 @@ def test_the_packages_under_test_are_the_installed_ones_not_the_source_tree() ->
     tree = source_tree().resolve()
     for package in (django_rlock, celery_rlock):
         location = Path(package.__file__ or "").resolve().parent
-        assert location != tree / package.__name__, f"{package.__name__} imported from the source tree"
+        assert location != tree / package.__name__, f"{package.__name__} comes from the source tree"
         assert "site-packages" in location.parts
 
 
