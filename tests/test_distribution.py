@@ -8,6 +8,7 @@ checkout the wheel was built from.
 from __future__ import annotations
 
 import os
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -63,3 +64,11 @@ def test_the_wheel_carries_the_license_and_metadata_users_see() -> None:
     assert meta["Version"] == django_rlock.__version__
     assert "Framework :: Django" in (meta.get_all("Classifier") or [])
     assert meta.get_all("Project-URL")
+
+
+def test_the_readme_links_work_on_a_package_index() -> None:
+    # README.md is the long description: on a package index a relative link (a docs
+    # page, an in-page anchor) leads nowhere, so every link is absolute.
+    readme = (source_tree() / "README.md").read_text()
+    relative = re.findall(r"\]\((?!https?://)([^)]*)\)", readme)
+    assert not relative, f"README.md links that only work inside the repository: {relative}"
