@@ -41,6 +41,7 @@ __all__ = [
     "alias_params",
     "aliases",
     "busy_response",
+    "check_busy_response",
     "key_prefix",
     "lock_settings",
     "lookup",
@@ -204,11 +205,24 @@ def busy_response(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> Bus
     ``(request, error) -> HttpResponse``, given itself or as a dotted path.
     """
     found, source = lookup("BUSY_RESPONSE", alias, value)
+    return check_busy_response(found, source)
+
+
+def check_busy_response(found: object, source: str, *, resolve: bool = True) -> BusyResponse:
+    """``found`` as a BUSY_RESPONSE, or LockSettingError naming ``source``.
+
+    ``resolve=False`` checks a dotted path's shape without importing it: a
+    decorator checks its argument while its own module may be half imported.
+    """
     if isinstance(found, int) and not isinstance(found, bool) and 100 <= found <= 599:
         return found
     if found == "raise" or callable(found):
-        return found  # type: ignore[no-any-return]  # narrowed to a callable or "raise"
-    if isinstance(found, str):
+        return found  # type: ignore[return-value]  # narrowed to a callable or "raise"
+    if isinstance(found, str) and not resolve:
+        module, _, attribute = found.rpartition(".")
+        if module and all(part.isidentifier() for part in (*module.split("."), attribute)):
+            return found
+    elif isinstance(found, str):
         try:
             handler = import_string(found)
         except ImportError as error:

