@@ -18,8 +18,9 @@ the system checks in :mod:`django_rlock.checks` call the same readers.
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from django.conf import settings
@@ -41,7 +42,9 @@ __all__ = [
     "alias_params",
     "aliases",
     "busy_response",
+    "check_alias_keys",
     "check_busy_response",
+    "check_options",
     "key_prefix",
     "lock_settings",
     "lookup",
@@ -113,6 +116,65 @@ def alias_params(alias: str) -> dict[str, Any]:
             f"the lock alias {alias!r} is not in RLOCKS (configured: {', '.join(configured)})"
         )
     return configured[alias]
+
+
+def check_alias_keys(alias: str, params: Mapping[str, object]) -> None:
+    """Refuse a key of ``RLOCKS[alias]`` that no backend reads (a typo must not fall back).
+
+    ``LOCATON`` would otherwise leave the default ``LOCATION`` in force: a
+    lock on 127.0.0.1:6379 instead of the server meant.
+    """
+    for key in params:
+        if key not in ALIAS_KEYS:
+            raise LockSettingError(
+                f"RLOCKS[{alias!r}] has an unknown key {key!r}{_did_you_mean(key, ALIAS_KEYS)}; "
+                f"known keys: {', '.join(sorted(ALIAS_KEYS))}",
+                check_id="django_rlock.E007",
+            )
+
+
+def check_options(
+    alias: str, options: Mapping[str, object], accepted: Mapping[str, object], what: str
+) -> None:
+    """Refuse an ``OPTIONS`` key not in ``accepted``, or a value of the wrong kind.
+
+    ``accepted`` maps each option to its default (see
+    :func:`django_rlock.core.connection.connection_options`): an option whose
+    default is a bool takes a bool, one whose default is a number takes a
+    number or None. ``what`` names what the options are passed to.
+    """
+    where = f"RLOCKS[{alias!r}]['OPTIONS']"
+    for key, value in options.items():
+        if key not in accepted:
+            raise LockSettingError(
+                f"{where} has an unknown key {key!r}{_did_you_mean(key, accepted)}: "
+                f"it is not an option of {what}",
+                check_id="django_rlock.E007",
+            )
+        default = accepted[key]
+        if isinstance(default, bool):
+            wrong = not isinstance(value, bool)
+            wanted = "True or False"
+        elif isinstance(default, int | float):
+            wrong = value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            )
+            wanted = "a number or None"
+        else:
+            continue
+        if wrong:
+            raise LockSettingError(
+                f"{where}[{key!r}] must be {wanted}, got {value!r}", check_id="django_rlock.E003"
+            )
+
+
+def _did_you_mean(key: object, known: Iterable[str]) -> str:
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    if not close:
+        close = [name for name in known if name.lower() == key.lower()]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def lookup(
@@ -217,7 +279,7 @@ def check_busy_response(found: object, source: str, *, resolve: bool = True) -> 
     if isinstance(found, int) and not isinstance(found, bool) and 100 <= found <= 599:
         return found
     if found == "raise" or callable(found):
-        return found  # type: ignore[return-value]  # narrowed to a callable or "raise"
+        return found
     if isinstance(found, str) and not resolve:
         module, _, attribute = found.rpartition(".")
         if module and all(part.isidentifier() for part in (*module.split("."), attribute)):

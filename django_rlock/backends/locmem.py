@@ -312,6 +312,7 @@ class LocMemLockBackend(BaseLockBackend):
                 f"name), not {type(location).__name__}",
                 check_id="django_rlock.E003",
             )
+        self._check_options({}, "the LocMem backend, which takes none")
         self.location = location
         self.store = _store(location)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import redis
@@ -39,6 +39,7 @@ from django_rlock.core.connection import (
     SENTINEL_SCHEMES,
     RedisClient,
     check_url,
+    connection_options,
     derive_client,
     from_url,
     redact_url,
@@ -75,6 +76,10 @@ class RedisLockBackend(BaseLockBackend):
         self.location = self._check_location(params)
         self.min_replicas = conf.min_replicas(alias)
         self.replica_sync_timeout = conf.replica_sync_timeout(alias)
+        if self.cache_alias is not None:
+            self._check_options({}, "an alias using CACHE (the cache's own OPTIONS apply)")
+        else:
+            self._check_options(*self._accepted_options())
         self._client: LockClient | None = None
         self._redis: RedisClient | None = None  # the client we built, and so close
         # asyncio clients are bound to their event loop: one per loop.
@@ -109,6 +114,10 @@ class RedisLockBackend(BaseLockBackend):
                 check_id="django_rlock.E003",
             ) from None
         return location
+
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """The OPTIONS this alias's client takes, with defaults, and what takes them."""
+        return connection_options(self.location), "redis-py's client for its LOCATION"
 
     @property
     def client(self) -> LockClient:

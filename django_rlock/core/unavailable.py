@@ -42,8 +42,7 @@ def unavailable_error(
     """The error for ``action`` on lock ``name`` (None: no single lock) failing with ``error``."""
     what = f"{action} lock {name!r}" if name is not None else action
     return LockUnavailableError(
-        f"cannot {what}: the lock server {server} is unreachable "
-        f"({type(error).__name__}: {error})",
+        f"cannot {what}: the lock server {server} is unreachable ({type(error).__name__}: {error})",
         name=name,
         server=server,
     )

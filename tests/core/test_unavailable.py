@@ -33,8 +33,8 @@ def url_of(server: RedisServer) -> str:
     return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0?socket_connect_timeout=2"
 
 
-def assert_unavailable(error: BaseException, *, name: str | None, port: int) -> None:
-    assert isinstance(error, LockUnavailableError)
+def assert_unavailable(error: BaseException, *, name: str | None, port: int, what: str) -> None:
+    assert isinstance(error, LockUnavailableError), what
     assert isinstance(error, LockError) and isinstance(error, ConnectionError)
     assert error.name == name
     assert error.server == f"redis://***@127.0.0.1:{port}/0?socket_connect_timeout=2"
@@ -67,22 +67,26 @@ def test_every_sync_call_names_the_url_without_its_password(
         for what, (name, call) in calls.items():
             with pytest.raises(LockUnavailableError) as caught:
                 call()
-            assert_unavailable(caught.value, name=name, port=guarded_server.port), what
+            assert_unavailable(caught.value, name=name, port=guarded_server.port, what=what)
 
 
 def test_a_refused_connection_on_first_use_is_unavailable_too() -> None:
     port = free_port()
-    with LockClient(f"redis://127.0.0.1:{port}/0", key_prefix="u") as client:
-        with pytest.raises(LockUnavailableError, match=rf"redis://127\.0\.0\.1:{port}/0"):
-            client.lock("x").acquire()
+    with (
+        LockClient(f"redis://127.0.0.1:{port}/0", key_prefix="u") as client,
+        pytest.raises(LockUnavailableError, match=rf"redis://127\.0\.0\.1:{port}/0"),
+    ):
+        client.lock("x").acquire()
 
 
 def test_a_client_instance_is_named_by_host_and_port() -> None:
     port = free_port()
     caller = redis.Redis(host="127.0.0.1", port=port, password=PASSWORD)
-    with LockClient(caller, key_prefix="u") as client:
-        with pytest.raises(LockUnavailableError) as caught:
-            client.lock("x").locked()
+    with (
+        LockClient(caller, key_prefix="u") as client,
+        pytest.raises(LockUnavailableError) as caught,
+    ):
+        client.lock("x").locked()
     assert caught.value.server == f"127.0.0.1:{port}"
     assert PASSWORD not in str(caught.value)
     caller.close()
@@ -109,6 +113,6 @@ def test_every_async_call_names_the_url_without_its_password(
             for what, (name, call) in calls.items():
                 with pytest.raises(LockUnavailableError) as caught:
                     await call()
-                assert_unavailable(caught.value, name=name, port=guarded_server.port), what
+                assert_unavailable(caught.value, name=name, port=guarded_server.port, what=what)
 
     asyncio.run(scenario())

@@ -135,9 +135,7 @@ def test_settings_and_pythonpath_work_in_a_real_process(
 def test_traceback_option_is_honoured_in_a_real_process() -> None:
     """tests/django_settings.py points ``default`` at port 1, where nothing listens."""
     plain = run_manage("inspect", "x", "--settings=tests.django_settings")
-    traced = run_manage(
-        "inspect", "x", "--traceback", "--settings=tests.django_settings"
-    )
+    traced = run_manage("inspect", "x", "--traceback", "--settings=tests.django_settings")
     assert plain.returncode == traced.returncode == 1
     assert "Traceback" not in plain.stderr and "Traceback" in traced.stderr
     assert "LockUnavailableError" in traced.stderr
