@@ -14,7 +14,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_rlock.core import LockClient, LockNotOwnedError, LockTimeout, RLock
+from django_rlock.core import (
+    LockClient,
+    LockNotOwnedError,
+    LockTimeout,
+    LockUnavailableError,
+    RLock,
+)
 from django_rlock.core.identity import process_id
 from tests.servers import RedisServer, free_port
 
@@ -192,6 +198,16 @@ def test_bad_arguments_raise_value_error(
     assert r.dbsize() == 0
 
 
+def test_a_non_blocking_lock_with_a_timeout_is_refused_when_built(
+    lock_client: LockClient,
+) -> None:
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock_client.lock("args", blocking=False, timeout=5)
+    with pytest.raises(ValueError, match="blocking must be True or False"):
+        lock_client.lock("args", blocking="no")  # type: ignore[arg-type]
+    assert lock_client.lock("args", blocking=False).blocking is False
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -222,8 +238,9 @@ def test_unreachable_redis_fails_fast_naming_the_server_and_keeps_no_state() -> 
     )
     lock = client.lock("nowhere")
     started = time.monotonic()
-    with pytest.raises(redis.ConnectionError, match=f"127.0.0.1:{port}"):
+    with pytest.raises(LockUnavailableError, match=f"127.0.0.1:{port}") as caught:
         lock.acquire()
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
     assert time.monotonic() - started < 10
     assert client._holds == {}
     assert lock.token is None and not lock.lost
@@ -295,7 +312,7 @@ def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)
         try:
-            with pytest.raises(redis.RedisError):
+            with pytest.raises(LockUnavailableError):
                 lock.release()
         finally:
             server.process.send_signal(signal.SIGCONT)
