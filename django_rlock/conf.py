@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
 from django_rlock.core.exceptions import LockTimeout
-from django_rlock.core.names import check_key_prefix
+from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
@@ -216,8 +216,17 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
-    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (> 0)."""
-    return _positive_seconds("WATCHDOG_TIMEOUT", alias)
+    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (>= 0.5).
+
+    The floor is :data:`~django_rlock.core.names.MIN_WATCHDOG_TIMEOUT`: below
+    it renewals cannot be relied on to arrive in time.
+    """
+    seconds = _positive_seconds("WATCHDOG_TIMEOUT", alias)
+    try:
+        return check_watchdog_timeout(seconds)
+    except ValueError as error:
+        _, source = lookup("WATCHDOG_TIMEOUT", alias)
+        raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
 
 
 def _positive_seconds(name: str, alias: str | None) -> float:

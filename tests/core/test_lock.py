@@ -22,6 +22,7 @@ from django_rlock.core import (
     RLock,
 )
 from django_rlock.core.identity import process_id
+from django_rlock.core.names import MIN_WATCHDOG_TIMEOUT
 from tests.servers import RedisServer, free_port
 
 
@@ -325,3 +326,11 @@ def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
             lock.release()
         client.close()
         raw.close()
+
+
+@pytest.mark.parametrize("timeout", [0.1, 0.49])
+def test_a_watchdog_timeout_below_the_floor_is_refused(redis_url: str, timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"watchdog_timeout must be at least 0\.5 seconds"):
+        LockClient(redis_url, watchdog_timeout=timeout)
+    with LockClient(redis_url, watchdog_timeout=MIN_WATCHDOG_TIMEOUT) as client:
+        assert client.watchdog_timeout == 0.5

@@ -60,6 +60,11 @@ def test_unknown_setting_name_is_a_value_error() -> None:
     [
         ({"WATCHDOG_TIMEOUT": 0}, "RLOCKS['bad']['WATCHDOG_TIMEOUT'] must be a positive", "E004"),
         ({"WATCHDOG_TIMEOUT": "30"}, "must be a positive number", "E004"),
+        (
+            {"WATCHDOG_TIMEOUT": 0.2},
+            "RLOCKS['bad']['WATCHDOG_TIMEOUT']: watchdog_timeout must be at least 0.5 seconds",
+            "E004",
+        ),
         ({"SLOW_HOLD": -1}, "RLOCKS['bad']['SLOW_HOLD'] must be >= 0", "E004"),
         (
             {"KEY_PREFIX": "a{b}"},
