@@ -49,7 +49,9 @@ import functools
 import inspect
 import logging
 import math
+import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponse
@@ -98,9 +100,11 @@ def locked(
         conf.check_busy_response(busy_response, "the busy_response argument", resolve=False)
 
     def decorator(func: F) -> F:
+        _refuse_a_celery_task(func, key_template)
         signature_source = _signature_source(func)
         template = check_template(key_template, signature_source)
         location = _definition(func)
+        spec = LockedSpec(template, signature_source, using, timeout, lease)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
@@ -116,16 +120,8 @@ def locked(
                 lock.location = location
             return lock
 
-        def busy(args: tuple[Any, ...], error: LockTimeout) -> HttpResponse:
-            request = _request_of(args)
-            if request is None:
-                raise error
-            return _answer_busy(request, error, using, busy_response)
-
-        def unavailable(args: tuple[Any, ...], error: LockUnavailableError) -> HttpResponse:
-            if _request_of(args) is None or conf.busy_response(using, busy_response) == "raise":
-                raise error
-            return unavailable_response(error)
+        def busy(args: tuple[Any, ...], error: LockTimeout | LockUnavailableError) -> HttpResponse:
+            return _answer_busy(args, error, using, busy_response)
 
         if inspect.iscoroutinefunction(func):
 
@@ -134,10 +130,8 @@ def locked(
                 lock = take_async(args, kwargs)
                 try:
                     await lock.__aenter__()
-                except LockTimeout as error:
+                except (LockTimeout, LockUnavailableError) as error:
                     return busy(args, error)
-                except LockUnavailableError as error:
-                    return unavailable(args, error)
                 try:
                     return await func(*args, **kwargs)
                 finally:
@@ -147,18 +141,20 @@ def locked(
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            task = _running_task(wrapper)
+            if task is not None:
+                return _run_as_task(task, func, args, kwargs)
             lock = take(args, kwargs)
             try:
                 lock.__enter__()
-            except LockTimeout as error:
+            except (LockTimeout, LockUnavailableError) as error:
                 return busy(args, error)
-            except LockUnavailableError as error:
-                return unavailable(args, error)
             try:
                 return func(*args, **kwargs)
             finally:
                 lock.release()
 
+        wrapper.__rlock_locked__ = spec  # type: ignore[attr-defined]  # read by celery_rlock
         return cast(F, wrapper)
 
     return decorator
@@ -198,14 +194,80 @@ def unavailable_response(error: LockUnavailableError) -> HttpResponse:
 
 
 def _answer_busy(
-    request: HttpRequest, error: LockTimeout, using: str, option: object
+    args: tuple[Any, ...], error: LockTimeout | LockUnavailableError, using: str, option: object
 ) -> HttpResponse:
+    """A view's answer when its lock stayed busy or its server is unreachable; else raise."""
+    request = _request_of(args)
+    if request is None:
+        raise error
     answer = conf.busy_response(using, option)
     if answer == "raise":
         raise error
+    if isinstance(error, LockUnavailableError):
+        return unavailable_response(error)
     if callable(answer):
         return answer(request, error)
     return busy_response(error, cast(int, answer))
+
+
+@dataclass(frozen=True)
+class LockedSpec:
+    """What ``@locked`` was given, on the wrapper as ``__rlock_locked__``.
+
+    celery_rlock reads it to run a task body decorated here exactly as its
+    own ``locked`` would (``on_busy="retry"``, ``self.request.rlock``...).
+    """
+
+    key_template: KeyTemplate
+    func: Callable[..., Any]
+    using: str
+    timeout: float | None
+    lease: float | None
+
+
+def _refuse_a_celery_task(func: object, key_template: KeyTemplate) -> None:
+    """Refuse to sit above ``@app.task``: the task's registered run could not change."""
+    celery = sys.modules.get("celery")
+    if celery is None:
+        return  # no task can exist
+    from celery.local import Proxy  # noqa: PLC0415 -- only when Celery is in use
+
+    # type(), not isinstance(): a lazy task Proxy would evaluate (and bind) itself.
+    if issubclass(type(func), celery.Task | Proxy):
+        template = key_template if isinstance(key_template, str) else "..."
+        raise TypeError(
+            "put @locked under the task decorator, so that it wraps the task's function:\n"
+            "    @app.task  # or @shared_task\n"
+            f"    @locked({template!r})\n"
+            "    def ...\n"
+            "(or use @app.task(base=celery_rlock.LockedTask, lock=...))"
+        )
+
+
+def _running_task(wrapper: Callable[..., Any]) -> Any:
+    """The Celery task running now whose body is ``wrapper``, else None.
+
+    Read at call time: the decorator cannot tell, when it runs, that
+    ``@app.task`` will wrap it next.
+    """
+    state = sys.modules.get("celery._state")
+    if state is None:
+        return None
+    task = state.get_current_task()
+    if task is None:
+        return None
+    run = task.run
+    return task if getattr(run, "__func__", run) is wrapper else None
+
+
+def _run_as_task(
+    task: Any, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    # celery_rlock builds on django_rlock (never the reverse at import time):
+    # loaded only here, inside a Celery task run.
+    from celery_rlock.decorators import run_task_body  # noqa: PLC0415
+
+    return run_task_body(task, func, args, kwargs)
 
 
 def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
