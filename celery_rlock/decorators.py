@@ -12,6 +12,9 @@ outside a task, the function still runs under its lock, and "retry" and "wait"
 raise LockTimeout when the lock stays busy, as ``Task.retry`` does for a task
 called directly. Above the task decorator it would receive a Task, whose
 registered run it cannot change safely: that is refused at decoration time.
+
+``django_rlock.locked`` under ``@app.task`` behaves exactly like this one (with
+the default ``on_busy``): it hands its runs to :func:`run_task_body`.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from celery.local import Proxy
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS
 from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, SkippedResult, run_locked
+from django_rlock.decorators import LockedSpec
 from django_rlock.keys import KeyTemplate
 
-__all__ = ["locked", "options_of"]
+__all__ = ["locked", "options_of", "run_task_body"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -82,6 +86,28 @@ def locked(
     return decorate
 
 
+def run_task_body(
+    task: Any, func: Callable[..., _R], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _R | SkippedResult:
+    """Run ``func`` as the body of ``task`` under its lock, as ``locked`` does inside a run.
+
+    For a body decorated with ``django_rlock.locked``, which calls this when it
+    finds itself running as a task: one decorator name, one behaviour.
+    """
+    options = options_of(task)
+    if options is None:
+        raise TypeError(f"task {task.name!r} does not run under a lock")
+    return run_locked(
+        options,
+        func,
+        args,
+        kwargs,
+        app=task._get_app(),
+        task=task,
+        body=lambda: func(*args, **kwargs),
+    )
+
+
 def _body_of(task: Any) -> object:
     run = task.run
     return getattr(run, "__func__", run)
@@ -97,6 +123,14 @@ def options_of(task: Any) -> LockOptions | None:
     if not callable(body):
         return None
     try:
-        return _locked_functions.get(body)
+        options = _locked_functions.get(body)
     except TypeError:  # not weak-referenceable: not one of ours
         return None
+    spec = getattr(body, "__rlock_locked__", None)
+    if options is None and isinstance(spec, LockedSpec):
+        # Decorated with django_rlock.locked: the same options, on_busy by default.
+        options = LockOptions.build(
+            spec.key_template, spec.func, timeout=spec.timeout, lease=spec.lease, using=spec.using
+        )
+        _locked_functions[body] = options
+    return options

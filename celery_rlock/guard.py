@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar, get_args
 
-import redis
 from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from django_rlock.core.exceptions import LockLostError, LockTimeout
+from django_rlock.core.exceptions import LockLostError, LockTimeout, LockUnavailableError
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.keys import KeyTemplate, build_key, check_template
 
@@ -248,7 +247,7 @@ def _release(held: TaskLock) -> None:
                 held.held,
             )
             return
-        except (redis.ConnectionError, redis.TimeoutError) as error:
+        except LockUnavailableError as error:
             # Unreleased, the hold would go on being renewed by this process's
             # watchdog: try again over a short blip before giving up.
             if pause is None:

@@ -20,16 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_rlock.decorators import locked
-    from django_rlock.exceptions import InvalidLockBackendError
+    from django_rlock.exceptions import InvalidLockBackendError, LockUnavailableError
     from django_rlock.handler import locks
     from django_rlock.shortcuts import rlock
 
 __version__ = "0.1.0"
 
-__all__ = ["InvalidLockBackendError", "locked", "locks", "rlock"]
+__all__ = ["InvalidLockBackendError", "LockUnavailableError", "locked", "locks", "rlock"]
 
 _LAZY = {
     "InvalidLockBackendError": "django_rlock.exceptions",
+    "LockUnavailableError": "django_rlock.exceptions",
     "locked": "django_rlock.decorators",
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",

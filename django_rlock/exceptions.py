@@ -18,6 +18,7 @@ from django_rlock.core.exceptions import (
     LockNotOwnedError,
     LockOutOfMemoryError,
     LockTimeout,
+    LockUnavailableError,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "LockOutOfMemoryError",
     "LockSettingError",
     "LockTimeout",
+    "LockUnavailableError",
 ]
 
 

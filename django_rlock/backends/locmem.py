@@ -27,7 +27,7 @@ from django_rlock.backends.base import BaseLockBackend, LockInfo, display_owner
 from django_rlock.core import clock
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import RLock
+from django_rlock.core.lock import RLock, check_blocking
 from django_rlock.core.names import LockKeys, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import ReportingLock, send_lost
@@ -129,7 +129,7 @@ class _LocMemRLock(RLock):
         self.keys = LockKeys.build(backend.key_prefix, name)
         self.timeout = check_timeout(timeout)
         self.lease = check_lease(lease)
-        self.blocking = blocking
+        self.blocking = check_blocking(blocking, self.timeout)
         self.lost_callbacks = []
         self._local = threading.local()
         self._store = backend.store
@@ -144,8 +144,7 @@ class _LocMemRLock(RLock):
         """Take the lock (or one more hold on it); see :meth:`RLock.acquire`."""
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        check_blocking(blocking, wait)
         owner, key, store = thread_owner(), self.keys.hash, self._store
         deadline = None if wait is None else clock.monotonic() + wait
         lost: list[_Hold] = []
@@ -313,6 +312,7 @@ class LocMemLockBackend(BaseLockBackend):
                 f"name), not {type(location).__name__}",
                 check_id="django_rlock.E003",
             )
+        self._check_options({}, "the LocMem backend, which takes none")
         self.location = location
         self.store = _store(location)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import redis
@@ -39,10 +39,13 @@ from django_rlock.core.connection import (
     SENTINEL_SCHEMES,
     RedisClient,
     check_url,
+    connection_options,
     derive_client,
     from_url,
+    redact_url,
 )
 from django_rlock.core.names import LockKeys, check_name, escape
+from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import AsyncReportingLock, ReportingLock, send_lost
 
@@ -73,6 +76,10 @@ class RedisLockBackend(BaseLockBackend):
         self.location = self._check_location(params)
         self.min_replicas = conf.min_replicas(alias)
         self.replica_sync_timeout = conf.replica_sync_timeout(alias)
+        if self.cache_alias is not None:
+            self._check_options({}, "an alias using CACHE (the cache's own OPTIONS apply)")
+        else:
+            self._check_options(*self._accepted_options())
         self._client: LockClient | None = None
         self._redis: RedisClient | None = None  # the client we built, and so close
         # asyncio clients are bound to their event loop: one per loop.
@@ -108,6 +115,10 @@ class RedisLockBackend(BaseLockBackend):
             ) from None
         return location
 
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """The OPTIONS this alias's client takes, with defaults, and what takes them."""
+        return connection_options(self.location), "redis-py's client for its LOCATION"
+
     @property
     def client(self) -> LockClient:
         """The engine's client for this alias: built on first use, shared by all threads."""
@@ -141,9 +152,14 @@ class RedisLockBackend(BaseLockBackend):
             watchdog_timeout=self.watchdog_timeout,
             min_replicas=self.min_replicas,
             replica_sync_timeout=self.replica_sync_timeout,
+            server=self.server_label(),
         )
         client.on_lost(send_lost)
         return client
+
+    def server_label(self) -> str:
+        """How errors name this alias's server: the alias, and the URL without credentials."""
+        return f"RLOCKS[{self.alias!r}] ({redact_url(self.location)})"
 
     def lock(
         self,
@@ -201,6 +217,7 @@ class RedisLockBackend(BaseLockBackend):
                 redis.asyncio.Redis(connection_pool=pool),
                 key_prefix=self.key_prefix,
                 watchdog_timeout=self.watchdog_timeout,
+                server=self.server_label(),
             )
             client.on_lost(send_lost)
             self._async_clients[loop] = client
@@ -213,12 +230,13 @@ class RedisLockBackend(BaseLockBackend):
         head = f"{_glob_escape(prefix)}:" if prefix else ""
         match = f"{head}{{{escape(pattern)}}}"
         seen: set[str] = set()
-        for raw in client.redis.scan_iter(match=match, count=_SCAN_BATCH, _type="hash"):
-            key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
-            name = LockKeys.name_of(prefix, key)
-            if name is not None and name not in seen:
-                seen.add(name)  # SCAN may return a key twice
-                yield name
+        with reported_unavailable(client.server, "list locks"):
+            for raw in client.redis.scan_iter(match=match, count=_SCAN_BATCH, _type="hash"):
+                key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+                name = LockKeys.name_of(prefix, key)
+                if name is not None and name not in seen:
+                    seen.add(name)  # SCAN may return a key twice
+                    yield name
 
     def inspect(self, name: str) -> LockInfo | None:
         """Holders, TTL and last fencing token of lock ``name``, read in one round trip."""
@@ -228,7 +246,8 @@ class RedisLockBackend(BaseLockBackend):
         pipe.hgetall(keys.hash)
         pipe.pttl(keys.hash)
         pipe.get(keys.fence)
-        owners, pttl, fence = pipe.execute()
+        with reported_unavailable(client.server, "inspect", keys.name):
+            owners, pttl, fence = pipe.execute()
         if not owners:
             return None
         holders = {

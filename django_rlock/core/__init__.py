@@ -17,6 +17,7 @@ from django_rlock.core.exceptions import (
     LockNotReplicatedError,
     LockOutOfMemoryError,
     LockTimeout,
+    LockUnavailableError,
 )
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
@@ -29,6 +30,7 @@ __all__ = [
     "LockNotReplicatedError",
     "LockOutOfMemoryError",
     "LockTimeout",
+    "LockUnavailableError",
     "MultiLock",
     "RLock",
     "RedLock",

@@ -34,6 +34,7 @@ from django_rlock.core.connection import (
     describe,
     node_client_for_key,
     primaries,
+    redact_url,
     server_major_version,
 )
 from django_rlock.core.exceptions import LockNotReplicatedError
@@ -47,6 +48,7 @@ from django_rlock.core.names import (
 )
 from django_rlock.core.scripts import ACQUIRE, LockScripts
 from django_rlock.core.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
 
@@ -88,6 +90,10 @@ class LockClient:
     lives ``watchdog_timeout`` seconds past the last renewal, renewed every
     third of that while held.
 
+    ``server`` is how errors name the server (for instance
+    :class:`LockUnavailableError` when it cannot be reached); by default the
+    URL without its credentials, or the host and port of a passed-in client.
+
     ``min_replicas`` (Redisson's checkLockSyncedSlaves) makes every acquire
     wait, with WAIT, until that many replicas have the grant, at most
     ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
@@ -102,6 +108,7 @@ class LockClient:
         watchdog_timeout: float = 30.0,
         min_replicas: int = 0,
         replica_sync_timeout: float = 1.0,
+        server: str | None = None,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
         self.watchdog_timeout = check_watchdog_timeout(watchdog_timeout)
@@ -116,6 +123,10 @@ class LockClient:
         self.min_replicas = min_replicas
         self.replica_sync_timeout = float(replica_sync_timeout)
         client, self._owns_redis = connect(connection)
+        #: How errors name the server: never with its credentials.
+        self.server = server or (
+            redact_url(connection) if isinstance(connection, str) else describe(client)
+        )
         #: The caller's client. On a cluster it is a RedisCluster, which offers
         #: every key command the locks and their callers use; it is typed as
         #: redis.Redis so that single-server code keeps type-checking.
@@ -128,7 +139,9 @@ class LockClient:
         self.slot_of: Callable[[str], int] | None = None
         if self.cluster is not None:
             self.slot_of = slot_of
-            if self._sharded_pubsub(self.cluster):
+            with reported_unavailable(self.server, "connect to the cluster"):
+                sharded = self._sharded_pubsub(self.cluster)
+            if sharded:
                 self.publish_command = "spublish"
         self._scripts = LockScripts(self.redis)
         self._renewal_redis = derive_client(client, **self._renewal_timeouts())

@@ -25,6 +25,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -41,6 +42,7 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
     import redis
@@ -48,7 +50,15 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
 
-__all__ = ["LOST_REPLY", "UNANSWERED", "LockBase", "RLock", "request_id", "resend_once"]
+__all__ = [
+    "LOST_REPLY",
+    "UNANSWERED",
+    "LockBase",
+    "RLock",
+    "check_blocking",
+    "request_id",
+    "resend_once",
+]
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -89,6 +99,17 @@ def resend_once(call: Callable[[], T]) -> T:
         return call()
 
 
+def check_blocking(blocking: object, timeout: float | None) -> bool:
+    """``blocking``: a bool, False only without a ``timeout`` (one attempt waits for nothing)."""
+    if not isinstance(blocking, bool):
+        raise ValueError(f"blocking must be True or False, got {blocking!r}")
+    if not blocking and timeout is not None:
+        raise ValueError(
+            f"can't specify a timeout for a non-blocking call (blocking=False, timeout={timeout!r})"
+        )
+    return blocking
+
+
 @dataclass(frozen=True, slots=True)
 class _ScriptCall:
     keys: list[str]
@@ -117,7 +138,7 @@ class LockBase:
         self.keys = LockKeys.build(registry.key_prefix, name)
         self.timeout = check_timeout(timeout)
         self.lease = check_lease(lease)
-        self.blocking = blocking
+        self.blocking = check_blocking(blocking, self.timeout)
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -125,6 +146,10 @@ class LockBase:
     def name(self) -> str:
         """The lock's name, as the caller gave it."""
         return self.keys.name
+
+    def _reachable(self, action: str) -> AbstractContextManager[None]:
+        """Around a public call: redis-py's connection errors become LockUnavailableError."""
+        return reported_unavailable(self._registry.server, action, self.name)
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
@@ -341,8 +366,13 @@ class RLock(LockBase):
         """
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        check_blocking(blocking, wait)
+        with self._reachable("acquire"):
+            return self._acquire_waiting(blocking, wait, lease_seconds)
+
+    def _acquire_waiting(
+        self, blocking: bool, wait: float | None, lease_seconds: float | None
+    ) -> bool:
         owner = thread_owner()
         started = clock.monotonic()
         pttl = self._attempt(owner, lease_seconds)
@@ -442,11 +472,14 @@ class RLock(LockBase):
         owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
         call = self._release_call(owner)
-        try:
-            left = int(resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args)))
-        except BaseException as error:
-            self._release_failed(hold, error, owner, call)
-            raise
+        with self._reachable("release"):
+            try:
+                left = int(
+                    resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args))
+                )
+            except BaseException as error:
+                self._release_failed(hold, error, owner, call)
+                raise
         self._release_settle(hold, left, "thread", self._remember_lost)
 
     def _remember_lost(self) -> None:
@@ -458,30 +491,35 @@ class RLock(LockBase):
         For operators and recovery code: the holder learns of it at its next
         renewal or release (as a lost lock).
         """
-        return bool(
-            self.client._scripts.force_release(
-                keys=[self.keys.hash, self.keys.channel], args=[self.client.publish_command]
+        with self._reachable("force-release"):
+            return bool(
+                self.client._scripts.force_release(
+                    keys=[self.keys.hash, self.keys.channel], args=[self.client.publish_command]
+                )
             )
-        )
 
     # -- inspecting ---------------------------------------------------------------
 
     def locked(self) -> bool:
         """True when anyone holds the lock."""
-        return bool(self.client.redis.exists(self.keys.hash))
+        with self._reachable("inspect"):
+            return bool(self.client.redis.exists(self.keys.hash))
 
     def owned(self) -> bool:
         """True when the calling thread holds the lock (asks Redis)."""
-        return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
+        with self._reachable("inspect"):
+            return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
 
     def hold_count(self) -> int:
         """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
-        count = self.client.redis.hget(self.keys.hash, thread_owner())
+        with self._reachable("inspect"):
+            count = self.client.redis.hget(self.keys.hash, thread_owner())
         return 0 if count is None else int(count)
 
     def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
-        pttl = int(self.client.redis.pttl(self.keys.hash))
+        with self._reachable("inspect"):
+            pttl = int(self.client.redis.pttl(self.keys.hash))
         if pttl == -2:
             return None
         if pttl == -1:

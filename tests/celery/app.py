@@ -22,6 +22,7 @@ from celery.signals import worker_process_init
 from django.conf import settings
 
 from celery_rlock import LockedTask, locked
+from django_rlock import locked as django_locked
 from django_rlock.signals import lock_acquired, lock_released
 
 app = Celery("rlock_tests", set_as_current=False)
@@ -129,6 +130,13 @@ def critical_raise(self: Task, run: str, hold: float = 0.0, gate: bool = False) 
 @app.task(bind=True, max_retries=50)
 @locked("crit:{run}", on_busy="wait")
 def critical_decorated(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    return work(self, run, hold, gate)
+
+
+@app.task(bind=True, max_retries=50)
+@django_locked("crit:{run}")
+def critical_django_decorated(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """django_rlock's @locked under @app.task: the same as celery_rlock's (on_busy="retry")."""
     return work(self, run, hold, gate)
 
 

@@ -8,6 +8,10 @@ import pytest
 from celery import Celery
 
 from celery_rlock import LockedTask, locked
+from celery_rlock.decorators import options_of
+from celery_rlock.guard import LockOptions
+from django_rlock import locked as django_locked
+from tests.celery import app as test_app
 
 
 def define(**options: Any) -> Any:
@@ -60,3 +64,25 @@ def test_locked_checks_its_template_at_decoration() -> None:
 
     with pytest.raises(ValueError, match="has no parameter 'id'"):
         locked("order:{id}")(charge)
+
+
+def test_django_rlock_locked_above_the_task_decorator_says_what_to_write() -> None:
+    app = Celery("definition-test", set_as_current=False)
+
+    def charge(order_id: int) -> None: ...
+
+    for task in (app.task(charge), app.task(shared=False)(charge)):
+        with pytest.raises(TypeError) as caught:
+            django_locked("order:{order_id}")(task)
+        assert "put @locked under the task decorator" in str(caught.value)
+        assert "    @app.task  # or @shared_task\n    @locked('order:{order_id}')" in str(
+            caught.value
+        )
+
+
+def test_django_rlock_locked_under_the_task_decorator_keeps_the_task() -> None:
+    task = test_app.critical_django_decorated
+    assert hasattr(task, "delay")
+    assert options_of(task) == LockOptions.build(
+        "crit:{run}", task.run, timeout=None, lease=None, using="default"
+    )

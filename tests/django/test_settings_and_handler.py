@@ -60,6 +60,11 @@ def test_unknown_setting_name_is_a_value_error() -> None:
     [
         ({"WATCHDOG_TIMEOUT": 0}, "RLOCKS['bad']['WATCHDOG_TIMEOUT'] must be a positive", "E004"),
         ({"WATCHDOG_TIMEOUT": "30"}, "must be a positive number", "E004"),
+        (
+            {"WATCHDOG_TIMEOUT": 0.2},
+            "RLOCKS['bad']['WATCHDOG_TIMEOUT']: watchdog_timeout must be at least 0.5 seconds",
+            "E004",
+        ),
         ({"SLOW_HOLD": -1}, "RLOCKS['bad']['SLOW_HOLD'] must be >= 0", "E004"),
         (
             {"KEY_PREFIX": "a{b}"},
@@ -84,6 +89,53 @@ def test_bad_alias_settings_are_improperly_configured(
         locks["bad"]
     assert isinstance(caught.value, ImproperlyConfigured)
     assert caught.value.check_id == f"django_rlock.{check_id}"
+
+
+@pytest.mark.parametrize(
+    ("params", "message", "check_id"),
+    [
+        ({"LOCATON": "redis://x"}, "RLOCKS['bad'] has an unknown key 'LOCATON'", "E007"),
+        ({"OPTIONS": {"pasword": "x"}}, "OPTIONS'] has an unknown key 'pasword'", "E007"),
+        ({"CACHE": "redis", "OPTIONS": {"db": 1}}, "not an option of an alias using CACHE", "E007"),
+        (
+            {"BACKEND": "django_rlock.backends.locmem.LocMemLockBackend", "OPTIONS": {"db": 1}},
+            "not an option of the LocMem backend",
+            "E007",
+        ),
+        (
+            {"OPTIONS": {"socket_timeout": "5"}},
+            "RLOCKS['bad']['OPTIONS']['socket_timeout'] must be a number or None, got '5'",
+            "E003",
+        ),
+        (
+            {"OPTIONS": {"ssl": "yes"}},
+            "RLOCKS['bad']['OPTIONS']['ssl'] must be True or False",
+            "E003",
+        ),
+    ],
+)
+def test_unknown_keys_and_wrong_option_types_are_refused_when_built(
+    settings: SettingsWrapper, params: dict[str, Any], message: str, check_id: str
+) -> None:
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {"BACKEND": "django_rlock.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1"},
+    }
+    settings.RLOCKS = {"default": {}, "bad": params}
+    with pytest.raises(LockSettingError) as caught:
+        locks["bad"]
+    assert message in str(caught.value)
+    assert caught.value.check_id == f"django_rlock.{check_id}"
+
+
+def test_redis_py_options_are_accepted_and_used(
+    settings: SettingsWrapper, redis_url: str, r: redis.Redis
+) -> None:
+    options = {"socket_timeout": 5, "health_check_interval": 10, "client_name": "rlock-opts"}
+    settings.RLOCKS = {"default": {"LOCATION": redis_url, "OPTIONS": options}}
+    with locks["default"].lock("opts"):
+        names = [client.get("name") for client in r.client_list()]
+    assert "rlock-opts" in names
 
 
 def test_unknown_alias_is_an_invalid_lock_backend_error() -> None:
@@ -199,7 +251,13 @@ def test_create_backend_checks_the_backend_path_type(settings: SettingsWrapper) 
 
 
 def test_package_exports_lazily_without_settings() -> None:
-    assert sorted(django_rlock.__all__) == ["InvalidLockBackendError", "locked", "locks", "rlock"]
+    assert sorted(django_rlock.__all__) == [
+        "InvalidLockBackendError",
+        "LockUnavailableError",
+        "locked",
+        "locks",
+        "rlock",
+    ]
     code = (
         "import django_rlock, django_rlock.core, sys\n"
         "assert 'django_rlock.handler' not in sys.modules\n"

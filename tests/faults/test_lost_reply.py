@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from django_rlock.core import LockClient
+from django_rlock.core import LockClient, LockUnavailableError
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.scripts import ACQUIRE
 from tests.faults.proxy import FaultProxy
@@ -97,7 +97,7 @@ def test_a_retried_call_whose_first_reply_timed_out_applies_once(
         key, owner = lock.keys.hash, thread_owner()
 
         proxy.swallow_reply_after(b"EVALSHA")
-        with pytest.raises(redis.TimeoutError):
+        with pytest.raises(LockUnavailableError):
             lock.acquire()  # Redis granted it; the reply never came
         assert int(direct.hget(key, owner) or 0) == 1
         assert lock.acquire()  # the caller retries: reported, not re-entered
@@ -105,7 +105,7 @@ def test_a_retried_call_whose_first_reply_timed_out_applies_once(
         assert lock.hold_count() == 1
 
         proxy.swallow_reply_after(b"EVALSHA")
-        with pytest.raises(redis.TimeoutError):
+        with pytest.raises(LockUnavailableError):
             lock.release()  # Redis released it; the reply never came
         assert not direct.exists(key)
         lock.release()  # the retry reports the first release: no error, nothing more

@@ -20,6 +20,7 @@ from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
+from django_rlock.core.connection import redact_url
 from django_rlock.core.names import check_name
 from django_rlock.core.scripts import (
     ABANDON,
@@ -40,7 +41,8 @@ class AsyncLockClient:
     """Makes :class:`AsyncRLock` locks on one Redis server; see :class:`LockClient`.
 
     ``connection`` is a redis URL or a ``redis.asyncio.Redis``; a client built
-    from a URL is closed by :meth:`aclose`.
+    from a URL is closed by :meth:`aclose`. ``server`` is how errors name the
+    server (default: the URL without its credentials, or host and port).
     """
 
     def __init__(
@@ -49,12 +51,18 @@ class AsyncLockClient:
         *,
         key_prefix: str = "rlock",
         watchdog_timeout: float = 30.0,
+        server: str | None = None,
     ) -> None:
         self.redis, self._owns_redis = connect_async(connection)
         # The sync engine keeps the registry of holds and renews them.
         self._engine = LockClient(
-            sync_twin(self.redis), key_prefix=key_prefix, watchdog_timeout=watchdog_timeout
+            sync_twin(self.redis),
+            key_prefix=key_prefix,
+            watchdog_timeout=watchdog_timeout,
+            server=server or (redact_url(connection) if isinstance(connection, str) else None),
         )
+        #: How errors name the server: never with its credentials.
+        self.server = self._engine.server
         self.key_prefix = self._engine.key_prefix
         self.watchdog_timeout = self._engine.watchdog_timeout
         self._scripts = _AsyncScripts(self.redis)

@@ -29,7 +29,7 @@ from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase
+from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, check_blocking
 from django_rlock.core.names import check_lease, check_timeout
 
 if TYPE_CHECKING:
@@ -68,8 +68,13 @@ class AsyncRLock(LockBase):
         """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        check_blocking(blocking, wait)
+        with self._reachable("acquire"):
+            return await self._acquire_waiting(blocking, wait, lease_seconds)
+
+    async def _acquire_waiting(
+        self, blocking: bool, wait: float | None, lease_seconds: float | None
+    ) -> bool:
         owner = task_owner()
         started = clock.monotonic()
         pttl = await self._attempt(owner, lease_seconds)
@@ -176,7 +181,8 @@ class AsyncRLock(LockBase):
         anyway (and the cancellation still propagates).
         """
         call = self.client._spawn(self._release_as(task_owner(), asyncio.current_task()))
-        await asyncio.shield(call)
+        with self._reachable("release"):
+            await asyncio.shield(call)
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         def remember_lost() -> None:
@@ -198,18 +204,20 @@ class AsyncRLock(LockBase):
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
-        return bool(
-            await self.client._scripts.force_release(
-                keys=[self.keys.hash, self.keys.channel],
-                args=[self.client._engine.publish_command],
+        with self._reachable("force-release"):
+            return bool(
+                await self.client._scripts.force_release(
+                    keys=[self.keys.hash, self.keys.channel],
+                    args=[self.client._engine.publish_command],
+                )
             )
-        )
 
     # -- inspecting ---------------------------------------------------------------
 
     async def locked(self) -> bool:
         """True when anyone holds the lock."""
-        return bool(await self.client.redis.exists(self.keys.hash))
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.exists(self.keys.hash))
 
     def owned(self) -> bool:
         """True when the current task holds the lock (this process's record, no I/O)."""
@@ -225,7 +233,8 @@ class AsyncRLock(LockBase):
 
     async def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
-        pttl = int(await self.client.redis.pttl(self.keys.hash))
+        with self._reachable("inspect"):
+            pttl = int(await self.client.redis.pttl(self.keys.hash))
         if pttl == -2:
             return None
         if pttl == -1:
