@@ -40,10 +40,12 @@ def main(location: str, increments: int) -> None:
     )
     django.setup()
     from django_rlock import locks  # noqa: PLC0415 -- needs the settings above
+    from django_rlock.backends.embedded import EmbeddedRedisLockBackend  # noqa: PLC0415
 
     say("ready")
     expect("go")
     backend = locks["default"]
+    assert isinstance(backend, EmbeddedRedisLockBackend)
     for _ in range(increments):
         with backend.lock("counter"):
             redis = backend.client.redis

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -151,9 +150,7 @@ def test_the_server_outlives_its_starter_and_stops_after_its_last_user(
     assert wait_for_no_server_in(tmp_path) == []
 
 
-def test_a_server_whose_users_were_all_killed_stops(
-    tmp_path: Path, users: list[User]
-) -> None:
+def test_a_server_whose_users_were_all_killed_stops(tmp_path: Path, users: list[User]) -> None:
     location = tmp_path / "locks.rdb"
     users += [User(location) for _ in range(2)]
     for user in users:
@@ -167,9 +164,7 @@ def test_a_server_whose_users_were_all_killed_stops(
     assert wait_for_no_server_in(tmp_path) == []
 
 
-def test_a_crashed_server_is_replaced_by_the_next_user(
-    tmp_path: Path, users: list[User]
-) -> None:
+def test_a_crashed_server_is_replaced_by_the_next_user(tmp_path: Path, users: list[User]) -> None:
     location = tmp_path / "locks.rdb"
     first = User(location)
     users.append(first)
