@@ -18,7 +18,8 @@ it runs exactly while some process uses it.
   ``<location>.sock``) and, finding none, starts one and waits until it answers.
   Processes that start together queue on that lock: the first starts the server,
   the others find it answering. A socket or pid file that does not answer (left by
-  a server that crashed) is removed and a new server started.
+  a server that crashed) is removed and a new server started; so is one that
+  does not answer within ``PING_TIMEOUT`` (5 s), as if it had crashed.
 - **Use.** An attached process holds a shared ``flock`` on ``<location>.users``
   until :meth:`~EmbeddedServer.detach` or its exit, however it exits (the kernel
   drops the lock of a killed process). A forked child shares its parent's hold.

@@ -9,15 +9,22 @@ in the directory of its database file, and each test has a directory of its own.
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from django_rlock import locks
+from django_rlock.backends.embedded import EmbeddedServerError
+from django_rlock.exceptions import LockSettingError
 
 pytestmark = pytest.mark.slow
 
@@ -195,4 +202,83 @@ def test_a_crashed_server_is_replaced_by_the_next_user(tmp_path: Path, users: li
     assert run_id != crashed_run_id
     assert count >= INCREMENTS
     second.exit()
+    assert wait_for_no_server_in(tmp_path) == []
+
+
+EMBEDDED = "django_rlock.backends.embedded.EmbeddedRedisLockBackend"
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("redis://127.0.0.1:6379/0", "must be the path of its database file, got 'redis://"),
+        (42, "must be the path of its database file, got 42"),
+        ("{tmp}/missing/locks.rdb", "the directory '{tmp}/missing' does not exist"),
+        ("{tmp}", "must be the path of its database file, got the directory '{tmp}'"),
+    ],
+)
+def test_a_bad_location_is_refused_clearly(
+    settings: SettingsWrapper,
+    rlocks: dict[str, Any],
+    tmp_path: Path,
+    location: object,
+    message: str,
+) -> None:
+    if isinstance(location, str):
+        location = location.format(tmp=tmp_path)
+    settings.RLOCKS = {**rlocks, "bad": {"BACKEND": EMBEDDED, "LOCATION": location}}
+
+    with pytest.raises(LockSettingError, match=re.escape(message.format(tmp=tmp_path))):
+        locks["bad"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"serverconfig": "maxmemory 1mb"}, "['serverconfig'] must be a dict of redis.conf"),
+        ({"no_such_keyword": 1}, "cannot build a redis client from OPTIONS"),
+    ],
+)
+def test_bad_options_are_refused_before_any_server_starts(
+    settings: SettingsWrapper,
+    rlocks: dict[str, Any],
+    tmp_path: Path,
+    options: dict[str, object],
+    message: str,
+) -> None:
+    settings.RLOCKS = {
+        **rlocks,
+        "bad": {"BACKEND": EMBEDDED, "LOCATION": str(tmp_path / "locks.rdb"), "OPTIONS": options},
+    }
+
+    with pytest.raises(LockSettingError, match=re.escape(message)):
+        locks["bad"].lock("x").locked()
+    assert servers_in(tmp_path) == []
+
+
+def test_a_server_that_cannot_start_says_why_and_leaves_nothing_running(
+    settings: SettingsWrapper, rlocks: dict[str, Any], tmp_path: Path
+) -> None:
+    settings.RLOCKS = {
+        **rlocks,
+        "bad": {
+            "BACKEND": EMBEDDED,
+            "LOCATION": str(tmp_path / "locks.rdb"),
+            "OPTIONS": {"serverconfig": {"no-such-directive": "1"}},
+        },
+    }
+
+    with pytest.raises(
+        EmbeddedServerError, match=r"RLOCKS\['bad'\]: .*did not start(.|\n)*no-such-directive"
+    ):
+        locks["bad"].lock("x").locked()
+    assert servers_in(tmp_path) == []
+    # Nothing half-held: the alias works once its settings do.
+    settings.RLOCKS = {
+        **rlocks,
+        "bad": {"BACKEND": EMBEDDED, "LOCATION": str(tmp_path / "locks.rdb")},
+    }
+    assert locks["bad"].lock("x").acquire(blocking=False)
+    locks["bad"].lock("x").release()
+    locks.close_all()
     assert wait_for_no_server_in(tmp_path) == []
