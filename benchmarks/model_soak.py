@@ -1,0 +1,140 @@
+"""Soak the lock model: random owners and faults for as long as asked, then a summary.
+
+Run with ``make soak`` (after the process soak; ``SOAK_SECONDS=600`` for ten
+minutes) or ``python -m benchmarks.model_soak --seconds 60``. It runs the state
+machine of :mod:`tests.model` (sync threads and asyncio tasks on three clients,
+each behind its own fault proxy, against a private redis-server on loopback)
+example after example with fresh random seeds until the time is up, and
+prints the operations done, the faults injected by kind, and every invariant
+that broke, with how long into the soak it first did.
+
+By default everything is allowed, the paths of known bugs too (``--safe``
+keeps to what the suite's green model runs): mixed lease and watchdog
+re-entry, an acquire retried at once after its reply was lost, FLUSHALL and
+restarts without persistence, and clients closed with live holds.
+Exit status 1 when any invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import logging
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import HealthCheck, Phase, settings
+
+from tests.model.history import History, ModelViolation
+from tests.model.machine import run_model
+from tests.model.world import BUG_FAULTS, Config
+
+
+class TimeUp(BaseException):  # noqa: N818 -- not an error: the soak is over
+    """Raised when an example ends past the soak's time (not an Exception: Hypothesis lets it by)."""
+
+
+class Tally:
+    """What the examples of a soak did, added up as each world closes."""
+
+    def __init__(self, started: float, seconds: float) -> None:
+        self.started = started
+        self.seconds = seconds
+        self.examples = 0
+        self.operations: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.violations: Counter[str] = Counter()
+        self.first_seen: dict[str, float] = {}
+        self.samples: dict[str, str] = {}
+
+    def finished(self, history: History) -> None:
+        self.examples += 1
+        self.operations.update(history.operations)
+        self.faults.update(history.faults)
+        for violation in history.violations:
+            self.violations[violation.invariant] += 1
+            if violation.invariant not in self.first_seen:
+                self.first_seen[violation.invariant] = time.monotonic() - self.started
+                self.samples[violation.invariant] = violation.detail
+        if time.monotonic() - self.started >= self.seconds:
+            raise TimeUp
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0, help="how long to run")
+    parser.add_argument("--steps", type=int, default=60, help="steps per example at most")
+    parser.add_argument(
+        "--safe", action="store_true", help="stay off the known bugs' paths (as the suite does)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="show the library's warnings")
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        logging.getLogger("django_rlock").setLevel(logging.ERROR)
+
+    config = Config()
+    if not args.safe:
+        config = replace(
+            config,
+            faults=config.faults | BUG_FAULTS,
+            mixed_reentry=True,
+            retry_unanswered=True,
+        )
+    # A hang is a finding too: show where every thread is, then stop.
+    faulthandler.dump_traceback_later(args.seconds + 600, exit=True)
+    started = time.monotonic()
+    tally = Tally(started, args.seconds)
+    run = settings(
+        max_examples=1_000_000,
+        stateful_step_count=args.steps,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],  # no shrinking: timing makes a replay differ
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+    failures = 0
+    while time.monotonic() - started < args.seconds:
+        # Each run goes on until an invariant breaks (then a new one starts) or time is up.
+        try:
+            run_model(config, run, tally.finished)
+        except TimeUp:
+            break
+        except ModelViolation as error:
+            failures += 1
+            if failures == 1 or args.verbose:
+                print(f"\nfirst failing example:\n{error}\n", file=sys.stderr)
+    print_summary(args, config, tally, time.monotonic() - started)
+    return 1 if tally.violations else 0
+
+
+def print_summary(args: argparse.Namespace, config: Config, tally: Tally, elapsed: float) -> None:
+    """The soak's outcome as markdown tables."""
+    owners = (
+        f"{config.sync_clients * config.owners_per_client} threads on {config.sync_clients} "
+        f"clients, {config.async_owners} asyncio tasks on one"
+    )
+    print(
+        f"\nModel soak: {owners}, names {', '.join(config.names)}, watchdog timeout "
+        f"{config.watchdog_timeout:g}s, {elapsed:.0f}s, {tally.examples} examples, "
+        f"{'known-bug paths avoided' if args.safe else 'known-bug paths included'}\n"
+    )
+    print("| operation | count |\n|---|---:|")
+    for outcome, count in sorted(tally.operations.items()):
+        print(f"| {outcome} | {count:,} |")
+    print("\n| fault injected | count |\n|---|---:|")
+    for kind, count in sorted(tally.faults.items()):
+        print(f"| {kind} | {count:,} |")
+    print("\n| invariant broken | times | first after |\n|---|---:|---:|")
+    if not tally.violations:
+        print("| (none) | 0 | |")
+    for invariant, count in sorted(tally.violations.items()):
+        print(f"| {invariant} | {count:,} | {tally.first_seen[invariant]:.0f} s |")
+    for invariant, detail in sorted(tally.samples.items()):
+        print(f"\n{invariant}, first seen: {detail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
