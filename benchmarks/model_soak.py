@@ -32,8 +32,8 @@ from tests.model.machine import run_model
 from tests.model.world import BUG_FAULTS, Config
 
 
-class TimeUp(BaseException):  # noqa: N818 -- not an error: the soak is over
-    """Raised when an example ends past the soak's time (not an Exception: Hypothesis lets it by)."""
+class TimeUp(BaseException):
+    """An example ended past the soak's time (a BaseException: Hypothesis lets it by)."""
 
 
 class Tally:

@@ -20,9 +20,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
     consumes,
-    MultipleResults,
     invariant,
     multiple,
     precondition,
@@ -36,7 +36,7 @@ from tests.model.world import DATA_LOSS, Acquire, Config, Release, World
 __all__ = ["ViolationFound", "machine_for", "run_model"]
 
 
-class ViolationFound(BaseException):  # noqa: N818 -- a carrier, see run_model
+class ViolationFound(BaseException):
     """Carries a :class:`ModelViolation` out of Hypothesis, which lets BaseExceptions by.
 
     Hypothesis replays a failing example to report it; a timing-dependent

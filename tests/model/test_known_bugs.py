@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 

@@ -36,13 +36,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock
-from django_rlock.core import clock
+from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock, clock
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
 from django_rlock.core.hold import Hold
 from django_rlock.core.identity import task_owner, thread_owner
 from django_rlock.core.lock import UNANSWERED
 from django_rlock.core.names import LockKeys
+from tests.faults.conftest import server_major
+from tests.faults.proxy import FaultProxy
 from tests.model.history import (
     DOUBLE_HOLDER,
     HOLDER_NOT_TOLD,
@@ -51,8 +52,6 @@ from tests.model.history import (
     History,
     Revocation,
 )
-from tests.faults.conftest import server_major
-from tests.faults.proxy import FaultProxy
 from tests.servers import RedisServer
 
 __all__ = [
@@ -176,7 +175,7 @@ class Owner:
         stack = self.holds(name)
         return stack[-1] if stack else None
 
-    def acquire_lease(self, op: Acquire) -> float | None | bool:
+    def acquire_lease(self, op: Acquire) -> float | bool | None:
         """The lease to ask for, or False to skip the operation (known-bug discipline)."""
         config = self.world.config
         top = self.top(op.name)
@@ -350,8 +349,8 @@ class ThreadOwner(Owner):
                 granted = self.lock(op.name).acquire(
                     blocking=op.wait is not None, timeout=op.wait, lease=lease
                 )
-            except EXPECTED as error:
-                self.acquire_failed(op.name, error)
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, failure)
                 return
             self.acquired(op.name, before, granted, clock.monotonic())
         elif isinstance(op, Release):
@@ -427,8 +426,8 @@ class TaskOwner(Owner):
                 granted = await self.lock(op.name).acquire(
                     blocking=op.wait is not None, timeout=op.wait, lease=lease
                 )
-            except EXPECTED as error:
-                self.acquire_failed(op.name, error)
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, failure)
                 return
             self.acquired(op.name, before, granted, clock.monotonic())
         elif isinstance(op, Release):
@@ -638,9 +637,11 @@ class World:
         sent = clock.monotonic()
         process = self.server.process
         assert process is not None
-        with self.server.client(retry=Retry(NoBackoff(), 0)) as admin:
-            with contextlib.suppress(redis.ConnectionError):
-                admin.shutdown(nosave=True)
+        with (
+            self.server.client(retry=Retry(NoBackoff(), 0)) as admin,
+            contextlib.suppress(redis.ConnectionError),
+        ):
+            admin.shutdown(nosave=True)
         process.wait(10)
         time.sleep(down_for)
         self.server.start()
@@ -741,7 +742,7 @@ class World:
         waiters = {LockKeys.build(PREFIX, name).waiters for name in names}
         # Grants whose reply was lost, and holds of a failed release, expire unrenewed.
         left = _eventually(
-            lambda: {key.decode() for key in self.admin.keys(f"{PREFIX}:*")} & (hashes | waiters),
+            lambda: {_text(key) for key in self.admin.keys(f"{PREFIX}:*")} & (hashes | waiters),
             seconds=config.longest_hold + 2 * config.socket_timeout + 2,
         )
         if left:
@@ -793,3 +794,7 @@ def _eventually(measure: Callable[[], T], seconds: float) -> T:
         if not value or time.monotonic() > deadline:
             return value
         time.sleep(0.05)
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else reply
