@@ -62,6 +62,8 @@ class Tally:
             if violation.invariant not in self.first_seen:
                 self.first_seen[violation.invariant] = time.monotonic() - self.started
                 self.samples[violation.invariant] = violation.detail
+
+    def after_step(self) -> None:
         if time.monotonic() - self.started >= self.seconds:
             raise TimeUp
 
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     while time.monotonic() - started < args.seconds:
         # Each run goes on until an invariant breaks (then a new one starts) or time is up.
         try:
-            run_model(config, run, tally.finished)
+            run_model(config, run, tally.finished, tally.after_step)
         except TimeUp:
             break
         except ModelViolation as error:

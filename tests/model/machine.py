@@ -53,10 +53,11 @@ def run_model(
     config: Config,
     run: settings,
     finished: Callable[[History], None] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> None:
     """Run the machine of ``config`` under ``run``; raise the first violation it finds."""
     try:
-        run_state_machine_as_test(machine_for(config, finished), settings=run)
+        run_state_machine_as_test(machine_for(config, finished, after_step), settings=run)
     except ViolationFound as found:
         raise found.violation from None
 
@@ -66,12 +67,15 @@ WAITS = (None, 0.3, 0.8, 1.5)
 
 
 def machine_for(
-    config: Config, finished: Callable[[History], None] | None = None
+    config: Config,
+    finished: Callable[[History], None] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A state machine class over worlds made from ``config``.
 
     ``finished`` receives each example's history once its world is closed
-    (the soak adds them up).
+    (the soak adds them up); ``after_step`` is called after every step's
+    checks (the soak stops there when its time is up, by raising a BaseException).
     """
     owners = st.integers(0, config.owners - 1)
     names = st.sampled_from(config.names)
@@ -191,6 +195,8 @@ def machine_for(
                 self.world.check()
             except ModelViolation as violation:
                 raise ViolationFound(violation) from None
+            if after_step is not None:
+                after_step()
 
         def teardown(self) -> None:
             # After a violation, only clean up: the violation is the report.
