@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, LockTimeout
-from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from tests.servers import RedisServer
 
 
 def run(url: str, scenario: Callable[[AsyncLockClient], Awaitable[Any]]) -> Any:
@@ -267,3 +268,34 @@ def test_the_library_does_not_block_the_event_loop(redis_url: str, r: redis.Redi
     # the typical tick, 1,000 times.
     assert statistics.median(lags) < 0.005, f"median lag {statistics.median(lags) * 1000:.1f} ms"
     assert_clean(r, "lag")
+
+
+def test_aclose_closes_every_connection_the_client_opened(
+    redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """A URL-built client's pools are its own: closing it leaves no connection open.
+
+    (redis-py closes a pool it was *given* only when asked to.)
+    """
+
+    def others() -> int:
+        return len(r.client_list()) - 1  # every connection but this test's own
+
+    async def main() -> None:
+        client = AsyncLockClient(redis_server.url, key_prefix="test", watchdog_timeout=3)
+        locks = [client.lock("closing") for _ in range(3)]
+
+        async def hold(lock: AsyncRLock) -> None:
+            async with lock:
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(*(hold(lock) for lock in locks))  # several connections at once
+        assert others() >= 2
+        await client.aclose()
+
+    before = others()
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while others() > before:
+        assert time.monotonic() < deadline, f"{others() - before} connections left open"
+        time.sleep(0.02)

@@ -109,9 +109,10 @@ class AsyncLockClient:
         await self.settle()
         await self._listener.aclose()
         self._engine.close()
-        self._engine.redis.close()
+        # Both pools were built here; a client given a pool leaves it open on close.
+        self._engine.redis.connection_pool.disconnect()
         if self._owns_redis:
-            await self.redis.aclose()
+            await self.redis.aclose(close_connection_pool=True)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run work that must finish even if its caller is cancelled."""
