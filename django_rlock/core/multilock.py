@@ -63,6 +63,7 @@ from django_rlock.core.exceptions import (
     LockNotReplicatedError,
     LockTimeout,
 )
+from django_rlock.core.hold import key_deadline
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
@@ -408,13 +409,16 @@ class MultiLock(_GroupLock):
             if hold is None or hold.count != 1:
                 continue  # a re-entry never shortens the hold it re-enters
             sent_at = clock.monotonic()
-            renewed = client._scripts.renew(
-                keys=[member.keys.hash], args=[milliseconds(lease), owner]
+            # '1': set this expiry even though it is shorter than the grant's.
+            left = client._scripts.renew(
+                keys=[member.keys.hash, member.keys.fence], args=[milliseconds(lease), 1, owner]
             )
-            if not int(renewed[0]):
+            pttl_ms = int(left[0])
+            if pttl_ms <= 0:
                 return False
             with client._lock:
-                hold.deadline = sent_at + lease
+                # Set anew, not extended: this call shortened the key on purpose.
+                hold.deadline = key_deadline(sent_at, pttl_ms)
         return True
 
     def locked(self) -> bool:

@@ -57,8 +57,8 @@ class Renewer(Protocol):
         """The holds to renew now: watchdog holds not released and not lost."""
         ...
 
-    def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend each hold's key; True for renewed, False for no longer held."""
+    def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
+        """Extend each hold's key; per hold its PTTL in ms after the call, 0 when no longer held."""
         ...
 
     def declare_lost(self, hold: Hold, reason: str) -> None:
@@ -170,9 +170,9 @@ class Watchdog:
             if schedule.failing:
                 schedule.failing = False
                 logger.info("watchdog: renewals succeed again")
-            for hold, alive in zip(batch, renewed, strict=True):
-                if alive:
-                    hold.deadline = max(hold.deadline, sent_at + renewer.watchdog_timeout)
+            for hold, pttl_ms in zip(batch, renewed, strict=True):
+                if pttl_ms > 0:
+                    hold.extend(sent_at, pttl_ms)
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
 
