@@ -423,11 +423,7 @@ class LockClient:
         on. On a cluster the watchdog passes holds of one slot only (see
         :attr:`slot_of`).
         """
-        keys = [
-            key
-            for hold in holds
-            for key in (hold.key, hold.fence)
-        ]
+        keys = [key for hold in holds for key in (hold.key, hold.fence)]
         args: list[str | int] = [
             milliseconds(self.watchdog_timeout),
             0,

@@ -45,10 +45,11 @@ def key_deadline(sent_at: float, pttl_ms: int) -> float:
 class Hold:
     """One owner's hold on one lock, as this process knows it.
 
-    ``deadline`` is monotonic: the moment the key may have expired, counted from
-    when the call that last set its expiry was *sent* (so it is never later
-    than the server's own expiry; see :func:`key_deadline`). ``releasing`` is set while the owner's final
-    release is on the wire, so a renewal racing it does not call it lost.
+    ``deadline`` is monotonic: the moment the key may have expired, counted
+    from when the call that last set its expiry was *sent* (so it is never
+    later than the server's own expiry; see :func:`key_deadline`).
+    ``releasing`` is set while the owner's final release is on the wire, so a
+    renewal racing it does not call it lost.
     """
 
     name: str
@@ -72,7 +73,7 @@ class Hold:
             self.locks.append(lock)
 
     def extend(self, sent_at: float, pttl_ms: int) -> None:
-        """Take in a reply that found the key alive with ``pttl_ms`` left (see :func:`key_deadline`).
+        """Take in a reply that found the key alive, ``pttl_ms`` left (see :func:`key_deadline`).
 
         Never moves the deadline earlier: no script shortens a held key, so
         of two replies (a renewal and a re-entry racing it) the later

@@ -79,7 +79,9 @@ def test_the_counter_expires_with_the_lock(lock_client: LockClient, r: redis.Red
         assert token is not None and lock.token is not None and lock.token > token
 
 
-def test_renewals_keep_the_counter_alive_as_long_as_the_lock(r: redis.Redis, redis_url: str) -> None:
+def test_renewals_keep_the_counter_alive_as_long_as_the_lock(
+    r: redis.Redis, redis_url: str
+) -> None:
     with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
         lock = client.lock("renewed")
         with lock:

@@ -173,6 +173,7 @@ def test_two_thousand_locks_share_one_thread_and_batched_renewals(
         # Only the fencing counters remain, no longer than their locks could
         # have lived (the last renewal's expiry), and the request latches.
         assert not r.keys("test:{many:*}")
-        assert all(r.pttl(f"test:{{many:{index}}}:fence") <= timeout * 1000 for index in range(count))
+        fences = [f"test:{{many:{index}}}:fence" for index in range(count)]
+        assert all(r.pttl(fence) <= timeout * 1000 for fence in fences)
         time.sleep(timeout)
         assert r.dbsize() == len(r.keys("test:*:req:*")) == count

@@ -36,7 +36,10 @@ def rival_client(private_server: RedisServer) -> Iterator[LockClient]:
         yield client
 
 
-def _rival_grant(rival_client: LockClient, name: str, wait: float) -> tuple[threading.Thread, list[float]]:
+def _rival_grant(
+    rival_client: LockClient, name: str, wait: float
+) -> tuple[threading.Thread, list[float]]:
+    """Start a rival waiting up to ``wait`` s for ``name``; the list gets when it was granted."""
     granted_at: list[float] = []
 
     def rival() -> None:
@@ -105,6 +108,10 @@ def test_a_retried_acquire_reported_by_the_latch_counts_from_the_server_s_ttl(
             assert lock.acquire(lease=2.0, blocking=False)  # the latch reports the first grant
             server_left = private_server.client().pttl(lock.keys.hash) / 1000
             local_left = current_hold(lock).deadline - time.monotonic()
+            print(
+                f"FIGURES retried acquire: deadline in {local_left:.3f}s locally, "
+                f"key expires in {server_left:.3f}s on the server"
+            )
             assert local_left <= server_left
             assert lock.hold_count() == 1
 

@@ -97,7 +97,6 @@ def test_a_retried_call_whose_first_reply_timed_out_applies_once(
     with LockClient(f"{proxy.url}?socket_timeout=0.5", key_prefix="f") as client:
         lock = client.lock("quiet")
         lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
-        warm_up_token = lock.token
         lock.release()
         key, owner = lock.keys.hash, thread_owner()
 
