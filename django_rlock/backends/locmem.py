@@ -18,6 +18,7 @@ reports the watchdog timeout, as a just-renewed Redis lock would.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -173,7 +174,8 @@ class _LocMemRLock(RLock):
         expires_at = None if lease is None else now + lease
         if entry is None:
             store.entries[key] = _Entry(owners={owner: 1}, expires_at=expires_at)
-            token = store.fences[key] = store.fences.get(key, 0) + 1
+            # Tokens look like the Redis backend's: at least the clock in microseconds.
+            token = store.fences[key] = max(store.fences.get(key, 0) + 1, time.time_ns() // 1000)
             hold = store.holds[(key, owner)] = _Hold(token=token, count=1)
         else:
             entry.owners[owner] += 1

@@ -38,7 +38,7 @@ from django_rlock.core.connection import (
     server_major_version,
 )
 from django_rlock.core.exceptions import LockNotReplicatedError
-from django_rlock.core.hold import Hold
+from django_rlock.core.hold import Hold, key_deadline
 from django_rlock.core.names import (
     LockKeys,
     check_key_prefix,
@@ -210,13 +210,19 @@ class LockClient:
         """Stop renewing, stop listening and close the connections this client made.
 
         Locks still held are not released: they expire within the watchdog
-        timeout (or their lease), as they would if the process died.
+        timeout (or their lease), as they would if the process died. A hold
+        the watchdog kept alive can no longer be renewed, so it is declared
+        lost at once (``lost``, ``on_lost``; its ``release()`` raises
+        :class:`LockLostError` without a call): from now on another owner may
+        get it. A fixed-lease hold needs no renewal and runs on to its lease.
         """
         get_watchdog().forget(self)
+        orphans = self.watched_holds()
         with self._lock:
-            self._holds.clear()
             self._unanswered.clear()
             self._watched = False
+        for hold in orphans:
+            self.declare_lost(hold, "its client was closed, so nothing renews it")
         self._listener.close()
         for bounded in self._bounded_clients.values():
             bounded.close()
@@ -339,17 +345,21 @@ class LockClient:
         holds: int,
         lease: float | None,
         sent_at: float,
+        pttl_ms: int,
     ) -> Hold:
-        """Record a grant Redis has just made to ``owner``."""
+        """Record a grant Redis has just made to ``owner``.
+
+        ``sent_at`` is when the acquire call was sent and ``pttl_ms`` the key's
+        life left that its reply reported (see :func:`~django_rlock.core.hold.key_deadline`).
+        """
         keys = lock.keys
-        ttl = self.watchdog_timeout if lease is None else lease
         stale: Hold | None = None
         with self._lock:
             stack = self._holds.setdefault((keys.hash, owner), [])
             top = stack[-1] if stack else None
             if top is not None and not top.lost and holds > 1:
                 top.count += 1
-                top.deadline = max(top.deadline, sent_at + ttl)
+                top.extend(sent_at, pttl_ms)
                 hold = top
                 hold.watchdog = hold.watchdog or lease is None
             else:
@@ -360,11 +370,12 @@ class LockClient:
                 hold = Hold(
                     name=keys.name,
                     key=keys.hash,
+                    fence=keys.fence,
                     owner=owner,
                     token=token,
                     count=1,
                     watchdog=lease is None,
-                    deadline=sent_at + ttl,
+                    deadline=key_deadline(sent_at, pttl_ms),
                     acquired_at=sent_at,
                 )
                 stack.append(hold)
@@ -417,18 +428,22 @@ class LockClient:
                 if hold.watchdog and not hold.lost and not hold.released
             ]
 
-    def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend every hold's key to the watchdog timeout in one EVAL.
+    def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
+        """Extend every hold's key to at least the watchdog timeout in one EVAL.
 
-        On a cluster the watchdog passes holds of one slot only (see :attr:`slot_of`).
+        Returns, per hold, the key's PTTL in ms after the call (0: no longer
+        held). A key is never shortened: a lease longer than the timeout runs
+        on. On a cluster the watchdog passes holds of one slot only (see
+        :attr:`slot_of`).
         """
-        keys = [hold.key for hold in holds]
+        keys = [key for hold in holds for key in (hold.key, hold.fence)]
         args: list[str | int] = [
             milliseconds(self.watchdog_timeout),
+            0,
             *(hold.owner for hold in holds),
         ]
-        renewed = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
-        return [bool(int(flag)) for flag in renewed]
+        left = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
+        return [int(pttl_ms) for pttl_ms in left]
 
     def _renewal_timeouts(self) -> dict[str, Any]:
         # Half an interval: a renewal that hangs ends well before the next tick,

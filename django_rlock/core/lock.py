@@ -187,8 +187,15 @@ class LockBase:
         """Record a grant (None), or the seconds to wait at most before trying again."""
         registry = self._registry
         if isinstance(reply, list):
+            token, holds, pttl_ms = (int(value) for value in reply)
             registry._granted(
-                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+                self,
+                owner,
+                token=token,
+                holds=holds,
+                lease=lease,
+                sent_at=sent_at,
+                pttl_ms=pttl_ms,
             )
             return None
         pttl_ms = int(reply)

@@ -64,6 +64,7 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
 )
+from django_rlock.core.hold import key_deadline
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
@@ -417,14 +418,18 @@ class MultiLock(_GroupLock):
             if hold is None or hold.count != 1:
                 continue  # a re-entry never shortens the hold it re-enters
             sent_at = clock.monotonic()
+            # '1': set this expiry even though it is shorter than the grant's.
             with member._reachable("acquire"):
-                renewed = client._scripts.renew(
-                    keys=[member.keys.hash], args=[milliseconds(lease), owner]
+                left = client._scripts.renew(
+                    keys=[member.keys.hash, member.keys.fence],
+                    args=[milliseconds(lease), 1, owner],
                 )
-            if not int(renewed[0]):
+            pttl_ms = int(left[0])
+            if pttl_ms <= 0:
                 return False
             with client._lock:
-                hold.deadline = sent_at + lease
+                # Set anew, not extended: this call shortened the key on purpose.
+                hold.deadline = key_deadline(sent_at, pttl_ms)
         return True
 
     def locked(self) -> bool:

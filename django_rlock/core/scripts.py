@@ -53,8 +53,8 @@ __all__ = [
 #: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
 #: client sends itself (README: "Minimal ACL").
 SCRIPT_COMMANDS = (
-    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "incr",
-    "del", "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
+    "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -71,19 +71,38 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
+# Server time in microseconds: the floor of every fencing token. It fits a Lua
+# number (a double, exact below 2^53, which the clock reaches in the year 2255),
+# a signed 64-bit integer and a Postgres bigint. The counter key is written with
+# '%.0f': Lua would write a number this large as '1.7e+15'.
+_NEXT_TOKEN = """
+local clock = redis.call('time')
+local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+if token <= last then
+    token = last + 1
+end
+"""
+
 # KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's request latch
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
 # ARGV[5] (with KEYS[4]) this call's request id
-# Returns {token, holds} when granted: a new grant INCRs the fencing counter, a
-#   re-entry keeps the current token and adds one hold. A re-entry never
-#   shortens the key's life (a short lease inside a watchdog hold must not
-#   expire the outer hold). A granted waiter leaves the waiting set.
+# Returns {token, holds, pttl} when granted, pttl being the key's life left in
+#   ms after the call: the caller's deadline is its send time + pttl, whatever
+#   the branch. A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), so tokens keep increasing when Redis loses the counter
+#   (a restart without persistence, FLUSHALL, a failover), and the counter
+#   expires with the lock: whenever the lock's expiry is set, the counter's is
+#   set to the same. A re-entry keeps the current token, adds one hold, and
+#   never shortens the key's life (a short lease inside a watchdog hold must
+#   not expire the outer hold). A granted waiter leaves the waiting set.
 #   A resent call that was already granted (its latch holds its request id)
-#   changes nothing and returns the same {token, holds}. Only the re-entry
-#   branch can see such a resend: a first grant makes the owner a holder.
+#   changes nothing and returns the same {token, holds} with the PTTL left
+#   now: the grant happened at the first call, not at the resend. Only the
+#   re-entry branch can see such a resend: a first grant makes the owner a holder.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it.
@@ -93,13 +112,17 @@ local ttl = tonumber(ARGV[2])
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4] and redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
         return {tonumber(redis.call('get', KEYS[2]) or '0'),
-                tonumber(redis.call('hget', KEYS[1], ARGV[1]))}
+                tonumber(redis.call('hget', KEYS[1], ARGV[1])),
+                redis.call('pttl', KEYS[1])}
     end
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    if redis.call('pttl', KEYS[1]) < ttl then
+    local left = redis.call('pttl', KEYS[1])
+    if left < ttl then
         redis.call('pexpire', KEYS[1], ttl)
+        redis.call('pexpire', KEYS[2], ttl)
+        left = ttl
     end
-    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds}
+    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[1], 1)
@@ -110,7 +133,11 @@ if redis.call('exists', KEYS[1]) == 0 then
     if KEYS[4] then
         redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
     end
-    return {redis.call('incr', KEYS[2]), 1}
+"""
+    + _NEXT_TOKEN
+    + """
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
+    return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if ARGV[3] ~= '' then
@@ -175,21 +202,34 @@ return 0
 """
 ).replace("LATCH_MS", str(REQUEST_LATCH_MS))
 
-# KEYS[1..n] lock hashes
-# ARGV[1] expiry in milliseconds, ARGV[1+i] owner id of KEYS[i]
-# Returns n integers: 1 renewed, 0 the owner no longer holds KEYS[i] (lost).
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# ARGV[1] expiry in milliseconds,
+# ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
+#   grant it has just made), '0' to never shorten a key's life (the watchdog:
+#   a watchdog re-entry inside a longer lease must not cut the lease short),
+# ARGV[2+i] owner id of the i-th lock
+# Returns one integer per lock: the key's PTTL in ms after the call (> 0:
+#   renewed; the caller's deadline is its send time + it), or 0 when the owner
+#   no longer holds it (lost). The counter gets the same expiry as the lock.
 RENEW = """
-local ttl = ARGV[1]
-local renewed = {}
-for i, key in ipairs(KEYS) do
-    if redis.call('hexists', key, ARGV[i + 1]) == 1 then
-        redis.call('pexpire', key, ttl)
-        renewed[i] = 1
+local ttl = tonumber(ARGV[1])
+local exact = ARGV[2] == '1'
+local left = {}
+for i = 1, #KEYS / 2 do
+    local key, fence = KEYS[2 * i - 1], KEYS[2 * i]
+    if redis.call('hexists', key, ARGV[i + 2]) == 1 then
+        local pttl = redis.call('pttl', key)
+        if exact or pttl < ttl then
+            redis.call('pexpire', key, ttl)
+            redis.call('pexpire', fence, ttl)
+            pttl = ttl
+        end
+        left[i] = pttl
     else
-        renewed[i] = 0
+        left[i] = 0
     end
 end
-return renewed
+return left
 """
 
 # KEYS[1] lock hash, KEYS[2] release channel

@@ -2,16 +2,19 @@
 
 A hold taken with ``lease=None`` has its key set to expire after the client's
 ``watchdog_timeout``; the watchdog renews it every ``watchdog_timeout / 3``
-until it is released. All holds of one client are renewed together on one
-schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000 held locks cost 20
-round trips per interval, not 2,000 timers. One EVAL may only touch one slot
-of a Redis Cluster, so there the batches are formed per slot.
+until it is released. A renewal extends a key to *at least* the timeout and
+never shortens it, so a watchdog hold re-entered with a longer lease (or the
+reverse) lives to the later of the two. All holds of one client are renewed
+together on one schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000
+held locks cost 20 round trips per interval, not 2,000 timers. One EVAL may
+only touch one slot of a Redis Cluster, so there the batches are formed per slot.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. When Redis cannot be reached, the renewal is tried
-again on the next tick; the hold counts as lost once its local deadline (last
-successful renewal + timeout) has passed, because from then on another owner
-may hold the lock. Renewal connections have no hidden retries and a socket
+again on the next tick; the hold counts as lost once its local deadline (the
+send time of its last successful renewal or acquire plus the PTTL the server
+reported, see :mod:`django_rlock.core.hold`) has passed, because from then on
+another owner may hold the lock. Renewal connections have no hidden retries and a socket
 timeout of a fraction of the interval, so no renewal blocks past a deadline.
 No renewal is started that could end after its hold's deadline (a call may
 take up to half an interval): while renewals fail, the last attempt is made
@@ -57,8 +60,8 @@ class Renewer(Protocol):
         """The holds to renew now: watchdog holds not released and not lost."""
         ...
 
-    def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend each hold's key; True for renewed, False for no longer held."""
+    def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
+        """Extend each hold's key; per hold its PTTL in ms after the call, 0 when no longer held."""
         ...
 
     def declare_lost(self, hold: Hold, reason: str) -> None:
@@ -170,9 +173,9 @@ class Watchdog:
             if schedule.failing:
                 schedule.failing = False
                 logger.info("watchdog: renewals succeed again")
-            for hold, alive in zip(batch, renewed, strict=True):
-                if alive:
-                    hold.deadline = max(hold.deadline, sent_at + renewer.watchdog_timeout)
+            for hold, pttl_ms in zip(batch, renewed, strict=True):
+                if pttl_ms > 0:
+                    hold.extend(sent_at, pttl_ms)
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
 

@@ -264,7 +264,7 @@ def test_core_works_without_django_settings(redis_url: str, r: redis.Redis) -> N
         "from django_rlock.exceptions import LockTimeout\n"
         f"client = LockClient({redis_url!r}, key_prefix='nodjango')\n"
         "with client.lock('x') as lock:\n"
-        "    assert lock.owned() and lock.token == 1\n"
+        "    assert lock.owned() and lock.token > 1\n"
         "assert not lock.locked()\n"
         "from django.conf import settings\n"
         "assert not settings.configured\n"

@@ -35,10 +35,11 @@ def test_list_and_inspect_held_and_free_locks(hold_elsewhere: Holders, alias: st
     listing = rlock_command("list", "order:*", "--using", alias).splitlines()
     assert listing[0].split() == ["NAME", "HOLDERS", "HOLDS", "TTL", "TOKEN"]
     assert [line.split()[0] for line in listing[1:]] == ["order:1", "order:2"]
-    assert listing[1].split()[2:] == ["1", listing[1].split()[3], "1"]
+    holds, _ttl, token = listing[1].split()[2:]
+    assert holds == "1" and int(token) >= 1
     data = json.loads(rlock_command("list", "--json", "--using", alias))
     assert [entry["name"] for entry in data] == ["order:1", "order:2", "user:{9}"]
-    assert all(entry["holds"] == 1 and entry["token"] == 1 for entry in data)
+    assert all(entry["holds"] == 1 and entry["token"] >= 1 for entry in data)
     assert all(0 < entry["ttl"] <= 30 for entry in data)
     inspected = rlock_command("inspect", "user:{9}", "--using", alias)
     assert "Lock 'user:{9}' is held." in inspected and "(1 hold)" in inspected

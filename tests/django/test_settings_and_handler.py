@@ -19,7 +19,7 @@ from django_rlock import conf, locks, rlock
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockNotReplicatedError
-from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
+from django_rlock.exceptions import InvalidLockBackendError, LockLostError, LockSettingError
 from django_rlock.handler import create_backend
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
@@ -204,11 +204,39 @@ def test_override_settings_switches_prefix_and_backend_mid_test(
         assert isinstance(locks["default"], LocMemLockBackend)
         with rlock("switch") as lock:
             assert lock.locked()
-            # The Redis locks left their fencing counters (and request latches, which expire).
+            # The Redis locks left their fencing counters, which expire with the
+            # lock's last expiry (and request latches, which expire too).
             kept = sorted(key for key in r.keys("*") if b":req:" not in key)
             assert kept == [b"other:{switch}:fence", b"t:{switch}:fence"]
     assert isinstance(locks["default"], RedisLockBackend)
     assert locks["default"] is not before
+
+
+def test_a_settings_change_that_closes_a_holding_client_reports_the_hold_lost(
+    rlocks: dict[str, Any],
+) -> None:
+    """override_settings closes the backend: its watchdog holds can no longer be renewed."""
+    from django_rlock.signals import lock_lost  # noqa: PLC0415
+
+    lost = threading.Event()
+    received: list[dict[str, Any]] = []
+
+    def on_lost(**kwargs: Any) -> None:
+        received.append(kwargs)
+        lost.set()
+
+    lock_lost.connect(on_lost)
+    try:
+        lock = locks["default"].lock("closed-under-me")
+        assert lock.acquire()
+        with override_settings(RLOCKS={"default": {**rlocks["default"], "KEY_PREFIX": "other"}}):
+            assert lock.lost
+            assert lost.wait(10)
+        with pytest.raises(LockLostError):
+            lock.release()
+    finally:
+        lock_lost.disconnect(on_lost)
+    assert received[0]["name"] == "closed-under-me" and received[0]["alias"] == "default"
 
 
 def test_two_threads_in_one_request_cycle_share_the_alias_and_exclude_each_other() -> None:

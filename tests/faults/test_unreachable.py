@@ -103,7 +103,8 @@ def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
             lock.release()
         assert lock.lost  # stays true until this thread acquires again
         assert first_token is not None
-        assert private_server.client().get("f:{unreachable}:fence") == str(first_token + 1).encode()
+        # The rival's grant carries a higher token than the lost hold's.
+        assert int(private_server.client().get("f:{unreachable}:fence") or 0) > first_token
     finally:
         holder_client.close()
         rival_client.close()
