@@ -29,7 +29,15 @@ from celery._state import get_current_task
 from celery.local import Proxy
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS
-from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, SkippedResult, run_locked
+from celery_rlock.guard import (
+    DEFAULT_ON_BUSY,
+    DEFAULT_ON_LOST,
+    LockOptions,
+    OnBusy,
+    OnLost,
+    SkippedResult,
+    run_locked,
+)
 from django_rlock.decorators import LockedSpec
 from django_rlock.keys import KeyTemplate
 
@@ -51,13 +59,14 @@ def locked(
     timeout: float | None = None,
     lease: float | None = None,
     on_busy: OnBusy = DEFAULT_ON_BUSY,
+    on_lost: OnLost = DEFAULT_ON_LOST,
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R | SkippedResult]]:
     """Run the decorated task body under the lock named by ``key_template``.
 
     ``key_template`` is ``str.format``-ed with the call's signature-bound
     arguments (defaults applied), or is a callable taking them. ``using``,
-    ``timeout``, ``lease`` and ``on_busy`` are LockedTask's ``lock_using``,
-    ``lock_timeout``, ``lock_lease`` and ``on_busy``.
+    ``timeout``, ``lease``, ``on_busy`` and ``on_lost`` are LockedTask's
+    ``lock_using``, ``lock_timeout``, ``lock_lease``, ``on_busy`` and ``on_lost``.
     """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R | SkippedResult]:
@@ -67,7 +76,13 @@ def locked(
                 "function), or use base=LockedTask with lock=..."
             )
         options = LockOptions.build(
-            key_template, func, timeout=timeout, lease=lease, using=using, on_busy=on_busy
+            key_template,
+            func,
+            timeout=timeout,
+            lease=lease,
+            using=using,
+            on_busy=on_busy,
+            on_lost=on_lost,
         )
 
         @functools.wraps(func)

@@ -25,7 +25,14 @@ from celery._state import _task_stack
 from celery.utils import uuid
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, run_locked
+from celery_rlock.guard import (
+    DEFAULT_ON_BUSY,
+    DEFAULT_ON_LOST,
+    LockOptions,
+    OnBusy,
+    OnLost,
+    run_locked,
+)
 from celery_rlock.once import AlreadyQueued, OnceMarker
 from celery_rlock.worker import install
 from django_rlock.core.names import check_lease
@@ -59,6 +66,11 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         Lock alias (``RLOCKS`` key under Django; only ``"default"`` otherwise).
     ``on_busy``
         ``"retry"`` (default), ``"skip"``, ``"wait"`` or ``"raise"``.
+    ``on_lost``
+        What a run whose lock turns out lost at its end does: ``"report"``
+        (default: log it, ``self.request.rlock.lost`` turns true, Django's
+        ``lock_lost`` signal; the body's result or exception stands) or
+        ``"fail"`` (a body that succeeded fails with LockLostError).
     ``once``
         True: ``apply_async`` refuses an equal task (same name and lock key)
         while one is queued or running. ``once_lease`` (seconds, default one
@@ -67,7 +79,8 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         or ``"return"`` (the queued task's AsyncResult).
 
     While a run holds its lock, ``self.request.rlock`` is its
-    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time).
+    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time,
+    ``lost``).
     """
 
     abstract = True
@@ -77,6 +90,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     lock_lease: float | None = None
     lock_using: str = DEFAULT_LOCK_ALIAS
     on_busy: OnBusy = DEFAULT_ON_BUSY
+    on_lost: OnLost = DEFAULT_ON_LOST
     once: bool = False
     once_lease: float = DEFAULT_ONCE_LEASE
     once_on_duplicate: OnDuplicate = "raise"
@@ -105,6 +119,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             lease=cls.lock_lease,
             using=cls.lock_using,
             on_busy=cls.on_busy,
+            on_lost=cls.on_lost,
         )
         if cls.once:
             check_lease(cls.once_lease)

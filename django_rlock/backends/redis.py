@@ -22,8 +22,6 @@ first use and shared by every thread of the process.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -47,6 +45,7 @@ from django_rlock.core.connection import (
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.exceptions import LockSettingError
+from django_rlock.loopclients import LoopClients
 from django_rlock.reporting import AsyncReportingLock, ReportingLock, send_lost
 
 __all__ = ["RedisLockBackend"]
@@ -82,10 +81,8 @@ class RedisLockBackend(BaseLockBackend):
             self._check_options(*self._accepted_options())
         self._client: LockClient | None = None
         self._redis: RedisClient | None = None  # the client we built, and so close
-        # asyncio clients are bound to their event loop: one per loop.
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncLockClient
-        ] = weakref.WeakKeyDictionary()
+        # asyncio clients are bound to their event loop: one per loop, closed with it.
+        self._async_clients = LoopClients()
 
     def _check_location(self, params: dict[str, Any]) -> str:
         where = f"RLOCKS[{self.alias!r}]"
@@ -200,27 +197,26 @@ class RedisLockBackend(BaseLockBackend):
         return lock
 
     def _async_client(self) -> AsyncLockClient:
-        loop = asyncio.get_running_loop()
-        client = self._async_clients.get(loop)
-        if client is None:
-            try:
-                pool = redis.asyncio.BlockingConnectionPool.from_url(
-                    self.location, timeout=None, **self.options
-                )
-            except (TypeError, ValueError) as error:
-                raise LockSettingError(
-                    f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "
-                    f"LOCATION and OPTIONS: {error}",
-                    check_id="django_rlock.E003",
-                ) from None
-            client = AsyncLockClient(
-                redis.asyncio.Redis(connection_pool=pool),
-                key_prefix=self.key_prefix,
-                watchdog_timeout=self.watchdog_timeout,
-                server=self.server_label(),
+        return self._async_clients.get(self._build_async_client)
+
+    def _build_async_client(self) -> AsyncLockClient:
+        try:
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self.location, timeout=None, **self.options
             )
-            client.on_lost(send_lost)
-            self._async_clients[loop] = client
+        except (TypeError, ValueError) as error:
+            raise LockSettingError(
+                f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "
+                f"LOCATION and OPTIONS: {error}",
+                check_id="django_rlock.E003",
+            ) from None
+        client = AsyncLockClient(
+            redis.asyncio.Redis(connection_pool=pool),
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            server=self.server_label(),
+        )
+        client.on_lost(send_lost)
         return client
 
     def names(self, pattern: str = "*") -> Iterator[str]:
@@ -289,8 +285,5 @@ class RedisLockBackend(BaseLockBackend):
             built.close()
             if isinstance(built, redis.Redis):  # a RedisCluster's close() closes its pools
                 built.connection_pool.disconnect()
-        async_clients = list(self._async_clients.values())
-        self._async_clients.clear()
-        for async_client in async_clients:
-            # Their event loops may be gone: stop renewing; connections die with them.
-            async_client._engine.close()
+        # Their event loops may be gone: stop renewing; connections die with them.
+        self._async_clients.close_all()

@@ -165,7 +165,7 @@ class ReleaseListener:
             self.connected = False
             self._wake_all_locked()
         if connection is not None:
-            connection.disconnect()
+            self._give_back(connection)
         self._pool.disconnect()
 
     # -- waiting: the leader/follower protocol ---------------------------------------
@@ -261,17 +261,20 @@ class ReleaseListener:
     # -- the connection, managed by whichever thread is reading -----------------------
 
     def _connect(self) -> bool:
-        connection: Any = self._pool.make_connection()  # redis-py's Connection is untyped
+        # Through the pool's get/release, never make_connection(): a connection
+        # made outside get_connection() keeps its slot in the pool's count
+        # forever, so every reconnect would leak one until the pool refuses
+        # ("Too many connections") and the error escapes the waiters' acquire.
         try:
-            connection.connect()
-        except (redis.RedisError, OSError) as error:
+            connection: Any = self._pool.get_connection()  # redis-py's Connection is untyped
+        except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
+            # get_connection() gave the connection back itself.
             self._connect_failures += 1
             logger.debug("pub/sub connect failed: %s", error)
-            connection.disconnect()
             return False
         with self._lock:
             if self._closed:
-                connection.disconnect()
+                self._give_back(connection)
                 return False
             self._connect_failures = 0
             self._connection = connection
@@ -292,7 +295,12 @@ class ReleaseListener:
                 self._connection = None
                 self.connected = False
                 self._wake_all_locked()
-        broken.disconnect()
+        self._give_back(broken)
+
+    def _give_back(self, connection: Any) -> None:
+        """Close ``connection`` and return its slot to the pool (it is reused, not leaked)."""
+        connection.disconnect()
+        self._pool.release(connection)
 
     def _dispatch(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) < 3:

@@ -31,6 +31,7 @@ def define(**options: Any) -> Any:
         ({"lock": "order:{oder_id}"}, "has no parameter 'oder_id'"),
         ({"lock": "order:{}"}, "not by position"),
         ({"lock": "order:{order_id}", "on_busy": "later"}, "on_busy must be one of"),
+        ({"lock": "order:{order_id}", "on_lost": "ignore"}, "on_lost must be one of"),
         ({"lock": "order:{order_id}", "lock_timeout": -1}, "lock_timeout must be >= 0"),
         ({"lock": "order:{order_id}", "lock_lease": 0}, "lock_lease must be > 0"),
         ({"lock": "order:{order_id}", "lock_using": ""}, "lock_using must be"),
@@ -86,3 +87,10 @@ def test_django_rlock_locked_under_the_task_decorator_keeps_the_task() -> None:
     assert options_of(task) == LockOptions.build(
         "crit:{run}", task.run, timeout=None, lease=None, using="default"
     )
+
+
+def test_locked_checks_on_lost_at_decoration() -> None:
+    def charge(order_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match="on_lost must be one of"):
+        locked("order:{order_id}", on_lost="raise")(charge)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ a waiter cancelled mid-wait still leaves no channel subscribed behind it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import secrets
@@ -142,7 +143,7 @@ class AsyncReleaseListener:
             await asyncio.gather(self._reader, return_exceptions=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._connection is not None:
-            await self._connection.disconnect()
+            await self._give_back(self._connection)
             self._connection = None
         await self._pool.disconnect()
 
@@ -195,18 +196,18 @@ class AsyncReleaseListener:
             except Exception as error:  # noqa: BLE001 -- any broken read means reconnect
                 logger.warning("pub/sub connection lost, waiters will retry: %s", error)
                 self._reset(connection)
-                await connection.disconnect()
+                await self._give_back(connection)
                 continue
             self._dispatch(reply)
 
     async def _connect(self) -> bool:
-        # redis-py's Connection is untyped.
-        connection: Any = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        # Through the pool's get/release, as the sync listener does: every
+        # connection is counted by the pool and its slot comes back with it.
         try:
-            await connection.connect()
-        except (redis.RedisError, OSError) as error:
+            connection: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py's is untyped
+        except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
+            # get_connection() gave the connection back itself.
             logger.debug("pub/sub connect failed: %s", error)
-            await connection.disconnect()
             return False
         self._connection = connection
         for channel in list(self._channels.values()):
@@ -219,6 +220,12 @@ class AsyncReleaseListener:
         for subscription in self._waiters.values():
             subscription._wake()
         return True
+
+    async def _give_back(self, connection: Any) -> None:
+        """Close ``connection`` and return its slot to the pool (it is reused, not leaked)."""
+        await connection.disconnect()
+        with contextlib.suppress(KeyError):  # already given back (redis-py raises KeyError)
+            await self._pool.release(connection)
 
     def _reset(self, broken: Any) -> None:
         if self._connection is broken:
