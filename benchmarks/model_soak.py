@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from tests.model.history import History, ModelViolation
 from tests.model.machine import run_model
-from tests.model.world import DATA_LOSS, Config
+from tests.model.world import DATA_LOSS, FAULTS, Config
 
 #: The known bugs whose paths the machine can open (see the module docstring).
 KNOWN_BUGS = ("mixed", "retry", "data-loss", "close")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config()
     config = replace(
         config,
-        faults=config.faults
+        faults=FAULTS
         | (DATA_LOSS if "data-loss" in opened else frozenset())
         | ({"close"} if "close" in opened else set()),
         mixed_reentry="mixed" in opened,

@@ -1,12 +1,11 @@
-"""The known bugs of issue "A holder always knows before a rival can hold", each as a script.
+"""The bugs of issue "A holder always knows before a rival can hold", each as a script.
 
 Each script drives the model's world (real server, proxies, owners) through
-the shortest path to one bug and lets the model's own invariants judge it, so
-each shows that the model catches that bug, and each is marked
-``xfail(strict=True, raises=<the invariant's error>)``: when the fix merges the
-test passes, strict xfail fails the run, and the mark comes off. The random
-machine reaches the same paths when its config allows them
-(``benchmarks/model_soak.py`` reports how fast).
+the shortest path to one bug and lets the model's own invariants judge it.
+Before the fixes each one failed with the invariant named in its docstring
+(DoubleHolder, TokenWentBackwards, HolderNotTold); now they are regression
+tests. The random machine reaches the same paths (``benchmarks/model_soak.py``
+reports how fast it found them on the old code).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from dataclasses import replace
 
 import pytest
 
-from tests.model.history import DoubleHolder, HolderNotTold, TokenWentBackwards
 from tests.model.world import Acquire, Config, Operation, Release, World
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -42,12 +40,6 @@ def do(world: World, owner: int, op: Operation) -> None:
     world.submit(owner, op).result(30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DoubleHolder,
-    reason="known bug: a lease hold re-entered with the watchdog keeps its lease deadline "
-    "while renewals shorten the key, so under a partition a rival is granted first",
-)
 def test_mixed_lease_and_watchdog_hold_under_a_partition() -> None:
     with World(replace(TWO_CLIENTS, mixed_reentry=True)) as world:
         do(world, 0, Acquire("a", lease=2.0, wait=None))
@@ -59,12 +51,6 @@ def test_mixed_lease_and_watchdog_hold_under_a_partition() -> None:
         world.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DoubleHolder,
-    reason="known bug: an acquire retried after its first reply was lost is reported "
-    "(request latch) with a deadline counted from the retry, past the server's expiry",
-)
 def test_acquire_retried_after_its_reply_was_lost() -> None:
     with World(replace(TWO_CLIENTS, retry_unanswered=True)) as world:
         do(world, 0, Acquire("b", lease=0.3, wait=None))  # loads the scripts
@@ -78,11 +64,6 @@ def test_acquire_retried_after_its_reply_was_lost() -> None:
 
 
 @pytest.mark.parametrize("loss", ["flushall", "restart"])
-@pytest.mark.xfail(
-    strict=True,
-    raises=TokenWentBackwards,
-    reason="known bug: the fencing counter is lost with the data (no server-clock floor)",
-)
 def test_tokens_after_the_server_lost_its_data(loss: str) -> None:
     with World(TWO_CLIENTS) as world:
         for _ in range(3):
@@ -97,11 +78,6 @@ def test_tokens_after_the_server_lost_its_data(loss: str) -> None:
         world.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=HolderNotTold,
-    reason="known bug: LockClient.close() forgets live holds instead of declaring them lost",
-)
 def test_closing_a_client_with_live_holds_tells_their_owners() -> None:
     with World(TWO_CLIENTS) as world:
         do(world, 0, Acquire("a", lease=None, wait=None))
