@@ -176,4 +176,6 @@ def test_two_thousand_locks_share_one_thread_and_batched_renewals(
         fences = [f"test:{{many:{index}}}:fence" for index in range(count)]
         assert all(r.pttl(fence) <= timeout * 1000 for fence in fences)
         time.sleep(timeout)
-        assert r.dbsize() == len(r.keys("test:*:req:*")) == count
+        # KEYS, not DBSIZE: DBSIZE still counts expired keys that Redis's active
+        # expiry has not reclaimed yet (96 of 2,000 on a loaded machine).
+        assert len(r.keys("test:*")) == len(r.keys("test:*:req:*")) == count

@@ -137,7 +137,7 @@ class Release:
 
 @dataclass(frozen=True)
 class ReportLost:
-    """Check that every hold the owner believed it had on its closed client reads as lost."""
+    """Check that every watchdog hold an owner believed in on its closed client reads as lost."""
 
     believed: tuple[str, ...]
 
@@ -659,10 +659,16 @@ class World:
         for number, owner in enumerate(self.owners):
             if owner.client_index != index:
                 continue
+            # The library's rule: a hold the watchdog renews is declared lost at
+            # close (nothing renews it now); a fixed lease runs on to its deadline
+            # and may still be released.
             believed[number] = tuple(
                 name
                 for name in self.config.names
-                if (top := owner.top(name)) is not None and not top.lost and now < top.deadline
+                if (top := owner.top(name)) is not None
+                and not top.lost
+                and now < top.deadline
+                and any(hold.watchdog for hold in owner.holds(name))
             )
         links = self.links[index]
         if links.sync is not None:
