@@ -119,7 +119,12 @@ def test_owners_racing_to_the_first_release_on_redis_62_all_release(engine: Engi
             async with engine.client(server.url, key_prefix="old") as client:
                 acquired = asyncio.Barrier(8)
 
-                async def work(index: int, client: Client = client, number: int = round_) -> None:
+                async def work(
+                    index: int,
+                    client: Client = client,
+                    number: int = round_,
+                    acquired: asyncio.Barrier = acquired,
+                ) -> None:
                     async with engine.owner() as owner:
                         lock = client.lock(f"race:{number}:{index}")
                         assert await owner(lock.acquire)
@@ -149,14 +154,17 @@ def test_a_refused_subscribe_falls_back_to_ttl_waits_and_warns_once(
     commands = ["evalsha", "script|load", *SCRIPT_COMMANDS]  # no subscribe / unsubscribe
 
     async def scenario(url: str) -> tuple[bool, bool]:
-        async with engine.client(url, key_prefix="rlock") as client:
-            async with engine.owner() as holder, engine.owner() as waiter:
-                lock = client.lock("busy")
-                assert await holder(lock.acquire, lease=1.0)
-                granted = await waiter(lock.acquire, timeout=5)
-                owned = await waiter(lock.owned)
-                await waiter(lock.release)
-                return granted, owned
+        async with (
+            engine.client(url, key_prefix="rlock") as client,
+            engine.owner() as holder,
+            engine.owner() as waiter,
+        ):
+            lock = client.lock("busy")
+            assert await holder(lock.acquire, lease=1.0)
+            granted = await waiter(lock.acquire, timeout=5)
+            owned = await waiter(lock.owned)
+            await waiter(lock.release)
+            return granted, owned
 
     caplog.set_level(logging.WARNING, logger="django_rlock.waiting")
     with RedisServer() as server:
@@ -187,15 +195,17 @@ def test_owned_and_hold_count_see_a_force_release_at_once(
     # An operator deleted the key (force_release from another process): the
     # owner holds nothing now, though no renewal has noticed yet.
     async def scenario() -> list[Any]:
-        async with engine.client(redis_url, key_prefix="test", watchdog_timeout=30) as client:
-            async with engine.owner() as owner:
-                lock = client.lock("forced")
-                assert await owner(lock.acquire)
-                assert await owner(lock.acquire)
-                before = [await owner(lock.owned), await owner(lock.hold_count)]
-                assert r.delete("test:{forced}") == 1
-                after = [await owner(lock.owned), await owner(lock.hold_count)]
-                return before + after
+        async with (
+            engine.client(redis_url, key_prefix="test", watchdog_timeout=30) as client,
+            engine.owner() as owner,
+        ):
+            lock = client.lock("forced")
+            assert await owner(lock.acquire)
+            assert await owner(lock.acquire)
+            before = [await owner(lock.owned), await owner(lock.hold_count)]
+            assert r.delete("test:{forced}") == 1
+            after = [await owner(lock.owned), await owner(lock.hold_count)]
+            return before + after
 
     assert run(scenario()) == [True, 2, False, 0]
 
