@@ -46,9 +46,9 @@ class Grant:
 
 
 def acquire_call(
-    keys: LockKeys, owner: str, ttl: float, waiter_id: str, sleep: float, rid: str
+    keys: LockKeys, owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
 ) -> ScriptCall:
-    """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the waiter's longest wait."""
+    """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait."""
     return ScriptCall(
         keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
         args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid],

@@ -304,7 +304,7 @@ class OomFallback:
         self.flagged = True
 
     def retry_plain(self, sent_flagged: bool, error: ResponseError) -> bool:
-        """Whether a call that sent the ``sent_flagged`` variant and failed with ``error`` is resent plain."""
+        """Whether a call that sent the ``sent_flagged`` variant and got ``error`` resends plain."""
         if not sent_flagged or not is_unsupported_shebang(error):
             return False
         self.flagged = False
