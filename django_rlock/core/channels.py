@@ -28,7 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 
-__all__ = ["Channel", "ChannelTable", "ReadError", "Waiter"]
+__all__ = ["Channel", "ChannelTable", "ReadError", "Waiter", "WakeCount"]
 
 
 class Waiter(Protocol):
@@ -43,6 +43,24 @@ class Waiter(Protocol):
 
     def recheck(self) -> None:
         """Something it may be waiting on changed (a confirmation): look again."""
+
+
+class WakeCount:
+    """What both listeners' subscriptions share: a wake-up count and a signal to the sleeper."""
+
+    _wakeups: int = 0
+
+    def _signal(self) -> None:
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        """A release or a reconnect: retry now (see :class:`ChannelTable`)."""
+        self._wakeups += 1
+        self._signal()
+
+    def recheck(self) -> None:
+        """A confirmation arrived: look again (see :class:`ChannelTable`)."""
+        self._signal()
 
 
 W = TypeVar("W", bound=Waiter)

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -65,6 +65,7 @@ __all__ = [
     "LOST_REPLY",
     "UNANSWERED",
     "LockBase",
+    "LockOptions",
     "RLock",
     "check_blocking",
     "request_id",
@@ -121,6 +122,14 @@ def check_blocking(blocking: object, timeout: float | None) -> bool:
     return blocking
 
 
+class LockOptions(TypedDict, total=False):
+    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many."""
+
+    timeout: float | None
+    lease: float | None
+    blocking: bool
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -129,20 +138,15 @@ class LockBase:
     ``registry`` is the :class:`LockClient` that records this process's holds.
     """
 
-    def __init__(
-        self,
-        registry: LockClient,
-        name: str,
-        *,
-        timeout: float | None,
-        lease: float | None,
-        blocking: bool,
-    ) -> None:
+    def __init__(self, registry: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        unknown = sorted(set(options) - set(LockOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         self._registry = registry
         self.keys = LockKeys.build(registry.key_prefix, name)
-        self.timeout = check_timeout(timeout)
-        self.lease = check_lease(lease)
-        self.blocking = check_blocking(blocking, self.timeout)
+        self.timeout = check_timeout(options.get("timeout"))
+        self.lease = check_lease(options.get("lease"))
+        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -150,6 +154,16 @@ class LockBase:
     def name(self) -> str:
         """The lock's name, as the caller gave it."""
         return self.keys.name
+
+    def _plan(
+        self, blocking: bool, timeout: float | None, lease: float | None
+    ) -> tuple[AcquirePlan, float | None]:
+        """The checked arguments of one acquire call: its plan and its lease."""
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        check_blocking(blocking, wait)
+        watchdog = self._registry.watchdog_timeout
+        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""
@@ -330,16 +344,8 @@ class LockBase:
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> None:
-        super().__init__(client, name, timeout=timeout, lease=lease, blocking=blocking)
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
@@ -360,18 +366,11 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        wait = check_timeout(timeout)
-        lease_seconds = check_lease(lease)
-        check_blocking(blocking, wait)
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
         with self._reachable("acquire"):
-            return self._acquire_waiting(blocking, wait, lease_seconds)
+            return self._acquire_waiting(plan, lease_seconds)
 
-    def _acquire_waiting(
-        self, blocking: bool, wait: float | None, lease_seconds: float | None
-    ) -> bool:
-        plan = AcquirePlan(
-            blocking=blocking, wait=wait, watchdog_timeout=self.client.watchdog_timeout
-        )
+    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         shell = _Waiting(self, thread_owner(), lease_seconds)
         try:
             return drive(plan, shell)

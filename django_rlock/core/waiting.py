@@ -43,7 +43,7 @@ from typing import Any
 import redis
 
 from django_rlock.core import clock
-from django_rlock.core.channels import Channel, ChannelTable, ReadError
+from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
 from django_rlock.core.connection import derive_pool
 
 __all__ = ["RECONNECT_BACKOFF", "ReleaseListener", "Subscription", "log_refusal"]
@@ -55,14 +55,13 @@ RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 @dataclass(eq=False)
-class Subscription:
+class Subscription(WakeCount):
     """One waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
 
     waiter_id: str
     _channel: bytes = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
     _cond: threading.Condition = field(repr=False)
-    _wakeups: int = 0
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
@@ -81,14 +80,8 @@ class Subscription:
         """
         return self._listener._wait(self, lambda: self._wakeups != since, timeout)
 
-    def wake(self) -> None:
-        """Called with the listener's lock held (see :class:`ChannelTable`)."""
-        self._wakeups += 1
-        self._cond.notify()
-
-    def recheck(self) -> None:
-        """Called with the listener's lock held (see :class:`ChannelTable`)."""
-        self._cond.notify()
+    def _signal(self) -> None:
+        self._cond.notify()  # the table is called with the listener's lock held
 
 
 class ReleaseListener:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import redis.asyncio
 from redis.commands.core import AsyncScript
@@ -21,6 +21,7 @@ from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
+from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
 from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
 
@@ -66,22 +67,18 @@ class AsyncLockClient:
             f"<AsyncLockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
         )
 
+    def lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncRLock:
+        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults.
+
+        ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
+        """
+        return AsyncRLock(self, check_name(name), **options)
+
     async def __aenter__(self) -> AsyncLockClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-    def lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> AsyncRLock:
-        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults."""
-        return AsyncRLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def on_lost(self, callback: Callable[[Any], object]) -> None:
         """Call ``callback(lock)`` (on a thread of its own) when any hold of this client is lost."""

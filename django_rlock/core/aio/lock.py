@@ -22,15 +22,14 @@ import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
 from django_rlock.core.calls import abandon_call, force_release_call, hold_count_reply, ttl_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, check_blocking
-from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, LockOptions
 from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
@@ -43,16 +42,8 @@ __all__ = ["AsyncRLock"]
 class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> None:
-        super().__init__(client._engine, name, timeout=timeout, lease=lease, blocking=blocking)
+    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client._engine, name, **options)
         self.client = client
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
@@ -68,18 +59,11 @@ class AsyncRLock(LockBase):
         self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
     ) -> bool:
         """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
-        wait = check_timeout(timeout)
-        lease_seconds = check_lease(lease)
-        check_blocking(blocking, wait)
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
         with self._reachable("acquire"):
-            return await self._acquire_waiting(blocking, wait, lease_seconds)
+            return await self._acquire_waiting(plan, lease_seconds)
 
-    async def _acquire_waiting(
-        self, blocking: bool, wait: float | None, lease_seconds: float | None
-    ) -> bool:
-        plan = AcquirePlan(
-            blocking=blocking, wait=wait, watchdog_timeout=self.client.watchdog_timeout
-        )
+    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         shell = _AsyncWaiting(self, task_owner(), lease_seconds)
         try:
             return await drive_async(plan, shell)

@@ -26,7 +26,7 @@ import redis
 import redis.asyncio
 
 from django_rlock.core.aio.connection import derive_async_pool
-from django_rlock.core.channels import Channel, ChannelTable, ReadError
+from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
 from django_rlock.core.waiting import RECONNECT_BACKOFF, log_refusal
 
 __all__ = ["AsyncReleaseListener", "AsyncSubscription"]
@@ -35,14 +35,13 @@ logger = logging.getLogger("django_rlock.waiting")
 
 
 @dataclass(eq=False)
-class AsyncSubscription:
+class AsyncSubscription(WakeCount):
     """One waiting task's handle on a release channel."""
 
     waiter_id: str
     _channel: bytes = field(repr=False)
     _table: ChannelTable[AsyncSubscription] = field(repr=False)
     _event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    _wakeups: int = 0
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
@@ -67,13 +66,7 @@ class AsyncSubscription:
             return False
         return True
 
-    def wake(self) -> None:
-        """A release or a reconnect: retry now (see :class:`ChannelTable`)."""
-        self._wakeups += 1
-        self._event.set()
-
-    def recheck(self) -> None:
-        """A confirmation arrived: look again (see :class:`ChannelTable`)."""
+    def _signal(self) -> None:
         self._event.set()
 
 
