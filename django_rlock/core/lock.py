@@ -22,18 +22,27 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
+from django_rlock.core.calls import (
+    Grant,
+    ScriptCall,
+    abandon_call,
+    acquire_call,
+    acquire_reply,
+    force_release_call,
+    hold_count_reply,
+    release_call,
+    ttl_reply,
+)
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -41,7 +50,8 @@ from django_rlock.core.exceptions import (
     LockTimeout,
 )
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+from django_rlock.core.names import LockKeys, check_lease, check_timeout
+from django_rlock.core.plan import AcquirePlan, drive
 from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
@@ -49,11 +59,13 @@ if TYPE_CHECKING:
 
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
+    from django_rlock.core.waiting import Subscription
 
 __all__ = [
     "LOST_REPLY",
     "UNANSWERED",
     "LockBase",
+    "LockOptions",
     "RLock",
     "check_blocking",
     "request_id",
@@ -110,11 +122,12 @@ def check_blocking(blocking: object, timeout: float | None) -> bool:
     return blocking
 
 
-@dataclass(frozen=True, slots=True)
-class _ScriptCall:
-    keys: list[str]
-    args: list[str | int]
-    rid: str  # the request id inside args, kept if the call goes unanswered
+class LockOptions(TypedDict, total=False):
+    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many."""
+
+    timeout: float | None
+    lease: float | None
+    blocking: bool
 
 
 class LockBase:
@@ -125,20 +138,15 @@ class LockBase:
     ``registry`` is the :class:`LockClient` that records this process's holds.
     """
 
-    def __init__(
-        self,
-        registry: LockClient,
-        name: str,
-        *,
-        timeout: float | None,
-        lease: float | None,
-        blocking: bool,
-    ) -> None:
+    def __init__(self, registry: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        unknown = sorted(set(options) - set(LockOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         self._registry = registry
         self.keys = LockKeys.build(registry.key_prefix, name)
-        self.timeout = check_timeout(timeout)
-        self.lease = check_lease(lease)
-        self.blocking = check_blocking(blocking, self.timeout)
+        self.timeout = check_timeout(options.get("timeout"))
+        self.lease = check_lease(options.get("lease"))
+        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -147,34 +155,34 @@ class LockBase:
         """The lock's name, as the caller gave it."""
         return self.keys.name
 
+    def _plan(
+        self, blocking: bool, timeout: float | None, lease: float | None
+    ) -> tuple[AcquirePlan, float | None]:
+        """The checked arguments of one acquire call: its plan and its lease."""
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        check_blocking(blocking, wait)
+        watchdog = self._registry.watchdog_timeout
+        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""
         return reported_unavailable(self._registry.server, action, self.name)
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> _ScriptCall:
-        """The keys and arguments of one acquire script call (see scripts.ACQUIRE)."""
-        keys = self.keys
+    ) -> ScriptCall:
+        """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
         ttl = self._registry.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
-        return _ScriptCall(
-            keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid],
-            rid=rid,
-        )
+        return acquire_call(self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
 
-    def _release_call(self, owner: str) -> _ScriptCall:
-        """The keys and arguments of one release script call (see scripts.RELEASE)."""
-        keys = self.keys
+    def _release_call(self, owner: str) -> ScriptCall:
+        """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
         rid = self._request_id("release", owner)
-        return _ScriptCall(
-            keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
-            args=[owner, self._registry.publish_command, rid],
-            rid=rid,
-        )
+        return release_call(self.keys, owner, self._registry.publish_command, rid)
 
-    def _acquire_failed(self, error: Exception, owner: str, call: _ScriptCall) -> NoReturn:
+    def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
         if isinstance(error, OutOfMemoryError):
             raise self._out_of_memory_error(error) from error
@@ -186,24 +194,19 @@ class LockBase:
     ) -> float | None:
         """Record a grant (None), or the seconds to wait at most before trying again."""
         registry = self._registry
-        if isinstance(reply, list):
-            token, holds, pttl_ms = (int(value) for value in reply)
+        answer = acquire_reply(reply, no_expiry_wait=registry.watchdog_timeout)
+        if isinstance(answer, Grant):
             registry._granted(
                 self,
                 owner,
-                token=token,
-                holds=holds,
+                token=answer.token,
+                holds=answer.holds,
                 lease=lease,
                 sent_at=sent_at,
-                pttl_ms=pttl_ms,
+                pttl_ms=answer.pttl_ms,
             )
             return None
-        pttl_ms = int(reply)
-        if pttl_ms < 0:
-            # Held with no expiry (someone wrote the key by hand): look again
-            # after one watchdog timeout rather than never.
-            return registry.watchdog_timeout
-        return max(pttl_ms, 1) / 1000
+        return answer
 
     def _request_id(self, kind: str, owner: str) -> str:
         """The id for the owner's next ``kind`` call: a new one, or the unanswered one.
@@ -286,7 +289,7 @@ class LockBase:
                 registry._forget_hold(hold)
 
     def _release_failed(
-        self, hold: Hold | None, error: BaseException, owner: str, call: _ScriptCall
+        self, hold: Hold | None, error: BaseException, owner: str, call: ScriptCall
     ) -> None:
         """The release script failed (Redis unreachable, reply lost...).
 
@@ -341,16 +344,8 @@ class LockBase:
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> None:
-        super().__init__(client, name, timeout=timeout, lease=lease, blocking=blocking)
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
@@ -371,46 +366,16 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        wait = check_timeout(timeout)
-        lease_seconds = check_lease(lease)
-        check_blocking(blocking, wait)
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
         with self._reachable("acquire"):
-            return self._acquire_waiting(blocking, wait, lease_seconds)
+            return self._acquire_waiting(plan, lease_seconds)
 
-    def _acquire_waiting(
-        self, blocking: bool, wait: float | None, lease_seconds: float | None
-    ) -> bool:
-        owner = thread_owner()
-        started = clock.monotonic()
-        pttl = self._attempt(owner, lease_seconds)
-        if pttl is None:
-            return True
-        if not blocking or wait == 0:
-            return False
-        deadline = math.inf if wait is None else started + wait
-        with self.client._listener.listen(self.keys.channel) as subscription:
-            registered = False
-            try:
-                while True:
-                    remaining = deadline - clock.monotonic()
-                    if remaining <= 0:
-                        return False
-                    # Subscribed before retrying, so no release can slip between.
-                    subscription.wait_subscribed(min(pttl, remaining))
-                    since = subscription.mark()
-                    sleep = min(pttl, remaining, self.client.watchdog_timeout)
-                    pttl = self._attempt(owner, lease_seconds, subscription.waiter_id, sleep)
-                    if pttl is None:
-                        registered = False  # the grant took it out of the waiting set
-                        return True
-                    registered = True
-                    remaining = deadline - clock.monotonic()
-                    if remaining <= 0:
-                        return False
-                    subscription.wait(since, min(pttl, remaining))
-            finally:
-                if registered:
-                    self._abandon(subscription.waiter_id)
+    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        shell = _Waiting(self, thread_owner(), lease_seconds)
+        try:
+            return drive(plan, shell)
+        finally:
+            shell.close(registered=plan.registered)
 
     def _attempt(
         self,
@@ -445,11 +410,9 @@ class RLock(LockBase):
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
+        call = abandon_call(self.keys, waiter_id, self.client.publish_command)
         try:
-            self.client._scripts.abandon(
-                keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
-                args=[waiter_id, self.client.publish_command],
-            )
+            self.client._scripts.abandon(keys=call.keys, args=call.args)
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
@@ -498,12 +461,9 @@ class RLock(LockBase):
         For operators and recovery code: the holder learns of it at its next
         renewal or release (as a lost lock).
         """
+        call = force_release_call(self.keys, self.client.publish_command)
         with self._reachable("force-release"):
-            return bool(
-                self.client._scripts.force_release(
-                    keys=[self.keys.hash, self.keys.channel], args=[self.client.publish_command]
-                )
-            )
+            return bool(self.client._scripts.force_release(keys=call.keys, args=call.args))
 
     # -- inspecting ---------------------------------------------------------------
 
@@ -520,18 +480,12 @@ class RLock(LockBase):
     def hold_count(self) -> int:
         """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
         with self._reachable("inspect"):
-            count = self.client.redis.hget(self.keys.hash, thread_owner())
-        return 0 if count is None else int(count)
+            return hold_count_reply(self.client.redis.hget(self.keys.hash, thread_owner()))
 
     def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
         with self._reachable("inspect"):
-            pttl = int(self.client.redis.pttl(self.keys.hash))
-        if pttl == -2:
-            return None
-        if pttl == -1:
-            return math.inf
-        return pttl / 1000
+            return ttl_reply(self.client.redis.pttl(self.keys.hash))
 
     @property
     def token(self) -> int | None:
@@ -559,3 +513,25 @@ class RLock(LockBase):
         It runs once per lost hold, on a short-lived thread of its own.
         """
         self.lost_callbacks.append(callback)
+
+
+class _Waiting:
+    """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
+
+    def __init__(self, lock: RLock, owner: str, lease: float | None) -> None:
+        self.lock, self.owner, self.lease = lock, owner, lease
+        self.subscription: Subscription | None = None
+        self._stack = ExitStack()
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
+
+    def listen(self) -> None:
+        listener = self.lock.client._listener
+        self.subscription = self._stack.enter_context(listener.listen(self.lock.keys.channel))
+
+    def close(self, *, registered: bool) -> None:
+        with self._stack:
+            if registered and self.subscription is not None:
+                self.lock._abandon(self.subscription.waiter_id)

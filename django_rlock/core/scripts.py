@@ -28,6 +28,7 @@ query, so no extra ACL permission and no I/O when a client is built). On Redis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.commands.core import Script
@@ -44,9 +45,12 @@ __all__ = [
     "SCRIPT_COMMANDS",
     "LockScript",
     "LockScripts",
+    "OomFallback",
+    "OomSafeBase",
     "OomSafeScript",
     "is_unsupported_shebang",
     "permission_error",
+    "raise_if_refused",
 ]
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
@@ -275,22 +279,6 @@ def permission_error(error: ResponseError) -> NoPermissionError | None:
     )
 
 
-class LockScript(Script):
-    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
-
-    def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
-        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
-    ) -> Any:
-        """Run the script (EVALSHA, loading it on NOSCRIPT)."""
-        try:
-            return super().__call__(keys=keys or [], args=args or [], client=client)
-        except ResponseError as error:
-            refused = permission_error(error)
-            if refused is None:
-                raise
-            raise refused from error
-
-
 def is_unsupported_shebang(error: ResponseError) -> bool:
     """Whether ``error`` is a server refusing to compile a ``#!lua flags=...`` script.
 
@@ -301,50 +289,110 @@ def is_unsupported_shebang(error: ResponseError) -> bool:
     return "compiling script" in message or "shebang" in message
 
 
-class OomSafeScript:
-    """A script that runs under OOM where the server allows it (Redis >= 7).
+class OomFallback:
+    """Which variant of an ``allow-oom`` script to send, and when to fall back (no I/O).
 
-    Tries the ``allow-oom`` variant; if the server cannot compile it, falls
-    back to the plain one for good. The choice costs one failed SCRIPT LOAD,
-    once, on the first call; afterwards a call costs one attribute lookup more
-    than a plain :class:`Script`.
+    The flagged variant is sent until a server refuses to compile it; then
+    the plain one, for good. The decision is made on the variant a call
+    *sent*, not on the current choice: when many calls race the first load,
+    each one refused for the flag retries with the plain variant, even if
+    another has switched the choice meanwhile.
     """
 
-    def __init__(self, redis: Any, body: str) -> None:
-        self._plain = LockScript(redis, body)
-        self._script = LockScript(redis, ALLOW_OOM + body)
+    def __init__(self) -> None:
+        #: True while the ``allow-oom`` variant is in use.
+        self.flagged = True
+
+    def retry_plain(self, sent_flagged: bool, error: ResponseError) -> bool:
+        """Whether a call that sent the ``sent_flagged`` variant and got ``error`` resends plain."""
+        if not sent_flagged or not is_unsupported_shebang(error):
+            return False
+        self.flagged = False
+        return True
+
+
+def raise_if_refused(error: ResponseError) -> None:
+    """Raise the clear NOPERM error for an ACL refusal inside a script (from ``error``)."""
+    refused = permission_error(error)
+    if refused is not None:
+        raise refused from error
+
+
+class LockScript(Script):
+    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
+
+    def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
+        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+    ) -> Any:
+        """Run the script (EVALSHA, loading it on NOSCRIPT)."""
+        try:
+            return super().__call__(keys=keys or [], args=args or [], client=client)
+        except ResponseError as error:
+            raise_if_refused(error)
+            raise
+
+
+class OomSafeBase:
+    """What the sync and asyncio ``allow-oom`` scripts share: both variants and the policy."""
+
+    def __init__(self, make: Callable[[str], Any], body: str) -> None:
+        self._plain = make(body)
+        self._variants = {True: make(ALLOW_OOM + body), False: self._plain}
+        self._policy = OomFallback()
 
     @property
     def flagged(self) -> bool:
         """True while the ``allow-oom`` variant is in use."""
-        return self._script is not self._plain
+        return self._policy.flagged
+
+    def _choose(self) -> tuple[bool, Any]:
+        flagged = self._policy.flagged
+        return flagged, self._variants[flagged]
+
+    def _after(self, flagged: bool, error: ResponseError) -> Any:
+        """The plain variant to resend a refused call with (or re-raise ``error``)."""
+        if not self._policy.retry_plain(flagged, error):
+            raise error
+        return self._plain
+
+
+class OomSafeScript(OomSafeBase):
+    """A script that runs under OOM where the server allows it (Redis >= 7).
+
+    Tries the ``allow-oom`` variant; if the server cannot compile it, falls
+    back to the plain one for good (:class:`OomFallback`). The choice costs
+    one failed SCRIPT LOAD, once, on the first call.
+    """
+
+    def __init__(self, redis: Any, body: str) -> None:
+        super().__init__(lambda text: LockScript(redis, text), body)
 
     def __call__(
         self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
     ) -> Any:
         """Run the script as :class:`Script` does (EVALSHA, loading it on NOSCRIPT)."""
-        # The variant this call uses, read once: another thread may switch
-        # `_script` to the plain one while this call is still failing on the flag.
-        script = self._script
+        flagged, script = self._choose()
         try:
             return script(keys=keys or [], args=args or [], client=client)
         except ResponseError as error:
-            if script is self._plain or not is_unsupported_shebang(error):
-                raise
-            self._script = self._plain
-            return self._plain(keys=keys or [], args=args or [], client=client)
+            return self._after(flagged, error)(keys=keys or [], args=args or [], client=client)
 
 
 class LockScripts:
-    """The lock scripts, registered against one Redis client.
+    """The lock scripts, registered against one Redis client (sync or asyncio).
 
     Acquire stays a plain script: under OOM its first write is refused, so it
     fails whole, with Redis's OOM error, before changing anything.
     """
 
-    def __init__(self, redis: Any) -> None:
-        self.acquire = LockScript(redis, ACQUIRE)
-        self.release = OomSafeScript(redis, RELEASE)
-        self.renew = OomSafeScript(redis, RENEW)
-        self.force_release = OomSafeScript(redis, FORCE_RELEASE)
-        self.abandon = OomSafeScript(redis, ABANDON)
+    def __init__(
+        self,
+        redis: Any,
+        plain: Callable[[Any, str], Any] = LockScript,
+        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
+    ) -> None:
+        self.acquire = plain(redis, ACQUIRE)
+        self.release = oom_safe(redis, RELEASE)
+        self.renew = oom_safe(redis, RENEW)
+        self.force_release = oom_safe(redis, FORCE_RELEASE)
+        self.abandon = oom_safe(redis, ABANDON)

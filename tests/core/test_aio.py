@@ -63,8 +63,8 @@ def test_tasks_on_one_loop_are_separate_owners_and_reenter(redis_url: str, r: re
         lock = client.lock("tasks")
         async with lock:
             async with lock:
-                assert lock.hold_count() == 2
-                assert lock.owned()
+                assert await lock.hold_count() == 2
+                assert await lock.owned()
                 token = lock.token
 
                 async def other() -> bool:
@@ -74,7 +74,7 @@ def test_tasks_on_one_loop_are_separate_owners_and_reenter(redis_url: str, r: re
                 with pytest.raises(LockNotOwnedError):
                     await asyncio.create_task(lock.release())
             assert lock.token == token
-        assert not lock.owned()
+        assert not await lock.owned()
         assert lock.token is None
         assert not await lock.locked()
 
@@ -127,7 +127,7 @@ def test_async_with_raises_lock_timeout_and_a_lease_expires(redis_url: str, r: r
         assert caught.value.retry_after is not None
         await asyncio.sleep(0.4)
         assert lock.lost
-        assert not lock.owned()
+        assert not await lock.owned()
         with pytest.raises(LockLostError):
             await lock.release()
         assert lock.lost
@@ -155,7 +155,7 @@ def test_cancelling_a_waiting_acquire_at_any_point_leaves_nothing(
             await waiter
         await client.settle()
         assert r.hlen("test:{cancel-wait}") == 1  # only the holder
-        assert lock.hold_count() == 1
+        assert await lock.hold_count() == 1
         await lock.release()
 
     run(redis_url, scenario)
