@@ -46,12 +46,24 @@ class Grant:
 
 
 def acquire_call(
-    keys: LockKeys, owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
+    keys: LockKeys,
+    owner: str,
+    *,
+    ttl: float,
+    waiter_id: str,
+    sleep: float,
+    rid: str,
+    lost: tuple[int, int] | None = None,
 ) -> ScriptCall:
-    """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait."""
+    """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
+
+    ``lost``: (token, holds) of the owner's holds its client has declared lost,
+    which the server may still count (see scripts.ACQUIRE).
+    """
+    token, holds = lost or (0, 0)
     return ScriptCall(
         keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-        args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid],
+        args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid, holds, str(token)],
         rid=rid,
     )
 

@@ -175,7 +175,10 @@ class LockBase:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
         ttl = self._registry.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
-        return acquire_call(self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
+        lost = self._registry.lost_on_server(self.keys.hash, owner)
+        return acquire_call(
+            self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost
+        )
 
     def _release_call(self, owner: str) -> ScriptCall:
         """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""

@@ -93,7 +93,9 @@ end
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
-# ARGV[5] (with KEYS[4]) this call's request id
+# ARGV[5] (with KEYS[4]) this call's request id,
+# ARGV[6] the owner's holds of this lock that its client has declared lost
+#   (0: none), ARGV[7] the token of those holds
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
 #   the branch. A new grant's token is max(last token + 1, the server's clock
@@ -107,6 +109,11 @@ end
 #   changes nothing and returns the same {token, holds} with the PTTL left
 #   now: the grant happened at the first call, not at the resend. Only the
 #   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   Holds the client has declared lost (ARGV[6]) may still be on the server (a
+#   loss declared on the local deadline while the key lived on): while the
+#   token is still theirs they are taken off first, and when none of the
+#   owner's holds is left the call is a new grant with a new token, never a
+#   re-entry of a hold its owner was told is gone.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it.
@@ -119,6 +126,13 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
                 tonumber(redis.call('hget', KEYS[1], ARGV[1])),
                 redis.call('pttl', KEYS[1])}
     end
+    local lost = tonumber(ARGV[6] or '0') or 0
+    if lost > 0 and redis.call('get', KEYS[2]) == ARGV[7]
+            and redis.call('hincrby', KEYS[1], ARGV[1], -lost) <= 0 then
+        redis.call('hdel', KEYS[1], ARGV[1])
+    end
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     local left = redis.call('pttl', KEYS[1])
     if left < ttl then

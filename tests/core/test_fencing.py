@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
-from django_rlock.core import LockClient
+from django_rlock.core import LockClient, LockLostError
 
 #: The largest integer a Lua number (a double) holds exactly; tokens stay below it.
 LUA_EXACT = 2**53
@@ -100,3 +101,26 @@ def test_released_names_leave_no_counter_behind(lock_client: LockClient, r: redi
         lock.release()
     time.sleep(0.4)
     assert not [key for key in r.scan_iter("test:*") if b":req:" not in key]
+
+
+def test_a_grant_after_a_declared_loss_is_new_even_if_the_key_lived_on(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    """Found by the model soak: a hold declared lost on its local deadline while the
+    key lived on (a stall, a lost reply) came back as a re-entry of the same grant:
+    the same token, and a hold count the owner never gave back."""
+    lock = lock_client.lock("revived")
+    lock.acquire()
+    lost_token = lock.token
+    (hold,) = lock_client.watched_holds()
+    lock_client.declare_lost(hold, "the local deadline passed")
+    assert lock.lost and r.exists(lock.keys.hash)  # the server still has the hold
+    with pytest.raises(LockLostError):
+        lock.release()  # the owner hears of it (no call: the hold is known lost)
+
+    assert lock.acquire(blocking=False)
+    assert lock.token is not None and lost_token is not None and lock.token > lost_token
+    assert not lock.lost and lock.hold_count() == 1
+    assert [int(count) for count in r.hvals(lock.keys.hash)] == [1]
+    lock.release()
+    assert not r.exists(lock.keys.hash)  # nothing the owner was told is gone stays held
