@@ -34,6 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from django_rlock.core import LockClient, RLock
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_LOCK_ALIAS,
+    DEFAULT_WATCHDOG_TIMEOUT,
+)
 from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
 
 if TYPE_CHECKING:
@@ -50,10 +55,6 @@ __all__ = [
     "lock_client",
     "uses_django",
 ]
-
-DEFAULT_LOCK_ALIAS: Final = "default"
-DEFAULT_KEY_PREFIX: Final = "rlock"
-DEFAULT_WATCHDOG_TIMEOUT: Final = 30.0
 
 _REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
 

@@ -37,6 +37,12 @@ from django_rlock.core.connection import (
     redact_url,
     server_major_version,
 )
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_REPLICA_SYNC_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+    renewal_socket_timeout,
+)
 from django_rlock.core.exceptions import LockNotReplicatedError
 from django_rlock.core.hold import Hold, key_deadline
 from django_rlock.core.names import (
@@ -104,10 +110,10 @@ class LockClient:
         self,
         connection: str | RedisClient,
         *,
-        key_prefix: str = "rlock",
-        watchdog_timeout: float = 30.0,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
         min_replicas: int = 0,
-        replica_sync_timeout: float = 1.0,
+        replica_sync_timeout: float = DEFAULT_REPLICA_SYNC_TIMEOUT,
         server: str | None = None,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
@@ -446,9 +452,9 @@ class LockClient:
         return [int(pttl_ms) for pttl_ms in left]
 
     def _renewal_timeouts(self) -> dict[str, Any]:
-        # Half an interval: a renewal that hangs ends well before the next tick,
-        # and the last attempt before a deadline ends before the deadline.
-        limit = self.watchdog_timeout / 6
+        # A renewal that hangs ends well before the next tick, and the last
+        # attempt before a deadline ends before the deadline (see core.defaults).
+        limit = renewal_socket_timeout(self.watchdog_timeout)
         kwargs = connection_settings(self.redis)
         socket_timeout = kwargs.get("socket_timeout") or limit
         connect_timeout = kwargs.get("socket_connect_timeout") or limit

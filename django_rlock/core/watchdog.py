@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from django_rlock.core import clock
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
 __all__ = ["BATCH_SIZE", "Renewer", "Watchdog", "get_watchdog"]
@@ -75,6 +76,8 @@ class _Schedule:
 
     renewer: weakref.ref[Renewer]
     interval: float
+    #: The longest a renewal call may take (its socket timeout).
+    call_margin: float
     next_tick: float
     failing: bool = False
 
@@ -106,9 +109,13 @@ class Watchdog:
         with self._cond:
             if id(renewer) in self._schedules:
                 return
-            interval = renewer.watchdog_timeout / 3
+            timeout = renewer.watchdog_timeout
+            interval = renewal_interval(timeout)
             self._schedules[id(renewer)] = _Schedule(
-                weakref.ref(renewer), interval, next_tick=clock.monotonic() + interval
+                weakref.ref(renewer),
+                interval,
+                call_margin=renewal_socket_timeout(timeout),
+                next_tick=clock.monotonic() + interval,
             )
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -153,7 +160,7 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         now = clock.monotonic()
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         due = []
         for hold in renewer.watched_holds():
             if now + margin >= hold.deadline:
@@ -186,7 +193,7 @@ class Watchdog:
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         now = clock.monotonic()
         alive = []
         for hold in batch:
@@ -200,11 +207,6 @@ class Watchdog:
             earliest = min(hold.deadline for hold in alive) - 2 * margin
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
-
-
-def _call_margin(schedule: _Schedule) -> float:
-    """The longest a renewal call may take: its socket timeout, at most half an interval."""
-    return schedule.interval / 2
 
 
 def _batches(holds: list[Hold], slot_of: Callable[[str], int] | None) -> list[list[Hold]]:
