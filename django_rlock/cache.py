@@ -47,6 +47,7 @@ from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 
 from django_rlock import conf
 from django_rlock.cache_lock import CacheLock
+from django_rlock.core import forking
 from django_rlock.core.client import LockClient
 from django_rlock.core.names import check_key_prefix, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
@@ -59,6 +60,12 @@ LOCK_KEY = "rlock"
 
 _shared_clients: dict[tuple[tuple[str, ...], str, float], LockClient] = {}
 _shared_clients_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _shared_clients_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _shared_clients_lock = threading.Lock()
 
 
 class RedisCache(DjangoRedisCache):

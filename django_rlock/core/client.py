@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
+from django_rlock.core import forking
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -480,9 +480,7 @@ def _run_callbacks(callbacks: list[tuple[LostCallback, LockBase]]) -> None:
             logger.exception("on_lost callback %r failed", callback)
 
 
+@forking.after_fork_in_child
 def _reset_clients_after_fork() -> None:
     for client in list(_clients):
         client._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_reset_clients_after_fork)

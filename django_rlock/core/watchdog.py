@@ -30,14 +30,13 @@ carries on. A forked child starts with no watchdog; its first hold starts one.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
@@ -237,12 +236,10 @@ def get_watchdog() -> Watchdog:
         return _instance
 
 
+@forking.after_fork_in_child
 def _reset_after_fork() -> None:
     # The parent's thread does not exist in the child, and the child owns
     # none of the parent's holds: start from nothing.
     global _instance, _instance_lock  # noqa: PLW0603
     _instance = None
     _instance_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
