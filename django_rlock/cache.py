@@ -44,6 +44,8 @@ import redis
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_rlock import conf
 from django_rlock.cache_lock import CacheLock
@@ -213,8 +215,11 @@ def lock_client_for(
     return _shared_client(cache, prefix, watchdog_timeout)
 
 
-def _close_shared_clients(**kwargs: Any) -> None:
-    """Forget the shared clients (their caches changed); held locks expire."""
+@receiver(setting_changed)
+def _close_shared_clients(*, setting: str, **kwargs: Any) -> None:
+    """Forget the shared clients when CACHES changes (in tests); held locks expire."""
+    if setting != "CACHES":
+        return
     with _shared_clients_lock:
         clients = list(_shared_clients.values())
         _shared_clients.clear()

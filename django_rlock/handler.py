@@ -108,9 +108,7 @@ locks = LockHandler()
 
 @receiver(setting_changed)
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # An alias with CACHE uses that cache's pool; django_rlock.cache forgets
+    # its own clients when CACHES changes.
     if setting == "RLOCKS" or setting.startswith("RLOCK_") or setting == "CACHES":
         locks.close_all()
-    if setting == "CACHES":
-        from django_rlock.cache import _close_shared_clients  # noqa: PLC0415 -- cache imports us
-
-        _close_shared_clients()

@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -45,6 +45,8 @@ from django_rlock.core.defaults import (
 )
 from django_rlock.core.exceptions import LockNotReplicatedError
 from django_rlock.core.hold import Hold, key_deadline
+from django_rlock.core.lock import LockBase, RLock
+from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.names import (
     LockKeys,
     check_key_prefix,
@@ -57,10 +59,6 @@ from django_rlock.core.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
-
-if TYPE_CHECKING:
-    from django_rlock.core.lock import LockBase, RLock
-    from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = ["LockClient", "LostCallback"]
 
@@ -186,8 +184,6 @@ class LockClient:
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
         ``with lock:``; :meth:`RLock.acquire` takes its own.
         """
-        from django_rlock.core.lock import RLock  # noqa: PLC0415 -- lock imports client
-
         return RLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def multi_lock(self, *locks: RLock) -> MultiLock:
@@ -195,8 +191,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.MultiLock`.
         """
-        from django_rlock.core.multilock import MultiLock  # noqa: PLC0415 -- it imports lock
-
         return MultiLock(*locks)
 
     def red_lock(self, *locks: RLock) -> RedLock:
@@ -204,8 +198,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.RedLock` (and its caveats).
         """
-        from django_rlock.core.multilock import RedLock  # noqa: PLC0415 -- it imports lock
-
         return RedLock(*locks)
 
     def on_lost(self, callback: LostCallback) -> None:
