@@ -130,10 +130,11 @@ def _body_of(task: Any) -> object:
 
 def options_of(task: Any) -> LockOptions | None:
     """The lock options a registered task runs under, or None for an unlocked task."""
-    from celery_rlock.task import LockedTask  # noqa: PLC0415 -- task imports worker, worker us
-
-    if isinstance(task, LockedTask):
-        return task.lock_options
+    if hasattr(type(task), "lock_options"):
+        # A LockedTask carries its own (None without a lock). Recognised by the
+        # attribute it declares: celery_rlock.task builds on this module.
+        options: LockOptions | None = task.lock_options
+        return options
     body = _body_of(task)
     if not callable(body):
         return None

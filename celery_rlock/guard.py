@@ -28,6 +28,7 @@ from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock.once import OnceMarker
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -41,7 +42,6 @@ from django_rlock.reporting import send_lost
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_rlock.once import OnceMarker
     from django_rlock.core import RLock
 
 __all__ = [
@@ -201,8 +201,6 @@ def run_locked(
         task_id = request.id
     marker = None
     if once_lease is not None and task_id is not None:
-        from celery_rlock.once import OnceMarker  # noqa: PLC0415 -- once imports this module
-
         marker = OnceMarker(lock, task.name, once_lease)
 
     started = time.monotonic()

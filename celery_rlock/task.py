@@ -14,6 +14,8 @@
 
 The options are read once, when the task is bound to its app, and checked
 there: a bad template or option fails at import, i.e. at worker start.
+
+A task revoked (or expired) before it ran frees its ``once`` marker.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, ClassVar, Final, Literal, get_args
 
 from celery import Task
 from celery._state import _task_stack
+from celery.signals import task_revoked
 from celery.utils import uuid
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
@@ -200,3 +203,15 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         name = build_key(options.key, self.run, args, kwargs)
         lock = get_lock(self._get_app(), options.using, name, lease=options.lease)
         return OnceMarker(lock, self.name, self.once_lease)
+
+
+def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    # Sent in the worker's main process when it drops a revoked or expired
+    # task (before or while it runs). An equal task may be queued again now; a
+    # run that was terminated also lets its lock expire within the watchdog timeout.
+    if not isinstance(sender, LockedTask) or not sender.once or request is None:
+        return
+    sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
+
+
+task_revoked.connect(_on_task_revoked, weak=False)

@@ -44,9 +44,12 @@ import redis
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_rlock import conf
 from django_rlock.cache_lock import CacheLock
+from django_rlock.core import forking
 from django_rlock.core.client import LockClient
 from django_rlock.core.names import check_key_prefix, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
@@ -59,6 +62,12 @@ LOCK_KEY = "rlock"
 
 _shared_clients: dict[tuple[tuple[str, ...], str, float], LockClient] = {}
 _shared_clients_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _shared_clients_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _shared_clients_lock = threading.Lock()
 
 
 class RedisCache(DjangoRedisCache):
@@ -206,8 +215,11 @@ def lock_client_for(
     return _shared_client(cache, prefix, watchdog_timeout)
 
 
-def _close_shared_clients(**kwargs: Any) -> None:
-    """Forget the shared clients (their caches changed); held locks expire."""
+@receiver(setting_changed)
+def _close_shared_clients(*, setting: str, **kwargs: Any) -> None:
+    """Forget the shared clients when CACHES changes (in tests); held locks expire."""
+    if setting != "CACHES":
+        return
     with _shared_clients_lock:
         clients = list(_shared_clients.values())
         _shared_clients.clear()

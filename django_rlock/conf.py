@@ -27,6 +27,12 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_LOCK_ALIAS,
+    DEFAULT_REPLICA_SYNC_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+)
 from django_rlock.core.exceptions import LockTimeout
 from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
@@ -52,7 +58,6 @@ __all__ = [
     "watchdog_timeout",
 ]
 
-DEFAULT_LOCK_ALIAS: Final = "default"
 DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
 DEFAULT_LOCATION: Final = "redis://127.0.0.1:6379/0"
 
@@ -67,13 +72,13 @@ UNSET: Final = _Unset()
 
 #: Settings that exist per alias and globally (``RLOCK_<NAME>``), with their defaults.
 DEFAULTS: Final[Mapping[str, object]] = {
-    "KEY_PREFIX": "rlock",
-    "WATCHDOG_TIMEOUT": 30.0,
+    "KEY_PREFIX": DEFAULT_KEY_PREFIX,
+    "WATCHDOG_TIMEOUT": DEFAULT_WATCHDOG_TIMEOUT,
     "SLOW_WAIT": None,
     "SLOW_HOLD": None,
     "BUSY_RESPONSE": 409,
     "MIN_REPLICAS": 0,
-    "REPLICA_SYNC_TIMEOUT": 1.0,
+    "REPLICA_SYNC_TIMEOUT": DEFAULT_REPLICA_SYNC_TIMEOUT,
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
@@ -216,9 +221,9 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
-    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (>= 0.5).
+    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds.
 
-    The floor is :data:`~django_rlock.core.names.MIN_WATCHDOG_TIMEOUT`: below
+    At least :data:`~django_rlock.core.defaults.MIN_WATCHDOG_TIMEOUT`: below
     it renewals cannot be relied on to arrive in time.
     """
     seconds = _positive_seconds("WATCHDOG_TIMEOUT", alias)

@@ -65,7 +65,7 @@ from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template
 from django_rlock.reporting import AsyncReportingLock, ReportingLock
 
-__all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_response", "locked", "unavailable_response"]
+__all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -160,11 +160,12 @@ def locked(
     return decorator
 
 
-def busy_response(error: LockTimeout, status: int) -> HttpResponse:
-    """The default answer of a view whose lock stayed busy: ``status`` and Retry-After.
+def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
+    """What a view answers when its lock stayed busy and BUSY_RESPONSE is a status.
 
-    The body does not name the lock: lock names may carry ids the client
-    should not see.
+    ``status`` (409 by default) with a Retry-After taken from ``error``. The
+    body does not name the lock: lock names may carry ids the client should
+    not see. (Not itself a BUSY_RESPONSE callable, which takes ``(request, error)``.)
     """
     retry_after = error.retry_after
     seconds = 1 if retry_after is None or not math.isfinite(retry_after) else retry_after
@@ -207,7 +208,7 @@ def _answer_busy(
         return unavailable_response(error)
     if callable(answer):
         return answer(request, error)
-    return busy_response(error, cast(int, answer))
+    return busy_status_response(error, cast(int, answer))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from django_rlock.core import forking
 from django_rlock.core.aio import AsyncLockClient
 
 __all__ = ["LoopClients"]
@@ -40,6 +41,7 @@ class LoopClients:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        forking.renew_after_fork(self, "_lock")
         self._clients: dict[asyncio.AbstractEventLoop, AsyncLockClient] = {}
 
     def __len__(self) -> int:

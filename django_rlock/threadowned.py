@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from django_rlock.core import forking
 from django_rlock.core.lock import RLock
 
 __all__ = ["ThreadOwnedLock"]
@@ -42,6 +43,12 @@ _task_threads: weakref.WeakKeyDictionary[asyncio.Task[Any], _TaskThread] = (
 )
 # Guards _task_threads and the entry counts: counts drop on worker threads too.
 _task_threads_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _task_threads_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _task_threads_lock = threading.Lock()
 
 
 def _enter_thread() -> tuple[asyncio.Task[Any], _TaskThread]:

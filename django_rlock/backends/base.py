@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from django_rlock import conf
+from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.reporting import HoldTracker, ReportingLock
 from django_rlock.threadowned import ThreadOwnedLock
@@ -96,6 +97,7 @@ class BaseLockBackend(ABC):
         self.options: dict[str, Any] = options
         self.tracker = HoldTracker()
         self._build_lock = threading.Lock()
+        forking.renew_after_fork(self, "_build_lock")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"

@@ -47,12 +47,13 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import redis
+
+from django_rlock.core import forking
 
 __all__ = ["EmbeddedServer", "EmbeddedServerError"]
 
@@ -65,7 +66,6 @@ PING_TIMEOUT = 5.0
 _RETRY_PAUSE = 0.02  # seconds between two looks during start-up, never a steady state
 _LONGEST_SOCKET_PATH = 100  # bytes; sun_path holds 104 (macOS) to 108 (Linux)
 _GUARDIAN = str(Path(__file__).with_name("_embedded_guardian.py"))
-_servers: weakref.WeakSet[EmbeddedServer] = weakref.WeakSet()
 # The guardians this process started: kept, so that one is waited for (not left a
 # zombie, nor a ResourceWarning) once it ends; they outlive us if we exit first.
 _guardians: list[subprocess.Popen[bytes]] = []
@@ -116,8 +116,10 @@ class EmbeddedServer:
         self.start_lock = f"{self.location}.lock"
         self.users_lock = f"{self.location}.users"
         self._users_fd: int | None = None
+        # A fork taken while another thread was attaching would leave the
+        # mutex locked forever in the child.
         self._mutex = threading.Lock()
-        _servers.add(self)
+        forking.renew_after_fork(self, "_mutex")
 
     def _socket_path(self) -> str:
         path = f"{self.location}.sock"
@@ -300,13 +302,3 @@ class EmbeddedServer:
             return "\n".join(Path(self.log_file).read_text(errors="replace").splitlines()[-lines:])
         except OSError as error:
             return f"(unreadable: {error})"
-
-
-def _reset_after_fork() -> None:
-    # A fork taken while another thread was attaching would leave the mutex
-    # locked forever in the child.
-    for server in list(_servers):
-        server._mutex = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)

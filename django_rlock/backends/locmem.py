@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from django_rlock.backends.base import BaseLockBackend, LockInfo, display_owner
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import RLock, check_blocking
@@ -59,6 +59,7 @@ class _Store:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
+        forking.renew_after_fork(self, "cond", threading.Condition)
         self.entries: dict[str, _Entry] = {}
         self.fences: dict[str, int] = {}
         self.holds: dict[tuple[str, str], _Hold] = {}
@@ -85,6 +86,12 @@ class _Store:
 
 _stores: dict[str, _Store] = {}
 _stores_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _stores_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _stores_lock = threading.Lock()
 
 
 def _store(location: str) -> _Store:

@@ -30,6 +30,7 @@ import redis.asyncio
 
 from django_rlock import conf
 from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
+from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import (
@@ -91,8 +92,6 @@ class RedisLockBackend(BaseLockBackend):
                 raise LockSettingError(
                     f"{where} sets both LOCATION and CACHE; keep one", check_id="django_rlock.E003"
                 )
-            from django_rlock.cache import check_lock_cache  # noqa: PLC0415 -- needs the caches
-
             check_lock_cache(self.cache_alias, where)
             return ""
         location = params.get("LOCATION", conf.DEFAULT_LOCATION)
@@ -129,8 +128,6 @@ class RedisLockBackend(BaseLockBackend):
 
     def _connect(self) -> LockClient:
         if self.cache_alias is not None:
-            from django_rlock.cache import lock_client_for  # noqa: PLC0415 -- needs the caches
-
             prefix = self.key_prefix if "KEY_PREFIX" in self.params else None
             return lock_client_for(
                 self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
+from django_rlock.core import forking
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -37,8 +37,16 @@ from django_rlock.core.connection import (
     redact_url,
     server_major_version,
 )
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_REPLICA_SYNC_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+    renewal_socket_timeout,
+)
 from django_rlock.core.exceptions import LockNotReplicatedError
 from django_rlock.core.hold import Hold, key_deadline
+from django_rlock.core.lock import LockBase, RLock
+from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.names import (
     LockKeys,
     check_key_prefix,
@@ -51,10 +59,6 @@ from django_rlock.core.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
-
-if TYPE_CHECKING:
-    from django_rlock.core.lock import LockBase, RLock
-    from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = ["LockClient", "LostCallback"]
 
@@ -104,10 +108,10 @@ class LockClient:
         self,
         connection: str | RedisClient,
         *,
-        key_prefix: str = "rlock",
-        watchdog_timeout: float = 30.0,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
         min_replicas: int = 0,
-        replica_sync_timeout: float = 1.0,
+        replica_sync_timeout: float = DEFAULT_REPLICA_SYNC_TIMEOUT,
         server: str | None = None,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
@@ -183,8 +187,6 @@ class LockClient:
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
         ``with lock:``; :meth:`RLock.acquire` takes its own.
         """
-        from django_rlock.core.lock import RLock  # noqa: PLC0415 -- lock imports client
-
         return RLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def multi_lock(self, *locks: RLock) -> MultiLock:
@@ -192,8 +194,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.MultiLock`.
         """
-        from django_rlock.core.multilock import MultiLock  # noqa: PLC0415 -- it imports lock
-
         return MultiLock(*locks)
 
     def red_lock(self, *locks: RLock) -> RedLock:
@@ -201,8 +201,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.RedLock` (and its caveats).
         """
-        from django_rlock.core.multilock import RedLock  # noqa: PLC0415 -- it imports lock
-
         return RedLock(*locks)
 
     def on_lost(self, callback: LostCallback) -> None:
@@ -463,9 +461,9 @@ class LockClient:
         return [int(pttl_ms) for pttl_ms in left]
 
     def _renewal_timeouts(self) -> dict[str, Any]:
-        # Half an interval: a renewal that hangs ends well before the next tick,
-        # and the last attempt before a deadline ends before the deadline.
-        limit = self.watchdog_timeout / 6
+        # A renewal that hangs ends well before the next tick, and the last
+        # attempt before a deadline ends before the deadline (see core.defaults).
+        limit = renewal_socket_timeout(self.watchdog_timeout)
         kwargs = connection_settings(self.redis)
         socket_timeout = kwargs.get("socket_timeout") or limit
         connect_timeout = kwargs.get("socket_connect_timeout") or limit
@@ -492,9 +490,7 @@ def _run_callbacks(callbacks: list[tuple[LostCallback, LockBase]]) -> None:
             logger.exception("on_lost callback %r failed", callback)
 
 
+@forking.after_fork_in_child
 def _reset_clients_after_fork() -> None:
     for client in list(_clients):
         client._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_reset_clients_after_fork)

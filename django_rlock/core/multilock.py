@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Self
 
 import redis
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -130,6 +130,7 @@ class _GroupLock:
         self.lost_callbacks: list[Callable[[_GroupLock], object]] = []
         self._local = threading.local()
         self._active_lock = threading.Lock()
+        forking.renew_after_fork(self, "_active_lock")
         self._active: set[_Acquisition] = set()
         for lock in self.locks:
             lock.on_lost(self._member_lost)

@@ -18,6 +18,8 @@ import math
 import unicodedata
 from dataclasses import dataclass
 
+from django_rlock.core.defaults import MIN_WATCHDOG_TIMEOUT, renewal_socket_timeout
+
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
@@ -41,12 +43,6 @@ MAX_NAME_BYTES = 1024
 #: refused as "not an integer".
 MAX_SECONDS = 1e9
 
-#: The shortest watchdog timeout (seconds). Renewals run every timeout/3 and
-#: each call is bounded by timeout/6 (83 ms at 0.5 s). Measured on a loaded
-#: 2-core machine (load 5-6), 20 locks held 20 s: at 0.1 s every lock was
-#: lost, at 0.2 s all 20 in one run of two, at 0.3 s renewals timed out; at
-#: 0.5 s and above none failed.
-MIN_WATCHDOG_TIMEOUT = 0.5
 
 _ESCAPES = (("%", "%25"), ("{", "%7B"), ("}", "%7D"))
 
@@ -145,7 +141,7 @@ def check_watchdog_timeout(timeout: object) -> float:
         raise ValueError(
             f"watchdog_timeout must be at least {MIN_WATCHDOG_TIMEOUT:g} seconds, got {timeout!r}: "
             f"renewals run every timeout/3, each bounded by timeout/6 "
-            f"({seconds / 6 * 1000:.0f} ms here), too little to renew reliably"
+            f"({renewal_socket_timeout(seconds) * 1000:.0f} ms here), too little to renew reliably"
         )
     if seconds > MAX_SECONDS:
         raise ValueError(

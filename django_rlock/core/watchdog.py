@@ -30,14 +30,14 @@ carries on. A forked child starts with no watchdog; its first hold starts one.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
 __all__ = ["BATCH_SIZE", "Renewer", "Watchdog", "get_watchdog"]
@@ -75,6 +75,8 @@ class _Schedule:
 
     renewer: weakref.ref[Renewer]
     interval: float
+    #: The longest a renewal call may take (its socket timeout).
+    call_margin: float
     next_tick: float
     failing: bool = False
 
@@ -106,9 +108,13 @@ class Watchdog:
         with self._cond:
             if id(renewer) in self._schedules:
                 return
-            interval = renewer.watchdog_timeout / 3
+            timeout = renewer.watchdog_timeout
+            interval = renewal_interval(timeout)
             self._schedules[id(renewer)] = _Schedule(
-                weakref.ref(renewer), interval, next_tick=clock.monotonic() + interval
+                weakref.ref(renewer),
+                interval,
+                call_margin=renewal_socket_timeout(timeout),
+                next_tick=clock.monotonic() + interval,
             )
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -153,7 +159,7 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         now = clock.monotonic()
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         due = []
         for hold in renewer.watched_holds():
             if now + margin >= hold.deadline:
@@ -186,7 +192,7 @@ class Watchdog:
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         now = clock.monotonic()
         alive = []
         for hold in batch:
@@ -200,11 +206,6 @@ class Watchdog:
             earliest = min(hold.deadline for hold in alive) - 2 * margin
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
-
-
-def _call_margin(schedule: _Schedule) -> float:
-    """The longest a renewal call may take: its socket timeout, at most half an interval."""
-    return schedule.interval / 2
 
 
 def _batches(holds: list[Hold], slot_of: Callable[[str], int] | None) -> list[list[Hold]]:
@@ -235,12 +236,10 @@ def get_watchdog() -> Watchdog:
         return _instance
 
 
+@forking.after_fork_in_child
 def _reset_after_fork() -> None:
     # The parent's thread does not exist in the child, and the child owns
     # none of the parent's holds: start from nothing.
     global _instance, _instance_lock  # noqa: PLW0603
     _instance = None
     _instance_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)

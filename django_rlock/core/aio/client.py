@@ -21,6 +21,7 @@ from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
+from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
 from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
 from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
@@ -42,8 +43,8 @@ class AsyncLockClient:
         self,
         connection: str | redis.asyncio.Redis,
         *,
-        key_prefix: str = "rlock",
-        watchdog_timeout: float = 30.0,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
         server: str | None = None,
     ) -> None:
         self.redis, self._owns_redis = connect_async(connection)
