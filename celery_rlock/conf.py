@@ -33,7 +33,12 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from django_rlock.core import LockClient, RLock
+from django_rlock.core import LockClient, RLock, forking
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_LOCK_ALIAS,
+    DEFAULT_WATCHDOG_TIMEOUT,
+)
 from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
 
 if TYPE_CHECKING:
@@ -50,10 +55,6 @@ __all__ = [
     "lock_client",
     "uses_django",
 ]
-
-DEFAULT_LOCK_ALIAS: Final = "default"
-DEFAULT_KEY_PREFIX: Final = "rlock"
-DEFAULT_WATCHDOG_TIMEOUT: Final = 30.0
 
 _REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
@@ -119,6 +120,13 @@ def uses_django(app: Celery) -> bool:
 # child: the core regenerates the owner id and resets the holds after fork.
 _clients: weakref.WeakKeyDictionary[Celery, LockClient] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    # A prefork child forked while a parent thread built a client must not hang.
+    global _clients_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _clients_lock = threading.Lock()
 
 
 def lock_client(app: Celery) -> LockClient:

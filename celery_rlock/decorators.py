@@ -12,6 +12,9 @@ outside a task, the function still runs under its lock, and "retry" and "wait"
 raise LockTimeout when the lock stays busy, as ``Task.retry`` does for a task
 called directly. Above the task decorator it would receive a Task, whose
 registered run it cannot change safely: that is refused at decoration time.
+
+``django_rlock.locked`` under ``@app.task`` behaves exactly like this one (with
+the default ``on_busy``): it hands its runs to :func:`run_task_body`.
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ from celery._state import get_current_task
 from celery.local import Proxy
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS
-from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, SkippedResult, run_locked
+from celery_rlock.guard import (
+    DEFAULT_ON_BUSY,
+    DEFAULT_ON_LOST,
+    LockOptions,
+    OnBusy,
+    OnLost,
+    SkippedResult,
+    run_locked,
+)
+from django_rlock.decorators import LockedSpec
 from django_rlock.keys import KeyTemplate
 
-__all__ = ["locked", "options_of"]
+__all__ = ["locked", "options_of", "run_task_body"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -47,13 +59,14 @@ def locked(
     timeout: float | None = None,
     lease: float | None = None,
     on_busy: OnBusy = DEFAULT_ON_BUSY,
+    on_lost: OnLost = DEFAULT_ON_LOST,
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R | SkippedResult]]:
     """Run the decorated task body under the lock named by ``key_template``.
 
     ``key_template`` is ``str.format``-ed with the call's signature-bound
     arguments (defaults applied), or is a callable taking them. ``using``,
-    ``timeout``, ``lease`` and ``on_busy`` are LockedTask's ``lock_using``,
-    ``lock_timeout``, ``lock_lease`` and ``on_busy``.
+    ``timeout``, ``lease``, ``on_busy`` and ``on_lost`` are LockedTask's
+    ``lock_using``, ``lock_timeout``, ``lock_lease``, ``on_busy`` and ``on_lost``.
     """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R | SkippedResult]:
@@ -63,7 +76,13 @@ def locked(
                 "function), or use base=LockedTask with lock=..."
             )
         options = LockOptions.build(
-            key_template, func, timeout=timeout, lease=lease, using=using, on_busy=on_busy
+            key_template,
+            func,
+            timeout=timeout,
+            lease=lease,
+            using=using,
+            on_busy=on_busy,
+            on_lost=on_lost,
         )
 
         @functools.wraps(func)
@@ -82,6 +101,28 @@ def locked(
     return decorate
 
 
+def run_task_body(
+    task: Any, func: Callable[..., _R], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _R | SkippedResult:
+    """Run ``func`` as the body of ``task`` under its lock, as ``locked`` does inside a run.
+
+    For a body decorated with ``django_rlock.locked``, which calls this when it
+    finds itself running as a task: one decorator name, one behaviour.
+    """
+    options = options_of(task)
+    if options is None:
+        raise TypeError(f"task {task.name!r} does not run under a lock")
+    return run_locked(
+        options,
+        func,
+        args,
+        kwargs,
+        app=task._get_app(),
+        task=task,
+        body=lambda: func(*args, **kwargs),
+    )
+
+
 def _body_of(task: Any) -> object:
     run = task.run
     return getattr(run, "__func__", run)
@@ -89,14 +130,23 @@ def _body_of(task: Any) -> object:
 
 def options_of(task: Any) -> LockOptions | None:
     """The lock options a registered task runs under, or None for an unlocked task."""
-    from celery_rlock.task import LockedTask  # noqa: PLC0415 -- task imports worker, worker us
-
-    if isinstance(task, LockedTask):
-        return task.lock_options
+    if hasattr(type(task), "lock_options"):
+        # A LockedTask carries its own (None without a lock). Recognised by the
+        # attribute it declares: celery_rlock.task builds on this module.
+        options: LockOptions | None = task.lock_options
+        return options
     body = _body_of(task)
     if not callable(body):
         return None
     try:
-        return _locked_functions.get(body)
+        options = _locked_functions.get(body)
     except TypeError:  # not weak-referenceable: not one of ours
         return None
+    spec = getattr(body, "__rlock_locked__", None)
+    if options is None and isinstance(spec, LockedSpec):
+        # Decorated with django_rlock.locked: the same options, on_busy by default.
+        options = LockOptions.build(
+            spec.key_template, spec.func, timeout=spec.timeout, lease=spec.lease, using=spec.using
+        )
+        _locked_functions[body] = options
+    return options

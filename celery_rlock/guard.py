@@ -7,6 +7,13 @@ skips ``after_return`` on RETRY, IGNORED and REJECTED, so a release there leaks.
 
 Per-run state is a :class:`TaskLock` on ``self.request.rlock`` (the request is
 per run; the task object is shared by every run in the process).
+
+A lock found lost when the run ends (its key expired, was force-released, or
+vanished with a lock server that restarted) is reported, never allowed to
+replace what the body returned or raised: a log line, ``rlock.lost`` turning
+true and, in a Django project, the ``lock_lost`` signal. ``on_lost="fail"``
+opts a task into failing with :class:`LockLostError` instead (only a body that
+succeeded: its own exception always wins).
 """
 
 from __future__ import annotations
@@ -17,25 +24,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar, get_args
 
-import redis
 from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from django_rlock.core.exceptions import LockLostError, LockTimeout
+from celery_rlock.once import OnceMarker
+from django_rlock.core.exceptions import (
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+    LockUnavailableError,
+)
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.keys import KeyTemplate, build_key, check_template
+from django_rlock.reporting import send_lost
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_rlock.once import OnceMarker
     from django_rlock.core import RLock
 
 __all__ = [
     "DEFAULT_ON_BUSY",
+    "DEFAULT_ON_LOST",
     "LockOptions",
     "OnBusy",
+    "OnLost",
     "SkippedResult",
     "TaskLock",
     "run_locked",
@@ -49,6 +63,15 @@ OnBusy: TypeAlias = Literal["retry", "skip", "wait", "raise"]
 #: The default: a busy task goes back to the queue instead of holding a worker
 #: slot while it waits, and nothing is dropped silently.
 DEFAULT_ON_BUSY: Final[OnBusy] = "retry"
+
+#: What a run does when its lock turns out lost at its end: ``"report"`` it
+#: (log, ``rlock.lost``, the ``lock_lost`` signal) and keep the body's outcome,
+#: or ``"fail"`` a run whose body succeeded with LockLostError.
+OnLost: TypeAlias = Literal["report", "fail"]
+
+#: The default: the work is done by then, and failing it would not undo an
+#: overlap (a retry could even repeat the work); the report says one may have happened.
+DEFAULT_ON_LOST: Final[OnLost] = "report"
 
 _R = TypeVar("_R")
 
@@ -73,6 +96,7 @@ class LockOptions:
     lease: float | None = None
     using: str = DEFAULT_LOCK_ALIAS
     on_busy: OnBusy = DEFAULT_ON_BUSY
+    on_lost: OnLost = DEFAULT_ON_LOST
 
     @classmethod
     def build(
@@ -84,10 +108,13 @@ class LockOptions:
         lease: object = None,
         using: object = DEFAULT_LOCK_ALIAS,
         on_busy: object = DEFAULT_ON_BUSY,
+        on_lost: object = DEFAULT_ON_LOST,
     ) -> LockOptions:
         """Check every option against ``func`` (ValueError names the bad one)."""
         if on_busy not in get_args(OnBusy):
             raise ValueError(f"on_busy must be one of {get_args(OnBusy)}, got {on_busy!r}")
+        if on_lost not in get_args(OnLost):
+            raise ValueError(f"on_lost must be one of {get_args(OnLost)}, got {on_lost!r}")
         if not isinstance(using, str) or not using:
             raise ValueError(f"lock_using must be a lock alias (a non-empty str), got {using!r}")
         try:
@@ -101,6 +128,7 @@ class LockOptions:
             lease=checked_lease,
             using=using,
             on_busy=on_busy,  # type: ignore[arg-type]  # checked against OnBusy above
+            on_lost=on_lost,  # type: ignore[arg-type]  # checked against OnLost above
         )
 
     @property
@@ -128,11 +156,22 @@ class TaskLock:
     token: int | None
     waited: float
     acquired_at: float = field(default_factory=time.monotonic)
+    #: Set when the release found the hold gone (see :attr:`lost`).
+    lost_at_release: bool = False
 
     @property
     def held(self) -> float:
         """Seconds since the run took the lock."""
         return time.monotonic() - self.acquired_at
+
+    @property
+    def lost(self) -> bool:
+        """True when the run's hold was lost: another run may have held the lock too.
+
+        While the body runs, as the watchdog has seen it; once the run has
+        ended (``task_postrun``, ``after_return``), also as the release found it.
+        """
+        return self.lost_at_release or self.lock.lost
 
 
 def run_locked(
@@ -162,8 +201,6 @@ def run_locked(
         task_id = request.id
     marker = None
     if once_lease is not None and task_id is not None:
-        from celery_rlock.once import OnceMarker  # noqa: PLC0415 -- once imports this module
-
         marker = OnceMarker(lock, task.name, once_lease)
 
     started = time.monotonic()
@@ -187,13 +224,23 @@ def run_locked(
         request.rlock = held
     ending = None
     try:
-        return body()
+        result = body()
     except BaseException as error:
         ending = error
         raise
     finally:
-        _release(held)
-        _end_marker(marker, task_id, ending)
+        try:
+            _release(held)
+            if ending is None and held.lost_at_release and options.on_lost == "fail":
+                ending = LockLostError(
+                    f"lock {name!r} was lost while the task ran (held {held.held:.3f}s): "
+                    'failing the run, as on_lost="fail" asks',
+                    name=name,
+                )
+                raise ending
+        finally:
+            _end_marker(marker, task_id, ending)
+    return result
 
 
 def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:
@@ -229,35 +276,67 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
 
 
 def _release(held: TaskLock) -> None:
-    """Give the run's lock back; a lost lock is reported, not raised.
+    """Give the run's lock back; a lost lock is reported, never raised.
 
     The task's work is done by now: failing it (or masking its own exception)
-    would not undo an overlap, but the log must say that one may have happened.
+    would not undo an overlap, but the report must say that one may have
+    happened. A lock server that stays unreachable is logged too: the hold
+    expires by itself within its lease or the watchdog timeout.
     """
-    for attempt, pause in enumerate((*_RELEASE_RETRY_PAUSES, None)):
+    unanswered: BaseException | None = None
+    for pause in (*_RELEASE_RETRY_PAUSES, None):
         try:
             held.lock.release()
-        except LockLostError:
-            if attempt:
-                # The previous attempt reached Redis but its reply was lost.
-                break
-            logger.error(
-                "lock %r was lost while the task ran (held %.3fs): another run may have "
-                "overlapped this one",
-                held.name,
-                held.held,
-            )
+        except LockNotOwnedError as error:
+            # LockLostError: the hold was known lost (the core has already sent
+            # its loss report). Otherwise the run holds nothing any more: an
+            # earlier attempt may have released it before its reply was lost,
+            # but the key may as well have vanished first (a server restart):
+            # only "lost" is safe to say.
+            _report_lost(held, error, known=isinstance(error, LockLostError), after=unanswered)
             return
-        except (redis.ConnectionError, redis.TimeoutError) as error:
+        except LockUnavailableError as error:
             # Unreleased, the hold would go on being renewed by this process's
             # watchdog: try again over a short blip before giving up.
+            unanswered = error
             if pause is None:
-                logger.error("lock %r could not be released: %r", held.name, error)
-                raise
+                logger.error(
+                    "lock %r could not be released (%r): it expires by itself within %s",
+                    held.name,
+                    error,
+                    "its lease" if held.lock.lease else f"{held.lock.client.watchdog_timeout}s",
+                )
+                return
             time.sleep(pause)
             continue
-        break
-    logger.info("lock %r released after holding %.3fs", held.name, held.held)
+        logger.info("lock %r released after holding %.3fs", held.name, held.held)
+        return
+
+
+def _report_lost(
+    held: TaskLock,
+    error: LockNotOwnedError,
+    *,
+    known: bool,
+    after: BaseException | None,
+) -> None:
+    """Report a run whose release found its hold gone (``known``: the core said lost)."""
+    held.lost_at_release = True
+    if after is None:
+        how = ""
+    else:
+        how = f" after a release attempt failed with {type(after).__name__} (did Redis restart?)"
+    logger.error(
+        "lock %r was lost while the task ran (held %.3fs)%s: another run may have "
+        "overlapped this one",
+        held.name,
+        held.held,
+        how,
+    )
+    if not known:
+        # The core reports a loss it has seen itself; this one only the
+        # release saw, so Django's lock_lost signal is sent from here.
+        send_lost(held.lock)
 
 
 def _end_marker(

@@ -14,6 +14,8 @@
 
 The options are read once, when the task is bound to its app, and checked
 there: a bad template or option fails at import, i.e. at worker start.
+
+A task revoked (or expired) before it ran frees its ``once`` marker.
 """
 
 from __future__ import annotations
@@ -22,10 +24,18 @@ from typing import Any, ClassVar, Final, Literal, get_args
 
 from celery import Task
 from celery._state import _task_stack
+from celery.signals import task_revoked
 from celery.utils import uuid
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from celery_rlock.guard import DEFAULT_ON_BUSY, LockOptions, OnBusy, run_locked
+from celery_rlock.guard import (
+    DEFAULT_ON_BUSY,
+    DEFAULT_ON_LOST,
+    LockOptions,
+    OnBusy,
+    OnLost,
+    run_locked,
+)
 from celery_rlock.once import AlreadyQueued, OnceMarker
 from celery_rlock.worker import install
 from django_rlock.core.names import check_lease
@@ -59,6 +69,11 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         Lock alias (``RLOCKS`` key under Django; only ``"default"`` otherwise).
     ``on_busy``
         ``"retry"`` (default), ``"skip"``, ``"wait"`` or ``"raise"``.
+    ``on_lost``
+        What a run whose lock turns out lost at its end does: ``"report"``
+        (default: log it, ``self.request.rlock.lost`` turns true, Django's
+        ``lock_lost`` signal; the body's result or exception stands) or
+        ``"fail"`` (a body that succeeded fails with LockLostError).
     ``once``
         True: ``apply_async`` refuses an equal task (same name and lock key)
         while one is queued or running. ``once_lease`` (seconds, default one
@@ -67,7 +82,8 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         or ``"return"`` (the queued task's AsyncResult).
 
     While a run holds its lock, ``self.request.rlock`` is its
-    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time).
+    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time,
+    ``lost``).
     """
 
     abstract = True
@@ -77,6 +93,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     lock_lease: float | None = None
     lock_using: str = DEFAULT_LOCK_ALIAS
     on_busy: OnBusy = DEFAULT_ON_BUSY
+    on_lost: OnLost = DEFAULT_ON_LOST
     once: bool = False
     once_lease: float = DEFAULT_ONCE_LEASE
     once_on_duplicate: OnDuplicate = "raise"
@@ -105,6 +122,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             lease=cls.lock_lease,
             using=cls.lock_using,
             on_busy=cls.on_busy,
+            on_lost=cls.on_lost,
         )
         if cls.once:
             check_lease(cls.once_lease)
@@ -185,3 +203,15 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         name = build_key(options.key, self.run, args, kwargs)
         lock = get_lock(self._get_app(), options.using, name, lease=options.lease)
         return OnceMarker(lock, self.name, self.once_lease)
+
+
+def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    # Sent in the worker's main process when it drops a revoked or expired
+    # task (before or while it runs). An equal task may be queued again now; a
+    # run that was terminated also lets its lock expire within the watchdog timeout.
+    if not isinstance(sender, LockedTask) or not sender.once or request is None:
+        return
+    sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
+
+
+task_revoked.connect(_on_task_revoked, weak=False)

@@ -12,7 +12,9 @@
   with its first lock. A child killed by SIGKILL or by the hard time limit
   simply stops renewing, so its locks expire within the watchdog timeout.
 * Warm shutdown waits for running tasks, whose ``finally`` releases their locks.
-* A task revoked (or expired) before it ran frees its ``once`` marker.
+
+(A task revoked or expired before it ran frees its ``once`` marker: see
+:mod:`celery_rlock.task`.)
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
-from celery.signals import task_revoked, worker_init
+from celery.signals import worker_init
 
 from celery_rlock.conf import ConfigurationError, check_configuration
+from celery_rlock.decorators import options_of
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -36,8 +39,6 @@ _GREEN_POOLS = ("gevent", "eventlet")
 
 def locked_tasks(app: Celery) -> dict[str, LockOptions]:
     """The lock options of every task of ``app`` that runs under a lock, by task name."""
-    from celery_rlock.decorators import options_of  # noqa: PLC0415 -- decorators import guard
-
     found = {}
     for name, task in app.tasks.items():
         options = options_of(task)
@@ -85,16 +86,4 @@ def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
     install(sender.app)
 
 
-def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
-    # Sent in the worker's main process when it drops a revoked or expired
-    # task (before or while it runs). An equal task may be queued again now; a
-    # run that was terminated also lets its lock expire within the watchdog timeout.
-    from celery_rlock.task import LockedTask  # noqa: PLC0415 -- task imports this module
-
-    if not isinstance(sender, LockedTask) or not sender.once or request is None:
-        return
-    sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
-
-
 worker_init.connect(_on_worker_init, weak=False)
-task_revoked.connect(_on_task_revoked, weak=False)

@@ -10,6 +10,10 @@
     @locked("order:{order_id}", timeout=0)          # 409 + Retry-After when busy
     def pay(request, order_id): ...
 
+Every error a caller may catch is importable from here (and from
+:mod:`django_rlock.exceptions`): the run-time ``LockError`` tree of the core
+and the configuration errors (``LockSettingError``, an ``ImproperlyConfigured``).
+
 The Django names are loaded on first use, so ``import django_rlock.core`` (the
 Django-free engine) works with no Django settings configured.
 """
@@ -20,16 +24,47 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_rlock.decorators import locked
-    from django_rlock.exceptions import InvalidLockBackendError
+    from django_rlock.exceptions import (
+        InvalidLockBackendError,
+        LockError,
+        LockLostError,
+        LockNotOwnedError,
+        LockNotReplicatedError,
+        LockOutOfMemoryError,
+        LockSettingError,
+        LockTimeout,
+        LockUnavailableError,
+    )
     from django_rlock.handler import locks
     from django_rlock.shortcuts import rlock
 
 __version__ = "0.1.0"
 
-__all__ = ["InvalidLockBackendError", "locked", "locks", "rlock"]
+__all__ = [
+    "InvalidLockBackendError",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockNotReplicatedError",
+    "LockOutOfMemoryError",
+    "LockSettingError",
+    "LockTimeout",
+    "LockUnavailableError",
+    "locked",
+    "locks",
+    "rlock",
+]
 
 _LAZY = {
     "InvalidLockBackendError": "django_rlock.exceptions",
+    "LockError": "django_rlock.exceptions",
+    "LockLostError": "django_rlock.exceptions",
+    "LockNotOwnedError": "django_rlock.exceptions",
+    "LockNotReplicatedError": "django_rlock.exceptions",
+    "LockOutOfMemoryError": "django_rlock.exceptions",
+    "LockSettingError": "django_rlock.exceptions",
+    "LockTimeout": "django_rlock.exceptions",
+    "LockUnavailableError": "django_rlock.exceptions",
     "locked": "django_rlock.decorators",
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",

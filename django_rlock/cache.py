@@ -12,12 +12,14 @@
     }
 
     from django.core.cache import cache
-    with cache.lock("report:7", timeout=5):
-        ...
+    with cache.lock("report:7", timeout=60, blocking_timeout=5):
+        ...  # a 60 s lease; waited at most 5 s for it
 
 :class:`RedisCache` is Django's own ``django.core.cache.backends.redis.RedisCache``
-plus :meth:`RedisCache.lock`, which returns the core :class:`RLock` over the
-cache's connection pool. Lock keys are namespaced like cache keys, with the
+plus :meth:`RedisCache.lock`, a drop-in for django-redis's (and redis-py's)
+``lock()``: it returns a :class:`~django_rlock.cache_lock.CacheLock`, the core
+reentrant lock over the cache's connection pool, with redis-py's keywords and
+exceptions. Lock keys are namespaced like cache keys, with the
 cache's ``KEY_PREFIX``, ``VERSION`` and ``KEY_FUNCTION``:
 ``cache.make_key("rlock", version)`` is the lock prefix, so the lock ``x`` of
 the cache above lives at ``shop:2:rlock:{x}``. ``cache.clear()`` flushes the
@@ -35,17 +37,21 @@ connection are shared by every thread.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from django_rlock import conf
+from django_rlock.cache_lock import CacheLock
+from django_rlock.core import forking
 from django_rlock.core.client import LockClient
-from django_rlock.core.lock import RLock
-from django_rlock.core.names import check_key_prefix
+from django_rlock.core.names import check_key_prefix, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import send_lost
 
@@ -58,6 +64,12 @@ _shared_clients: dict[tuple[tuple[str, ...], str, float], LockClient] = {}
 _shared_clients_lock = threading.Lock()
 
 
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _shared_clients_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _shared_clients_lock = threading.Lock()
+
+
 class RedisCache(DjangoRedisCache):
     """Django's Redis cache with :meth:`lock`."""
 
@@ -67,18 +79,74 @@ class RedisCache(DjangoRedisCache):
         *,
         version: int | None = None,
         timeout: float | None = None,
-        lease: float | None = None,
+        sleep: float = 0.1,
         blocking: bool = True,
-    ) -> RLock:
-        """A reentrant lock called ``name`` on this cache's server.
+        blocking_timeout: float | None = None,
+        lock_class: object = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        client: object = None,
+    ) -> CacheLock:
+        """A reentrant lock called ``name`` on this cache's server, as django-redis's.
 
-        ``version`` defaults to the cache's ``VERSION``; ``timeout``, ``lease``
-        and ``blocking`` are the defaults ``with lock:`` uses, as for
-        :meth:`django_rlock.core.LockClient.lock`.
+        The keywords are django-redis's and redis-py's (``Redis.lock()``):
+
+        * ``version``: the cache key version (default: the cache's ``VERSION``);
+        * ``timeout``: the lease in seconds; None (the default) keeps the lock
+          alive through the watchdog until it is released (redis-py: no
+          expiry), so a holder that dies frees it within the watchdog timeout;
+        * ``blocking`` / ``blocking_timeout``: whether ``acquire()`` and ``with``
+          wait, and for at most how many seconds (None: as long as it takes);
+        * ``sleep``: accepted and ignored: waiters are woken by the release (or
+          the end of the holder's lease), never by a poll;
+        * ``raise_on_release_error``: False makes ``with`` log, not raise, a
+          release that finds the lock lost or not held;
+        * ``thread_local``: True is how this lock always works (each thread is
+          its own owner); False (another thread may release) is refused;
+        * ``lock_class`` (redis-py) and ``client`` (django-redis) are refused
+          unless None: the lock is django-rlock's, on the cache's own pool.
+
+        Every keyword must be named: django-redis and redis-py order them
+        differently, so a positional call could not mean the same in both.
         """
+        if lock_class is not None:
+            raise ValueError(
+                f"cache.lock(lock_class={lock_class!r}) is not supported: the lock is "
+                "django-rlock's CacheLock; use redis-py's Redis.lock() for another class"
+            )
+        if client is not None:
+            raise ValueError(
+                "cache.lock(client=...) is not supported: the lock uses the cache's own "
+                "connection pool (use an RLOCKS alias for another server)"
+            )
+        if not thread_local:
+            raise ValueError(
+                "cache.lock(thread_local=False) is not supported: a lock is owned by the "
+                "thread that acquired it, so another thread cannot release it"
+            )
+        del sleep  # redis-py's poll interval: nothing polls here
+        lease = _seconds(check_lease, timeout, "timeout", "the lease")
+        wait = _seconds(check_timeout, blocking_timeout, "blocking_timeout", "the longest wait")
         prefix = cache_lock_prefix(self, version)
-        client = _shared_client(self, prefix, conf.watchdog_timeout(None))
-        return client.lock(name, timeout=timeout, lease=lease, blocking=blocking)
+        lock_client = _shared_client(self, prefix, conf.watchdog_timeout(None))
+        return CacheLock(
+            lock_client,
+            check_name(name),
+            timeout=wait,
+            lease=lease,
+            blocking=blocking,
+            raise_on_release_error=raise_on_release_error,
+        )
+
+
+def _seconds(
+    check: Callable[[object], float | None], value: object, keyword: str, meaning: str
+) -> float | None:
+    """``check(value)``, its ValueError reworded to name the keyword the caller used."""
+    try:
+        return check(value)
+    except ValueError as error:
+        raise ValueError(f"cache.lock({keyword}=...) is {meaning}: {error}") from None
 
 
 def cache_lock_prefix(cache: DjangoRedisCache, version: int | None = None) -> str:
@@ -147,8 +215,11 @@ def lock_client_for(
     return _shared_client(cache, prefix, watchdog_timeout)
 
 
-def _close_shared_clients(**kwargs: Any) -> None:
-    """Forget the shared clients (their caches changed); held locks expire."""
+@receiver(setting_changed)
+def _close_shared_clients(*, setting: str, **kwargs: Any) -> None:
+    """Forget the shared clients when CACHES changes (in tests); held locks expire."""
+    if setting != "CACHES":
+        return
     with _shared_clients_lock:
         clients = list(_shared_clients.values())
         _shared_clients.clear()

@@ -11,9 +11,10 @@
                        ``SLOW_WAIT``/``SLOW_HOLD`` is neither None nor >= 0.
 ``django_rlock.E005``  ``KEY_PREFIX`` is unusable (contains ``{`` or ``}``).
 ``django_rlock.E006``  ``BUSY_RESPONSE`` is not a status, ``"raise"`` or a callable.
+``django_rlock.E007``  An alias, or its ``OPTIONS``, has a key nothing reads (a
+                       typo such as ``LOCATON`` would otherwise be ignored).
 ``django_rlock.W001``  The LocMem backend is used with ``DEBUG = False``: it
                        does not lock across processes.
-``django_rlock.W002``  An alias has a key django-rlock does not know (a typo?).
 ``django_rlock.W003``  (deploy) Redis's ``maxmemory-policy`` can evict keys with
                        a TTL: held locks would vanish silently under memory
                        pressure. Use ``noeviction``.
@@ -53,15 +54,6 @@ def check_lock_settings(
     messages: list[CheckMessage] = []
     for alias, params in configured.items():
         where = f"RLOCKS[{alias!r}]"
-        unknown = sorted(set(params) - conf.ALIAS_KEYS)
-        if unknown:
-            messages.append(
-                Warning(
-                    f"{where} has unknown keys: {', '.join(unknown)}",
-                    hint=f"Known keys: {', '.join(sorted(conf.ALIAS_KEYS))}.",
-                    id="django_rlock.W002",
-                )
-            )
         try:
             conf.busy_response(alias)
         except LockSettingError as error:

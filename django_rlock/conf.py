@@ -18,16 +18,23 @@ the system checks in :mod:`django_rlock.checks` call the same readers.
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_LOCK_ALIAS,
+    DEFAULT_REPLICA_SYNC_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+)
 from django_rlock.core.exceptions import LockTimeout
-from django_rlock.core.names import check_key_prefix
+from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
@@ -41,6 +48,9 @@ __all__ = [
     "alias_params",
     "aliases",
     "busy_response",
+    "check_alias_keys",
+    "check_busy_response",
+    "check_options",
     "key_prefix",
     "lock_settings",
     "lookup",
@@ -48,7 +58,6 @@ __all__ = [
     "watchdog_timeout",
 ]
 
-DEFAULT_LOCK_ALIAS: Final = "default"
 DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
 DEFAULT_LOCATION: Final = "redis://127.0.0.1:6379/0"
 
@@ -63,13 +72,13 @@ UNSET: Final = _Unset()
 
 #: Settings that exist per alias and globally (``RLOCK_<NAME>``), with their defaults.
 DEFAULTS: Final[Mapping[str, object]] = {
-    "KEY_PREFIX": "rlock",
-    "WATCHDOG_TIMEOUT": 30.0,
+    "KEY_PREFIX": DEFAULT_KEY_PREFIX,
+    "WATCHDOG_TIMEOUT": DEFAULT_WATCHDOG_TIMEOUT,
     "SLOW_WAIT": None,
     "SLOW_HOLD": None,
     "BUSY_RESPONSE": 409,
     "MIN_REPLICAS": 0,
-    "REPLICA_SYNC_TIMEOUT": 1.0,
+    "REPLICA_SYNC_TIMEOUT": DEFAULT_REPLICA_SYNC_TIMEOUT,
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
@@ -114,6 +123,65 @@ def alias_params(alias: str) -> dict[str, Any]:
     return configured[alias]
 
 
+def check_alias_keys(alias: str, params: Mapping[str, object]) -> None:
+    """Refuse a key of ``RLOCKS[alias]`` that no backend reads (a typo must not fall back).
+
+    ``LOCATON`` would otherwise leave the default ``LOCATION`` in force: a
+    lock on 127.0.0.1:6379 instead of the server meant.
+    """
+    for key in params:
+        if key not in ALIAS_KEYS:
+            raise LockSettingError(
+                f"RLOCKS[{alias!r}] has an unknown key {key!r}{_did_you_mean(key, ALIAS_KEYS)}; "
+                f"known keys: {', '.join(sorted(ALIAS_KEYS))}",
+                check_id="django_rlock.E007",
+            )
+
+
+def check_options(
+    alias: str, options: Mapping[str, object], accepted: Mapping[str, object], what: str
+) -> None:
+    """Refuse an ``OPTIONS`` key not in ``accepted``, or a value of the wrong kind.
+
+    ``accepted`` maps each option to its default (see
+    :func:`django_rlock.core.connection.connection_options`): an option whose
+    default is a bool takes a bool, one whose default is a number takes a
+    number or None. ``what`` names what the options are passed to.
+    """
+    where = f"RLOCKS[{alias!r}]['OPTIONS']"
+    for key, value in options.items():
+        if key not in accepted:
+            raise LockSettingError(
+                f"{where} has an unknown key {key!r}{_did_you_mean(key, accepted)}: "
+                f"it is not an option of {what}",
+                check_id="django_rlock.E007",
+            )
+        default = accepted[key]
+        if isinstance(default, bool):
+            wrong = not isinstance(value, bool)
+            wanted = "True or False"
+        elif isinstance(default, int | float):
+            wrong = value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            )
+            wanted = "a number or None"
+        else:
+            continue
+        if wrong:
+            raise LockSettingError(
+                f"{where}[{key!r}] must be {wanted}, got {value!r}", check_id="django_rlock.E003"
+            )
+
+
+def _did_you_mean(key: object, known: Iterable[str]) -> str:
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    if not close:
+        close = [name for name in known if name.lower() == key.lower()]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def lookup(
     name: str, alias: str | None = DEFAULT_LOCK_ALIAS, value: object = UNSET
 ) -> tuple[Any, str]:
@@ -153,8 +221,17 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:
-    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds (> 0)."""
-    return _positive_seconds("WATCHDOG_TIMEOUT", alias)
+    """``WATCHDOG_TIMEOUT``: how long an unrenewed lock lives, in seconds.
+
+    At least :data:`~django_rlock.core.defaults.MIN_WATCHDOG_TIMEOUT`: below
+    it renewals cannot be relied on to arrive in time.
+    """
+    seconds = _positive_seconds("WATCHDOG_TIMEOUT", alias)
+    try:
+        return check_watchdog_timeout(seconds)
+    except ValueError as error:
+        _, source = lookup("WATCHDOG_TIMEOUT", alias)
+        raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
 
 
 def _positive_seconds(name: str, alias: str | None) -> float:
@@ -204,11 +281,24 @@ def busy_response(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> Bus
     ``(request, error) -> HttpResponse``, given itself or as a dotted path.
     """
     found, source = lookup("BUSY_RESPONSE", alias, value)
+    return check_busy_response(found, source)
+
+
+def check_busy_response(found: object, source: str, *, resolve: bool = True) -> BusyResponse:
+    """``found`` as a BUSY_RESPONSE, or LockSettingError naming ``source``.
+
+    ``resolve=False`` checks a dotted path's shape without importing it: a
+    decorator checks its argument while its own module may be half imported.
+    """
     if isinstance(found, int) and not isinstance(found, bool) and 100 <= found <= 599:
         return found
     if found == "raise" or callable(found):
-        return found  # type: ignore[no-any-return]  # narrowed to a callable or "raise"
-    if isinstance(found, str):
+        return found
+    if isinstance(found, str) and not resolve:
+        module, _, attribute = found.rpartition(".")
+        if module and all(part.isidentifier() for part in (*module.split("."), attribute)):
+            return found
+    elif isinstance(found, str):
         try:
             handler = import_string(found)
         except ImportError as error:

@@ -28,8 +28,15 @@ least 1) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
-a view always raises :class:`LockTimeout`. The default ``timeout=None`` waits
-as long as it takes; views usually want a small timeout.
+a view always raises :class:`LockTimeout`.
+
+When the lock server cannot be reached, a view answers ``503 Service
+Unavailable`` with ``Retry-After: 5`` (the view does not run; the error,
+naming the alias, is logged); with ``busy_response="raise"``, and for
+anything that is not a view, :class:`LockUnavailableError` propagates.
+
+The default ``timeout=None`` waits as long as it takes; views usually want a
+small timeout.
 
 An async function uses the backend's asyncio lock natively (its owner is the
 request's task; no thread hop on the Redis backend); a backend without one
@@ -40,24 +47,33 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
 from django_rlock.backends.base import AsyncLock
-from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template
 from django_rlock.reporting import AsyncReportingLock, ReportingLock
 
-__all__ = ["busy_response", "locked"]
+__all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("django_rlock.lock")
+
+#: The Retry-After (seconds) of a view whose lock server is unreachable: an
+#: outage has no known end, and a few seconds spreads the clients' retries.
+UNAVAILABLE_RETRY_AFTER: Final = 5
 
 
 def locked(
@@ -80,11 +96,15 @@ def locked(
     check_lease(lease)
     if not isinstance(using, str):
         raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
+    if busy_response is not conf.UNSET:
+        conf.check_busy_response(busy_response, "the busy_response argument", resolve=False)
 
     def decorator(func: F) -> F:
+        _refuse_a_celery_task(func, key_template)
         signature_source = _signature_source(func)
         template = check_template(key_template, signature_source)
         location = _definition(func)
+        spec = LockedSpec(template, signature_source, using, timeout, lease)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
@@ -100,11 +120,8 @@ def locked(
                 lock.location = location
             return lock
 
-        def busy(args: tuple[Any, ...], error: LockTimeout) -> HttpResponse:
-            request = _request_of(args)
-            if request is None:
-                raise error
-            return _answer_busy(request, error, using, busy_response)
+        def busy(args: tuple[Any, ...], error: LockTimeout | LockUnavailableError) -> HttpResponse:
+            return _answer_busy(args, error, using, busy_response)
 
         if inspect.iscoroutinefunction(func):
 
@@ -113,7 +130,7 @@ def locked(
                 lock = take_async(args, kwargs)
                 try:
                     await lock.__aenter__()
-                except LockTimeout as error:
+                except (LockTimeout, LockUnavailableError) as error:
                     return busy(args, error)
                 try:
                     return await func(*args, **kwargs)
@@ -124,26 +141,31 @@ def locked(
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            task = _running_task(wrapper)
+            if task is not None:
+                return _run_as_task(task, func, args, kwargs)
             lock = take(args, kwargs)
             try:
                 lock.__enter__()
-            except LockTimeout as error:
+            except (LockTimeout, LockUnavailableError) as error:
                 return busy(args, error)
             try:
                 return func(*args, **kwargs)
             finally:
                 lock.release()
 
+        wrapper.__rlock_locked__ = spec  # type: ignore[attr-defined]  # read by celery_rlock
         return cast(F, wrapper)
 
     return decorator
 
 
-def busy_response(error: LockTimeout, status: int) -> HttpResponse:
-    """The default answer of a view whose lock stayed busy: ``status`` and Retry-After.
+def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
+    """What a view answers when its lock stayed busy and BUSY_RESPONSE is a status.
 
-    The body does not name the lock: lock names may carry ids the client
-    should not see.
+    ``status`` (409 by default) with a Retry-After taken from ``error``. The
+    body does not name the lock: lock names may carry ids the client should
+    not see. (Not itself a BUSY_RESPONSE callable, which takes ``(request, error)``.)
     """
     retry_after = error.retry_after
     seconds = 1 if retry_after is None or not math.isfinite(retry_after) else retry_after
@@ -156,15 +178,97 @@ def busy_response(error: LockTimeout, status: int) -> HttpResponse:
     return response
 
 
+def unavailable_response(error: LockUnavailableError) -> HttpResponse:
+    """What a view answers when its lock server cannot be reached: 503 and Retry-After.
+
+    The lock was not taken and the view did not run. The error (naming the
+    alias) goes to the log; the body names neither the lock nor the server.
+    """
+    logger.error("%s", error)
+    response = HttpResponse(
+        "The service is temporarily unavailable; retry later.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+    return response
+
+
 def _answer_busy(
-    request: HttpRequest, error: LockTimeout, using: str, option: object
+    args: tuple[Any, ...], error: LockTimeout | LockUnavailableError, using: str, option: object
 ) -> HttpResponse:
+    """A view's answer when its lock stayed busy or its server is unreachable; else raise."""
+    request = _request_of(args)
+    if request is None:
+        raise error
     answer = conf.busy_response(using, option)
     if answer == "raise":
         raise error
+    if isinstance(error, LockUnavailableError):
+        return unavailable_response(error)
     if callable(answer):
         return answer(request, error)
-    return busy_response(error, cast(int, answer))
+    return busy_status_response(error, cast(int, answer))
+
+
+@dataclass(frozen=True)
+class LockedSpec:
+    """What ``@locked`` was given, on the wrapper as ``__rlock_locked__``.
+
+    celery_rlock reads it to run a task body decorated here exactly as its
+    own ``locked`` would (``on_busy="retry"``, ``self.request.rlock``...).
+    """
+
+    key_template: KeyTemplate
+    func: Callable[..., Any]
+    using: str
+    timeout: float | None
+    lease: float | None
+
+
+def _refuse_a_celery_task(func: object, key_template: KeyTemplate) -> None:
+    """Refuse to sit above ``@app.task``: the task's registered run could not change."""
+    celery = sys.modules.get("celery")
+    if celery is None:
+        return  # no task can exist
+    from celery.local import Proxy  # noqa: PLC0415 -- only when Celery is in use
+
+    # type(), not isinstance(): a lazy task Proxy would evaluate (and bind) itself.
+    if issubclass(type(func), celery.Task | Proxy):
+        template = key_template if isinstance(key_template, str) else "..."
+        raise TypeError(
+            "put @locked under the task decorator, so that it wraps the task's function:\n"
+            "    @app.task  # or @shared_task\n"
+            f"    @locked({template!r})\n"
+            "    def ...\n"
+            "(or use @app.task(base=celery_rlock.LockedTask, lock=...))"
+        )
+
+
+def _running_task(wrapper: Callable[..., Any]) -> Any:
+    """The Celery task running now whose body is ``wrapper``, else None.
+
+    Read at call time: the decorator cannot tell, when it runs, that
+    ``@app.task`` will wrap it next.
+    """
+    state = sys.modules.get("celery._state")
+    if state is None:
+        return None
+    task = state.get_current_task()
+    if task is None:
+        return None
+    run = task.run
+    return task if getattr(run, "__func__", run) is wrapper else None
+
+
+def _run_as_task(
+    task: Any, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    # celery_rlock builds on django_rlock (never the reverse at import time):
+    # loaded only here, inside a Celery task run.
+    from celery_rlock.decorators import run_task_body  # noqa: PLC0415
+
+    return run_task_body(task, func, args, kwargs)
 
 
 def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:

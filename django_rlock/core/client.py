@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
+from django_rlock.core import forking
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -34,10 +34,19 @@ from django_rlock.core.connection import (
     describe,
     node_client_for_key,
     primaries,
+    redact_url,
     server_major_version,
 )
+from django_rlock.core.defaults import (
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_REPLICA_SYNC_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+    renewal_socket_timeout,
+)
 from django_rlock.core.exceptions import LockNotReplicatedError
-from django_rlock.core.hold import Hold
+from django_rlock.core.hold import Hold, key_deadline
+from django_rlock.core.lock import LockBase, RLock
+from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.names import (
     LockKeys,
     check_key_prefix,
@@ -47,12 +56,9 @@ from django_rlock.core.names import (
 )
 from django_rlock.core.scripts import ACQUIRE, LockScripts
 from django_rlock.core.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.core.waiting import ReleaseListener, Subscription
 from django_rlock.core.watchdog import get_watchdog
-
-if TYPE_CHECKING:
-    from django_rlock.core.lock import LockBase, RLock
-    from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = ["LockClient", "LostCallback"]
 
@@ -88,6 +94,10 @@ class LockClient:
     lives ``watchdog_timeout`` seconds past the last renewal, renewed every
     third of that while held.
 
+    ``server`` is how errors name the server (for instance
+    :class:`LockUnavailableError` when it cannot be reached); by default the
+    URL without its credentials, or the host and port of a passed-in client.
+
     ``min_replicas`` (Redisson's checkLockSyncedSlaves) makes every acquire
     wait, with WAIT, until that many replicas have the grant, at most
     ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
@@ -98,10 +108,11 @@ class LockClient:
         self,
         connection: str | RedisClient,
         *,
-        key_prefix: str = "rlock",
-        watchdog_timeout: float = 30.0,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
         min_replicas: int = 0,
-        replica_sync_timeout: float = 1.0,
+        replica_sync_timeout: float = DEFAULT_REPLICA_SYNC_TIMEOUT,
+        server: str | None = None,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
         self.watchdog_timeout = check_watchdog_timeout(watchdog_timeout)
@@ -116,6 +127,10 @@ class LockClient:
         self.min_replicas = min_replicas
         self.replica_sync_timeout = float(replica_sync_timeout)
         client, self._owns_redis = connect(connection)
+        #: How errors name the server: never with its credentials.
+        self.server = server or (
+            redact_url(connection) if isinstance(connection, str) else describe(client)
+        )
         #: The caller's client. On a cluster it is a RedisCluster, which offers
         #: every key command the locks and their callers use; it is typed as
         #: redis.Redis so that single-server code keeps type-checking.
@@ -128,7 +143,9 @@ class LockClient:
         self.slot_of: Callable[[str], int] | None = None
         if self.cluster is not None:
             self.slot_of = slot_of
-            if self._sharded_pubsub(self.cluster):
+            with reported_unavailable(self.server, "connect to the cluster"):
+                sharded = self._sharded_pubsub(self.cluster)
+            if sharded:
                 self.publish_command = "spublish"
         self._scripts = LockScripts(self.redis)
         self._renewal_redis = derive_client(client, **self._renewal_timeouts())
@@ -138,6 +155,9 @@ class LockClient:
         self._bounded_clients: dict[float, redis.Redis] = {}
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
+        #: (token, holds) of holds declared lost, per (lock key, owner), until the
+        #: owner's next grant of that lock (see :meth:`lost_on_server`).
+        self._lost_holds: dict[tuple[str, str], tuple[int, int]] = {}
         # (lock key, owner, "acquire"/"release") -> the request id of a call whose
         # reply never came: the owner's next such call reuses it (see LockBase).
         self._unanswered: dict[tuple[str, str, str], str] = {}
@@ -167,8 +187,6 @@ class LockClient:
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
         ``with lock:``; :meth:`RLock.acquire` takes its own.
         """
-        from django_rlock.core.lock import RLock  # noqa: PLC0415 -- lock imports client
-
         return RLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def multi_lock(self, *locks: RLock) -> MultiLock:
@@ -176,8 +194,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.MultiLock`.
         """
-        from django_rlock.core.multilock import MultiLock  # noqa: PLC0415 -- it imports lock
-
         return MultiLock(*locks)
 
     def red_lock(self, *locks: RLock) -> RedLock:
@@ -185,8 +201,6 @@ class LockClient:
 
         See :class:`~django_rlock.core.multilock.RedLock` (and its caveats).
         """
-        from django_rlock.core.multilock import RedLock  # noqa: PLC0415 -- it imports lock
-
         return RedLock(*locks)
 
     def on_lost(self, callback: LostCallback) -> None:
@@ -197,13 +211,19 @@ class LockClient:
         """Stop renewing, stop listening and close the connections this client made.
 
         Locks still held are not released: they expire within the watchdog
-        timeout (or their lease), as they would if the process died.
+        timeout (or their lease), as they would if the process died. A hold
+        the watchdog kept alive can no longer be renewed, so it is declared
+        lost at once (``lost``, ``on_lost``; its ``release()`` raises
+        :class:`LockLostError` without a call): from now on another owner may
+        get it. A fixed-lease hold needs no renewal and runs on to its lease.
         """
         get_watchdog().forget(self)
+        orphans = self.watched_holds()
         with self._lock:
-            self._holds.clear()
             self._unanswered.clear()
             self._watched = False
+        for hold in orphans:
+            self.declare_lost(hold, "its client was closed, so nothing renews it")
         self._listener.close()
         for bounded in self._bounded_clients.values():
             bounded.close()
@@ -326,17 +346,23 @@ class LockClient:
         holds: int,
         lease: float | None,
         sent_at: float,
+        pttl_ms: int,
     ) -> Hold:
-        """Record a grant Redis has just made to ``owner``."""
+        """Record a grant Redis has just made to ``owner``.
+
+        ``sent_at`` is when the acquire call was sent and ``pttl_ms`` the key's
+        life left that its reply reported (see :func:`~django_rlock.core.hold.key_deadline`).
+        """
         keys = lock.keys
-        ttl = self.watchdog_timeout if lease is None else lease
         stale: Hold | None = None
         with self._lock:
+            # This grant's call took the lost holds off the server (scripts.ACQUIRE).
+            self._lost_holds.pop((keys.hash, owner), None)
             stack = self._holds.setdefault((keys.hash, owner), [])
             top = stack[-1] if stack else None
             if top is not None and not top.lost and holds > 1:
                 top.count += 1
-                top.deadline = max(top.deadline, sent_at + ttl)
+                top.extend(sent_at, pttl_ms)
                 hold = top
                 hold.watchdog = hold.watchdog or lease is None
             else:
@@ -347,11 +373,12 @@ class LockClient:
                 hold = Hold(
                     name=keys.name,
                     key=keys.hash,
+                    fence=keys.fence,
                     owner=owner,
                     token=token,
                     count=1,
                     watchdog=lease is None,
-                    deadline=sent_at + ttl,
+                    deadline=key_deadline(sent_at, pttl_ms),
                     acquired_at=sent_at,
                 )
                 stack.append(hold)
@@ -363,6 +390,11 @@ class LockClient:
         if start_watch:
             get_watchdog().watch(self)
         return hold
+
+    def lost_on_server(self, key: str, owner: str) -> tuple[int, int] | None:
+        """(token, holds) of ``owner``'s holds of ``key`` declared lost since its last grant."""
+        with self._lock:
+            return self._lost_holds.get((key, owner))
 
     def _forget_hold(self, hold: Hold) -> None:
         """Remove a hold that is fully released; call with ``_lock`` held."""
@@ -384,6 +416,13 @@ class LockClient:
                 return
             hold.lost = True
             locks = list(hold.locks)
+            # The server may still count these holds (a loss declared on the local
+            # deadline while the key lived on): the owner's next acquire takes
+            # them off first, so it is a new grant, not a re-entry of them.
+            token, holds = self._lost_holds.get((hold.key, hold.owner), (hold.token, 0))
+            if token != hold.token:
+                holds = 0
+            self._lost_holds[(hold.key, hold.owner)] = (hold.token, holds + hold.count)
         logger.warning("lock %r lost: %s", hold.name, reason)
         callbacks = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
         callbacks += [(callback, lock) for callback in self._lost_callbacks for lock in locks[:1]]
@@ -404,23 +443,27 @@ class LockClient:
                 if hold.watchdog and not hold.lost and not hold.released
             ]
 
-    def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend every hold's key to the watchdog timeout in one EVAL.
+    def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
+        """Extend every hold's key to at least the watchdog timeout in one EVAL.
 
-        On a cluster the watchdog passes holds of one slot only (see :attr:`slot_of`).
+        Returns, per hold, the key's PTTL in ms after the call (0: no longer
+        held). A key is never shortened: a lease longer than the timeout runs
+        on. On a cluster the watchdog passes holds of one slot only (see
+        :attr:`slot_of`).
         """
-        keys = [hold.key for hold in holds]
+        keys = [key for hold in holds for key in (hold.key, hold.fence)]
         args: list[str | int] = [
             milliseconds(self.watchdog_timeout),
+            0,
             *(hold.owner for hold in holds),
         ]
-        renewed = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
-        return [bool(int(flag)) for flag in renewed]
+        left = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
+        return [int(pttl_ms) for pttl_ms in left]
 
     def _renewal_timeouts(self) -> dict[str, Any]:
-        # Half an interval: a renewal that hangs ends well before the next tick,
-        # and the last attempt before a deadline ends before the deadline.
-        limit = self.watchdog_timeout / 6
+        # A renewal that hangs ends well before the next tick, and the last
+        # attempt before a deadline ends before the deadline (see core.defaults).
+        limit = renewal_socket_timeout(self.watchdog_timeout)
         kwargs = connection_settings(self.redis)
         socket_timeout = kwargs.get("socket_timeout") or limit
         connect_timeout = kwargs.get("socket_connect_timeout") or limit
@@ -433,6 +476,7 @@ class LockClient:
         # The child owns none of the parent's holds and shares none of its threads.
         self._lock = threading.Lock()
         self._holds = {}
+        self._lost_holds = {}
         self._unanswered = {}
         self._watched = False
         self._listener = self._make_listener()
@@ -446,9 +490,7 @@ def _run_callbacks(callbacks: list[tuple[LostCallback, LockBase]]) -> None:
             logger.exception("on_lost callback %r failed", callback)
 
 
+@forking.after_fork_in_child
 def _reset_clients_after_fork() -> None:
     for client in list(_clients):
         client._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_reset_clients_after_fork)

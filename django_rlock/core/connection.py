@@ -26,13 +26,17 @@ the sentinels, which otherwise share the master's socket timeouts.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.connection import parse_url
+from redis.connection import AbstractConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -43,6 +47,7 @@ __all__ = [
     "any_node_client",
     "check_url",
     "connect",
+    "connection_options",
     "connection_settings",
     "derive_client",
     "derive_pool",
@@ -50,6 +55,7 @@ __all__ = [
     "from_url",
     "node_client_for_key",
     "primaries",
+    "redact_url",
     "server_major_version",
 ]
 
@@ -88,7 +94,46 @@ def from_url(url: str, **options: Any) -> RedisClient:
             return _cluster_from_url(url, options)
         return redis.Redis.from_url(url, **options)
     except ValueError as error:
-        raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
+        raise ValueError(f"invalid redis URL {redact_url(url)!r}: {error}") from None
+
+
+def connection_options(url: str) -> Mapping[str, object]:
+    """The keyword options a client for ``url`` accepts (see :func:`from_url`), with defaults.
+
+    Read from redis-py's own signatures (the client, its connection pool and
+    connection classes; RedisCluster's for a cluster URL), so the set follows
+    the installed redis-py; a default is ``inspect.Parameter.empty`` when there
+    is none. Sentinel URLs also take ``sentinel_username`` and ``sentinel_password``.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in CLUSTER_SCHEMES:
+        return _options_of("cluster")
+    return _options_of("sentinel" if scheme in SENTINEL_SCHEMES else "")
+
+
+@functools.cache
+def _options_of(kind: str) -> Mapping[str, object]:
+    classes: list[Any] = [
+        redis.Redis,
+        redis.ConnectionPool,
+        AbstractConnection,
+        redis.Connection,
+        redis.SSLConnection,
+        redis.UnixDomainSocketConnection,
+    ]
+    if kind == "cluster":
+        classes.append(RedisCluster)
+    options: dict[str, object] = {}
+    for cls in classes:
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if name != "self" and parameter.kind in (
+                parameter.KEYWORD_ONLY,
+                parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                options.setdefault(name, parameter.default)
+    if kind == "sentinel":
+        options.update(dict.fromkeys(_SENTINEL_ONLY))
+    return MappingProxyType(options)
 
 
 def check_url(url: str) -> None:
@@ -103,7 +148,7 @@ def check_url(url: str) -> None:
         else:
             parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
     except ValueError as error:
-        raise ValueError(f"invalid redis URL {_redacted(url)!r}: {error}") from None
+        raise ValueError(f"invalid redis URL {redact_url(url)!r}: {error}") from None
 
 
 def _split_multi_host_url(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
@@ -160,11 +205,19 @@ def _cluster_from_url(url: str, options: dict[str, Any]) -> RedisCluster:
     return RedisCluster(startup_nodes=seeds, **{**parsed, **options})
 
 
-def _redacted(url: str) -> str:
+def redact_url(url: str) -> str:
+    """``url`` fit for messages and logs: no user, no password (also not in the query)."""
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(
+        f"{key}=***" if "password" in key.lower() or key.lower() == "username" else item
+        for item in parts.query.split("&")
+        if item
+        for key in [item.partition("=")[0]]
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:

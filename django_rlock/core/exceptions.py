@@ -16,6 +16,7 @@ __all__ = [
     "LockNotReplicatedError",
     "LockOutOfMemoryError",
     "LockTimeout",
+    "LockUnavailableError",
 ]
 
 
@@ -47,6 +48,21 @@ class LockNotOwnedError(LockError):
 
 class LockLostError(LockNotOwnedError):
     """The caller held the lock, but it expired or was taken over before release."""
+
+
+class LockUnavailableError(LockError, ConnectionError):
+    """The lock server could not be reached, or did not answer in time.
+
+    Raised instead of redis-py's connection and timeout errors by every lock
+    call (acquire, release, inspection). ``server`` names the server as the
+    message does: the Django alias, or the URL without its credentials. Whether
+    a call whose reply never came ran on the server is unknown; retrying it is
+    safe (see the README's failure modes).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, server: str) -> None:
+        super().__init__(message, name=name)
+        self.server = server
 
 
 class LockNotReplicatedError(LockError):

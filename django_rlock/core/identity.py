@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import secrets
 import threading
 import weakref
+
+from django_rlock.core import forking
 
 __all__ = ["process_id", "task_owner", "thread_owner"]
 
@@ -57,9 +58,7 @@ def task_owner() -> str:
     return owner
 
 
+@forking.after_fork_in_child
 def _regenerate_after_fork() -> None:
     global _process_id  # noqa: PLW0603 -- the id is process state by definition
     _process_id = secrets.token_hex(16)
-
-
-os.register_at_fork(after_in_child=_regenerate_after_fork)

@@ -22,17 +22,27 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
+from django_rlock.core.calls import (
+    Grant,
+    ScriptCall,
+    abandon_call,
+    acquire_call,
+    acquire_reply,
+    force_release_call,
+    hold_count_reply,
+    release_call,
+    ttl_reply,
+)
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -40,15 +50,27 @@ from django_rlock.core.exceptions import (
     LockTimeout,
 )
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+from django_rlock.core.names import LockKeys, check_lease, check_timeout
+from django_rlock.core.plan import AcquirePlan, drive
+from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
     import redis
 
     from django_rlock.core.client import LockClient
     from django_rlock.core.hold import Hold
+    from django_rlock.core.waiting import Subscription
 
-__all__ = ["LOST_REPLY", "UNANSWERED", "LockBase", "RLock", "request_id", "resend_once"]
+__all__ = [
+    "LOST_REPLY",
+    "UNANSWERED",
+    "LockBase",
+    "LockOptions",
+    "RLock",
+    "check_blocking",
+    "request_id",
+    "resend_once",
+]
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -89,11 +111,23 @@ def resend_once(call: Callable[[], T]) -> T:
         return call()
 
 
-@dataclass(frozen=True, slots=True)
-class _ScriptCall:
-    keys: list[str]
-    args: list[str | int]
-    rid: str  # the request id inside args, kept if the call goes unanswered
+def check_blocking(blocking: object, timeout: float | None) -> bool:
+    """``blocking``: a bool, False only without a ``timeout`` (one attempt waits for nothing)."""
+    if not isinstance(blocking, bool):
+        raise ValueError(f"blocking must be True or False, got {blocking!r}")
+    if not blocking and timeout is not None:
+        raise ValueError(
+            f"can't specify a timeout for a non-blocking call (blocking=False, timeout={timeout!r})"
+        )
+    return blocking
+
+
+class LockOptions(TypedDict, total=False):
+    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many."""
+
+    timeout: float | None
+    lease: float | None
+    blocking: bool
 
 
 class LockBase:
@@ -104,20 +138,15 @@ class LockBase:
     ``registry`` is the :class:`LockClient` that records this process's holds.
     """
 
-    def __init__(
-        self,
-        registry: LockClient,
-        name: str,
-        *,
-        timeout: float | None,
-        lease: float | None,
-        blocking: bool,
-    ) -> None:
+    def __init__(self, registry: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        unknown = sorted(set(options) - set(LockOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         self._registry = registry
         self.keys = LockKeys.build(registry.key_prefix, name)
-        self.timeout = check_timeout(timeout)
-        self.lease = check_lease(lease)
-        self.blocking = blocking
+        self.timeout = check_timeout(options.get("timeout"))
+        self.lease = check_lease(options.get("lease"))
+        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -126,30 +155,37 @@ class LockBase:
         """The lock's name, as the caller gave it."""
         return self.keys.name
 
+    def _plan(
+        self, blocking: bool, timeout: float | None, lease: float | None
+    ) -> tuple[AcquirePlan, float | None]:
+        """The checked arguments of one acquire call: its plan and its lease."""
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        check_blocking(blocking, wait)
+        watchdog = self._registry.watchdog_timeout
+        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+
+    def _reachable(self, action: str) -> AbstractContextManager[None]:
+        """Around a public call: redis-py's connection errors become LockUnavailableError."""
+        return reported_unavailable(self._registry.server, action, self.name)
+
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> _ScriptCall:
-        """The keys and arguments of one acquire script call (see scripts.ACQUIRE)."""
-        keys = self.keys
+    ) -> ScriptCall:
+        """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
         ttl = self._registry.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
-        return _ScriptCall(
-            keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-            args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid],
-            rid=rid,
+        lost = self._registry.lost_on_server(self.keys.hash, owner)
+        return acquire_call(
+            self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost
         )
 
-    def _release_call(self, owner: str) -> _ScriptCall:
-        """The keys and arguments of one release script call (see scripts.RELEASE)."""
-        keys = self.keys
+    def _release_call(self, owner: str) -> ScriptCall:
+        """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
         rid = self._request_id("release", owner)
-        return _ScriptCall(
-            keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
-            args=[owner, self._registry.publish_command, rid],
-            rid=rid,
-        )
+        return release_call(self.keys, owner, self._registry.publish_command, rid)
 
-    def _acquire_failed(self, error: Exception, owner: str, call: _ScriptCall) -> NoReturn:
+    def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
         if isinstance(error, OutOfMemoryError):
             raise self._out_of_memory_error(error) from error
@@ -161,17 +197,19 @@ class LockBase:
     ) -> float | None:
         """Record a grant (None), or the seconds to wait at most before trying again."""
         registry = self._registry
-        if isinstance(reply, list):
+        answer = acquire_reply(reply, no_expiry_wait=registry.watchdog_timeout)
+        if isinstance(answer, Grant):
             registry._granted(
-                self, owner, token=int(reply[0]), holds=int(reply[1]), lease=lease, sent_at=sent_at
+                self,
+                owner,
+                token=answer.token,
+                holds=answer.holds,
+                lease=lease,
+                sent_at=sent_at,
+                pttl_ms=answer.pttl_ms,
             )
             return None
-        pttl_ms = int(reply)
-        if pttl_ms < 0:
-            # Held with no expiry (someone wrote the key by hand): look again
-            # after one watchdog timeout rather than never.
-            return registry.watchdog_timeout
-        return max(pttl_ms, 1) / 1000
+        return answer
 
     def _request_id(self, kind: str, owner: str) -> str:
         """The id for the owner's next ``kind`` call: a new one, or the unanswered one.
@@ -254,7 +292,7 @@ class LockBase:
                 registry._forget_hold(hold)
 
     def _release_failed(
-        self, hold: Hold | None, error: BaseException, owner: str, call: _ScriptCall
+        self, hold: Hold | None, error: BaseException, owner: str, call: ScriptCall
     ) -> None:
         """The release script failed (Redis unreachable, reply lost...).
 
@@ -309,16 +347,8 @@ class LockBase:
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> None:
-        super().__init__(client, name, timeout=timeout, lease=lease, blocking=blocking)
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
@@ -339,41 +369,16 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        wait = check_timeout(timeout)
-        lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
-        owner = thread_owner()
-        started = clock.monotonic()
-        pttl = self._attempt(owner, lease_seconds)
-        if pttl is None:
-            return True
-        if not blocking or wait == 0:
-            return False
-        deadline = math.inf if wait is None else started + wait
-        with self.client._listener.listen(self.keys.channel) as subscription:
-            registered = False
-            try:
-                while True:
-                    remaining = deadline - clock.monotonic()
-                    if remaining <= 0:
-                        return False
-                    # Subscribed before retrying, so no release can slip between.
-                    subscription.wait_subscribed(min(pttl, remaining))
-                    since = subscription.mark()
-                    sleep = min(pttl, remaining, self.client.watchdog_timeout)
-                    pttl = self._attempt(owner, lease_seconds, subscription.waiter_id, sleep)
-                    if pttl is None:
-                        registered = False  # the grant took it out of the waiting set
-                        return True
-                    registered = True
-                    remaining = deadline - clock.monotonic()
-                    if remaining <= 0:
-                        return False
-                    subscription.wait(since, min(pttl, remaining))
-            finally:
-                if registered:
-                    self._abandon(subscription.waiter_id)
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
+        with self._reachable("acquire"):
+            return self._acquire_waiting(plan, lease_seconds)
+
+    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        shell = _Waiting(self, thread_owner(), lease_seconds)
+        try:
+            return drive(plan, shell)
+        finally:
+            shell.close(registered=plan.registered)
 
     def _attempt(
         self,
@@ -408,11 +413,9 @@ class RLock(LockBase):
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
+        call = abandon_call(self.keys, waiter_id, self.client.publish_command)
         try:
-            self.client._scripts.abandon(
-                keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
-                args=[waiter_id, self.client.publish_command],
-            )
+            self.client._scripts.abandon(keys=call.keys, args=call.args)
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
@@ -442,11 +445,14 @@ class RLock(LockBase):
         owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
         call = self._release_call(owner)
-        try:
-            left = int(resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args)))
-        except BaseException as error:
-            self._release_failed(hold, error, owner, call)
-            raise
+        with self._reachable("release"):
+            try:
+                left = int(
+                    resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args))
+                )
+            except BaseException as error:
+                self._release_failed(hold, error, owner, call)
+                raise
         self._release_settle(hold, left, "thread", self._remember_lost)
 
     def _remember_lost(self) -> None:
@@ -458,35 +464,31 @@ class RLock(LockBase):
         For operators and recovery code: the holder learns of it at its next
         renewal or release (as a lost lock).
         """
-        return bool(
-            self.client._scripts.force_release(
-                keys=[self.keys.hash, self.keys.channel], args=[self.client.publish_command]
-            )
-        )
+        call = force_release_call(self.keys, self.client.publish_command)
+        with self._reachable("force-release"):
+            return bool(self.client._scripts.force_release(keys=call.keys, args=call.args))
 
     # -- inspecting ---------------------------------------------------------------
 
     def locked(self) -> bool:
         """True when anyone holds the lock."""
-        return bool(self.client.redis.exists(self.keys.hash))
+        with self._reachable("inspect"):
+            return bool(self.client.redis.exists(self.keys.hash))
 
     def owned(self) -> bool:
         """True when the calling thread holds the lock (asks Redis)."""
-        return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
+        with self._reachable("inspect"):
+            return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
 
     def hold_count(self) -> int:
         """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
-        count = self.client.redis.hget(self.keys.hash, thread_owner())
-        return 0 if count is None else int(count)
+        with self._reachable("inspect"):
+            return hold_count_reply(self.client.redis.hget(self.keys.hash, thread_owner()))
 
     def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
-        pttl = int(self.client.redis.pttl(self.keys.hash))
-        if pttl == -2:
-            return None
-        if pttl == -1:
-            return math.inf
-        return pttl / 1000
+        with self._reachable("inspect"):
+            return ttl_reply(self.client.redis.pttl(self.keys.hash))
 
     @property
     def token(self) -> int | None:
@@ -514,3 +516,25 @@ class RLock(LockBase):
         It runs once per lost hold, on a short-lived thread of its own.
         """
         self.lost_callbacks.append(callback)
+
+
+class _Waiting:
+    """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
+
+    def __init__(self, lock: RLock, owner: str, lease: float | None) -> None:
+        self.lock, self.owner, self.lease = lock, owner, lease
+        self.subscription: Subscription | None = None
+        self._stack = ExitStack()
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
+
+    def listen(self) -> None:
+        listener = self.lock.client._listener
+        self.subscription = self._stack.enter_context(listener.listen(self.lock.keys.channel))
+
+    def close(self, *, registered: bool) -> None:
+        with self._stack:
+            if registered and self.subscription is not None:
+                self.lock._abandon(self.subscription.waiter_id)

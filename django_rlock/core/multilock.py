@@ -56,13 +56,15 @@ from typing import TYPE_CHECKING, Self
 
 import redis
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
     LockNotReplicatedError,
     LockTimeout,
+    LockUnavailableError,
 )
+from django_rlock.core.hold import key_deadline
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
@@ -71,6 +73,10 @@ if TYPE_CHECKING:
     from django_rlock.core.hold import Hold
 
 __all__ = ["MultiLock", "RedLock", "validity_time"]
+
+#: What a member's public call raises when its server cannot be used: a group
+#: lock then counts that member as not held (its key expires on its own).
+_UNREACHABLE = (redis.RedisError, LockUnavailableError)
 
 #: Redisson's base wait per member and round: 1.5 s.
 _ROUND_WAIT_PER_LOCK = 1.5
@@ -124,6 +130,7 @@ class _GroupLock:
         self.lost_callbacks: list[Callable[[_GroupLock], object]] = []
         self._local = threading.local()
         self._active_lock = threading.Lock()
+        forking.renew_after_fork(self, "_active_lock")
         self._active: set[_Acquisition] = set()
         for lock in self.locks:
             lock.on_lost(self._member_lost)
@@ -226,7 +233,7 @@ class _GroupLock:
                 released.append(member)
             except LockNotOwnedError:  # LockLostError included
                 failed.append(member)
-            except redis.RedisError as unreachable:
+            except _UNREACHABLE as unreachable:
                 failed.append(member)
                 error = error or unreachable
         if len(released) < self._needed():
@@ -247,7 +254,7 @@ class _GroupLock:
         for member in self.locks:
             try:
                 held = member.force_release() or held
-            except redis.RedisError:
+            except _UNREACHABLE:
                 continue
         return held
 
@@ -266,7 +273,7 @@ class _GroupLock:
         for member in self.locks:
             try:
                 count += bool(ask(member))
-            except redis.RedisError:
+            except _UNREACHABLE:
                 continue  # an unreachable member counts as not held
         return count
 
@@ -347,7 +354,7 @@ def _release_quietly(members: Sequence[RLock]) -> None:
     for member in reversed(members):
         try:
             member.release()
-        except (LockNotOwnedError, redis.RedisError):
+        except (LockNotOwnedError, *_UNREACHABLE):
             continue  # lost or unreachable: its key expires on its own
 
 
@@ -373,8 +380,12 @@ class MultiLock(_GroupLock):
             member_lease = None if lease is None else max(lease, 2 * round_wait)
             taken = self._take_all(max(round_wait, 0.0), member_lease)
             if taken is not None:
-                if lease is None or self._reexpire(taken, lease):
-                    return self._record(taken, validity=math.inf if lease is None else lease)
+                try:
+                    if lease is None or self._reexpire(taken, lease):
+                        return self._record(taken, validity=math.inf if lease is None else lease)
+                except BaseException:
+                    _release_quietly(taken)
+                    raise
                 _release_quietly(taken)
             remaining = deadline - clock.monotonic()
             if not blocking or remaining <= 0:
@@ -408,13 +419,18 @@ class MultiLock(_GroupLock):
             if hold is None or hold.count != 1:
                 continue  # a re-entry never shortens the hold it re-enters
             sent_at = clock.monotonic()
-            renewed = client._scripts.renew(
-                keys=[member.keys.hash], args=[milliseconds(lease), owner]
-            )
-            if not int(renewed[0]):
+            # '1': set this expiry even though it is shorter than the grant's.
+            with member._reachable("acquire"):
+                left = client._scripts.renew(
+                    keys=[member.keys.hash, member.keys.fence],
+                    args=[milliseconds(lease), 1, owner],
+                )
+            pttl_ms = int(left[0])
+            if pttl_ms <= 0:
                 return False
             with client._lock:
-                hold.deadline = sent_at + lease
+                # Set anew, not extended: this call shortened the key on purpose.
+                hold.deadline = key_deadline(sent_at, pttl_ms)
         return True
 
     def locked(self) -> bool:
@@ -563,7 +579,7 @@ class RedLock(_GroupLock):
         for member in self.locks:
             try:
                 ttl = member.ttl()
-            except redis.RedisError:
+            except _UNREACHABLE:
                 continue
             if ttl is not None:
                 ttls.append(ttl)

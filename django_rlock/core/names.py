@@ -18,9 +18,12 @@ import math
 import unicodedata
 from dataclasses import dataclass
 
+from django_rlock.core.defaults import MIN_WATCHDOG_TIMEOUT, renewal_socket_timeout
+
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
+    "MIN_WATCHDOG_TIMEOUT",
     "LockKeys",
     "check_key_prefix",
     "check_lease",
@@ -39,6 +42,7 @@ MAX_NAME_BYTES = 1024
 #: significant digits: a longer expiry would reach Redis as ``1e+14`` and be
 #: refused as "not an integer".
 MAX_SECONDS = 1e9
+
 
 _ESCAPES = (("%", "%25"), ("{", "%7B"), ("}", "%7D"))
 
@@ -129,10 +133,16 @@ def check_lease(lease: object) -> float | None:
 
 
 def check_watchdog_timeout(timeout: object) -> float:
-    """``watchdog_timeout``: seconds > 0."""
+    """``watchdog_timeout``: seconds, at least :data:`MIN_WATCHDOG_TIMEOUT`."""
     seconds = _seconds(timeout, "watchdog_timeout")
     if seconds <= 0:
         raise ValueError(f"watchdog_timeout must be > 0 seconds, got {timeout!r}")
+    if seconds < MIN_WATCHDOG_TIMEOUT:
+        raise ValueError(
+            f"watchdog_timeout must be at least {MIN_WATCHDOG_TIMEOUT:g} seconds, got {timeout!r}: "
+            f"renewals run every timeout/3, each bounded by timeout/6 "
+            f"({renewal_socket_timeout(seconds) * 1000:.0f} ms here), too little to renew reliably"
+        )
     if seconds > MAX_SECONDS:
         raise ValueError(
             f"watchdog_timeout must be at most {MAX_SECONDS:g} seconds, got {timeout!r}"

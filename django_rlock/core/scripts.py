@@ -28,6 +28,7 @@ query, so no extra ACL permission and no I/O when a client is built). On Redis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.commands.core import Script
@@ -44,17 +45,20 @@ __all__ = [
     "SCRIPT_COMMANDS",
     "LockScript",
     "LockScripts",
+    "OomFallback",
+    "OomSafeBase",
     "OomSafeScript",
     "is_unsupported_shebang",
     "permission_error",
+    "raise_if_refused",
 ]
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
 #: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
 #: client sends itself (README: "Minimal ACL").
 SCRIPT_COMMANDS = (
-    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "incr",
-    "del", "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
+    "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -71,19 +75,45 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
+# Server time in microseconds: the floor of every fencing token. It fits a Lua
+# number (a double, exact below 2^53, which the clock reaches in the year 2255),
+# a signed 64-bit integer and a Postgres bigint. The counter key is written with
+# '%.0f': Lua would write a number this large as '1.7e+15'.
+_NEXT_TOKEN = """
+local clock = redis.call('time')
+local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
+if token <= last then
+    token = last + 1
+end
+"""
+
 # KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's request latch
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
-# ARGV[5] (with KEYS[4]) this call's request id
-# Returns {token, holds} when granted: a new grant INCRs the fencing counter, a
-#   re-entry keeps the current token and adds one hold. A re-entry never
-#   shortens the key's life (a short lease inside a watchdog hold must not
-#   expire the outer hold). A granted waiter leaves the waiting set.
+# ARGV[5] (with KEYS[4]) this call's request id,
+# ARGV[6] the owner's holds of this lock that its client has declared lost
+#   (0: none), ARGV[7] the token of those holds
+# Returns {token, holds, pttl} when granted, pttl being the key's life left in
+#   ms after the call: the caller's deadline is its send time + pttl, whatever
+#   the branch. A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), so tokens keep increasing when Redis loses the counter
+#   (a restart without persistence, FLUSHALL, a failover), and the counter
+#   expires with the lock: whenever the lock's expiry is set, the counter's is
+#   set to the same. A re-entry keeps the current token, adds one hold, and
+#   never shortens the key's life (a short lease inside a watchdog hold must
+#   not expire the outer hold). A granted waiter leaves the waiting set.
 #   A resent call that was already granted (its latch holds its request id)
-#   changes nothing and returns the same {token, holds}. Only the re-entry
-#   branch can see such a resend: a first grant makes the owner a holder.
+#   changes nothing and returns the same {token, holds} with the PTTL left
+#   now: the grant happened at the first call, not at the resend. Only the
+#   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   Holds the client has declared lost (ARGV[6]) may still be on the server (a
+#   loss declared on the local deadline while the key lived on): while the
+#   token is still theirs they are taken off first, and when none of the
+#   owner's holds is left the call is a new grant with a new token, never a
+#   re-entry of a hold its owner was told is gone.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it.
@@ -93,13 +123,24 @@ local ttl = tonumber(ARGV[2])
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4] and redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
         return {tonumber(redis.call('get', KEYS[2]) or '0'),
-                tonumber(redis.call('hget', KEYS[1], ARGV[1]))}
+                tonumber(redis.call('hget', KEYS[1], ARGV[1])),
+                redis.call('pttl', KEYS[1])}
     end
+    local lost = tonumber(ARGV[6] or '0') or 0
+    if lost > 0 and redis.call('get', KEYS[2]) == ARGV[7]
+            and redis.call('hincrby', KEYS[1], ARGV[1], -lost) <= 0 then
+        redis.call('hdel', KEYS[1], ARGV[1])
+    end
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    if redis.call('pttl', KEYS[1]) < ttl then
+    local left = redis.call('pttl', KEYS[1])
+    if left < ttl then
         redis.call('pexpire', KEYS[1], ttl)
+        redis.call('pexpire', KEYS[2], ttl)
+        left = ttl
     end
-    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds}
+    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[1], 1)
@@ -110,7 +151,11 @@ if redis.call('exists', KEYS[1]) == 0 then
     if KEYS[4] then
         redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
     end
-    return {redis.call('incr', KEYS[2]), 1}
+"""
+    + _NEXT_TOKEN
+    + """
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
+    return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if ARGV[3] ~= '' then
@@ -175,21 +220,34 @@ return 0
 """
 ).replace("LATCH_MS", str(REQUEST_LATCH_MS))
 
-# KEYS[1..n] lock hashes
-# ARGV[1] expiry in milliseconds, ARGV[1+i] owner id of KEYS[i]
-# Returns n integers: 1 renewed, 0 the owner no longer holds KEYS[i] (lost).
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# ARGV[1] expiry in milliseconds,
+# ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
+#   grant it has just made), '0' to never shorten a key's life (the watchdog:
+#   a watchdog re-entry inside a longer lease must not cut the lease short),
+# ARGV[2+i] owner id of the i-th lock
+# Returns one integer per lock: the key's PTTL in ms after the call (> 0:
+#   renewed; the caller's deadline is its send time + it), or 0 when the owner
+#   no longer holds it (lost). The counter gets the same expiry as the lock.
 RENEW = """
-local ttl = ARGV[1]
-local renewed = {}
-for i, key in ipairs(KEYS) do
-    if redis.call('hexists', key, ARGV[i + 1]) == 1 then
-        redis.call('pexpire', key, ttl)
-        renewed[i] = 1
+local ttl = tonumber(ARGV[1])
+local exact = ARGV[2] == '1'
+local left = {}
+for i = 1, #KEYS / 2 do
+    local key, fence = KEYS[2 * i - 1], KEYS[2 * i]
+    if redis.call('hexists', key, ARGV[i + 2]) == 1 then
+        local pttl = redis.call('pttl', key)
+        if exact or pttl < ttl then
+            redis.call('pexpire', key, ttl)
+            redis.call('pexpire', fence, ttl)
+            pttl = ttl
+        end
+        left[i] = pttl
     else
-        renewed[i] = 0
+        left[i] = 0
     end
 end
-return renewed
+return left
 """
 
 # KEYS[1] lock hash, KEYS[2] release channel
@@ -242,22 +300,6 @@ def permission_error(error: ResponseError) -> NoPermissionError | None:
     )
 
 
-class LockScript(Script):
-    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
-
-    def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
-        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
-    ) -> Any:
-        """Run the script (EVALSHA, loading it on NOSCRIPT)."""
-        try:
-            return super().__call__(keys=keys or [], args=args or [], client=client)
-        except ResponseError as error:
-            refused = permission_error(error)
-            if refused is None:
-                raise
-            raise refused from error
-
-
 def is_unsupported_shebang(error: ResponseError) -> bool:
     """Whether ``error`` is a server refusing to compile a ``#!lua flags=...`` script.
 
@@ -268,50 +310,110 @@ def is_unsupported_shebang(error: ResponseError) -> bool:
     return "compiling script" in message or "shebang" in message
 
 
-class OomSafeScript:
-    """A script that runs under OOM where the server allows it (Redis >= 7).
+class OomFallback:
+    """Which variant of an ``allow-oom`` script to send, and when to fall back (no I/O).
 
-    Tries the ``allow-oom`` variant; if the server cannot compile it, falls
-    back to the plain one for good. The choice costs one failed SCRIPT LOAD,
-    once, on the first call; afterwards a call costs one attribute lookup more
-    than a plain :class:`Script`.
+    The flagged variant is sent until a server refuses to compile it; then
+    the plain one, for good. The decision is made on the variant a call
+    *sent*, not on the current choice: when many calls race the first load,
+    each one refused for the flag retries with the plain variant, even if
+    another has switched the choice meanwhile.
     """
 
-    def __init__(self, redis: Any, body: str) -> None:
-        self._plain = LockScript(redis, body)
-        self._script = LockScript(redis, ALLOW_OOM + body)
+    def __init__(self) -> None:
+        #: True while the ``allow-oom`` variant is in use.
+        self.flagged = True
+
+    def retry_plain(self, sent_flagged: bool, error: ResponseError) -> bool:
+        """Whether a call that sent the ``sent_flagged`` variant and got ``error`` resends plain."""
+        if not sent_flagged or not is_unsupported_shebang(error):
+            return False
+        self.flagged = False
+        return True
+
+
+def raise_if_refused(error: ResponseError) -> None:
+    """Raise the clear NOPERM error for an ACL refusal inside a script (from ``error``)."""
+    refused = permission_error(error)
+    if refused is not None:
+        raise refused from error
+
+
+class LockScript(Script):
+    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
+
+    def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
+        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+    ) -> Any:
+        """Run the script (EVALSHA, loading it on NOSCRIPT)."""
+        try:
+            return super().__call__(keys=keys or [], args=args or [], client=client)
+        except ResponseError as error:
+            raise_if_refused(error)
+            raise
+
+
+class OomSafeBase:
+    """What the sync and asyncio ``allow-oom`` scripts share: both variants and the policy."""
+
+    def __init__(self, make: Callable[[str], Any], body: str) -> None:
+        self._plain = make(body)
+        self._variants = {True: make(ALLOW_OOM + body), False: self._plain}
+        self._policy = OomFallback()
 
     @property
     def flagged(self) -> bool:
         """True while the ``allow-oom`` variant is in use."""
-        return self._script is not self._plain
+        return self._policy.flagged
+
+    def _choose(self) -> tuple[bool, Any]:
+        flagged = self._policy.flagged
+        return flagged, self._variants[flagged]
+
+    def _after(self, flagged: bool, error: ResponseError) -> Any:
+        """The plain variant to resend a refused call with (or re-raise ``error``)."""
+        if not self._policy.retry_plain(flagged, error):
+            raise error
+        return self._plain
+
+
+class OomSafeScript(OomSafeBase):
+    """A script that runs under OOM where the server allows it (Redis >= 7).
+
+    Tries the ``allow-oom`` variant; if the server cannot compile it, falls
+    back to the plain one for good (:class:`OomFallback`). The choice costs
+    one failed SCRIPT LOAD, once, on the first call.
+    """
+
+    def __init__(self, redis: Any, body: str) -> None:
+        super().__init__(lambda text: LockScript(redis, text), body)
 
     def __call__(
         self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
     ) -> Any:
         """Run the script as :class:`Script` does (EVALSHA, loading it on NOSCRIPT)."""
-        # The variant this call uses, read once: another thread may switch
-        # `_script` to the plain one while this call is still failing on the flag.
-        script = self._script
+        flagged, script = self._choose()
         try:
             return script(keys=keys or [], args=args or [], client=client)
         except ResponseError as error:
-            if script is self._plain or not is_unsupported_shebang(error):
-                raise
-            self._script = self._plain
-            return self._plain(keys=keys or [], args=args or [], client=client)
+            return self._after(flagged, error)(keys=keys or [], args=args or [], client=client)
 
 
 class LockScripts:
-    """The lock scripts, registered against one Redis client.
+    """The lock scripts, registered against one Redis client (sync or asyncio).
 
     Acquire stays a plain script: under OOM its first write is refused, so it
     fails whole, with Redis's OOM error, before changing anything.
     """
 
-    def __init__(self, redis: Any) -> None:
-        self.acquire = LockScript(redis, ACQUIRE)
-        self.release = OomSafeScript(redis, RELEASE)
-        self.renew = OomSafeScript(redis, RENEW)
-        self.force_release = OomSafeScript(redis, FORCE_RELEASE)
-        self.abandon = OomSafeScript(redis, ABANDON)
+    def __init__(
+        self,
+        redis: Any,
+        plain: Callable[[Any, str], Any] = LockScript,
+        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
+    ) -> None:
+        self.acquire = plain(redis, ACQUIRE)
+        self.release = oom_safe(redis, RELEASE)
+        self.renew = oom_safe(redis, RENEW)
+        self.force_release = oom_safe(redis, FORCE_RELEASE)
+        self.abandon = oom_safe(redis, ABANDON)

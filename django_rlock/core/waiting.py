@@ -20,15 +20,12 @@ or gives up, it passes the role to another waiting thread. The common case (one
 waiting thread per process) thus costs one thread wake-up per release, and a
 process with no waiters runs no thread at all.
 
-Channels are reference-counted: the first waiter on a lock subscribes, the last
-one to leave unsubscribes. If the connection dies, every waiter is woken to
-retry, and the next reader reconnects and subscribes again; a message lost in
-between costs a waiter at most the holder's PTTL, never a hang.
-
-Subscriptions are confirmed by counting SUBSCRIBE commands ``sent`` against
-confirmations ``acked`` per channel. A channel's state outlives its waiters
-until every confirmation has arrived, so a late confirmation of an old
-subscription can never pass for a new one.
+The channels' state (reference counts, confirmations, whom a message wakes,
+what a failed read means) is a :class:`~django_rlock.core.channels.ChannelTable`,
+shared with the asyncio listener; this module moves its bytes. If the
+connection dies, every waiter is woken to retry, and the next reader
+reconnects and subscribes again; a message lost in between costs a waiter at
+most the holder's PTTL, never a hang.
 """
 
 from __future__ import annotations
@@ -46,37 +43,25 @@ from typing import Any
 import redis
 
 from django_rlock.core import clock
+from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
 from django_rlock.core.connection import derive_pool
 
-__all__ = ["ReleaseListener", "Subscription"]
+__all__ = ["RECONNECT_BACKOFF", "ReleaseListener", "Subscription", "log_refusal"]
 
 logger = logging.getLogger("django_rlock.waiting")
 
-_RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Seconds between reconnect attempts of a listener (the last one repeats).
+RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 @dataclass(eq=False)
-class _Channel:
-    name: bytes
-    subscriptions: dict[bytes, Subscription] = field(default_factory=dict)
-    wanted: bool = False  # a SUBSCRIBE is in force (sent and not unsubscribed)
-    sent: int = 0
-    acked: int = 0
-
-    @property
-    def settled(self) -> bool:
-        return self.acked >= self.sent
-
-
-@dataclass(eq=False)
-class Subscription:
+class Subscription(WakeCount):
     """One waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
 
     waiter_id: str
-    _channel: _Channel = field(repr=False)
+    _channel: bytes = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
     _cond: threading.Condition = field(repr=False)
-    _wakeups: int = 0
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
@@ -84,11 +69,9 @@ class Subscription:
             return self._wakeups
 
     def wait_subscribed(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the server to confirm the subscription."""
+        """Wait up to ``timeout`` seconds for the server to answer the subscription."""
         listener, channel = self._listener, self._channel
-        return listener._wait(
-            self, lambda: listener.connected and channel.wanted and channel.settled, timeout
-        )
+        return listener._wait(self, lambda: listener._table.confirmed(channel), timeout)
 
     def wait(self, since: int, timeout: float) -> bool:
         """Sleep until this waiter is woken after ``since``, or ``timeout`` seconds pass.
@@ -97,9 +80,8 @@ class Subscription:
         """
         return self._listener._wait(self, lambda: self._wakeups != since, timeout)
 
-    def _wake_locked(self) -> None:
-        self._wakeups += 1
-        self._cond.notify()
+    def _signal(self) -> None:
+        self._cond.notify()  # the table is called with the listener's lock held
 
 
 class ReleaseListener:
@@ -111,61 +93,53 @@ class ReleaseListener:
         # slot is the only one that hears its SPUBLISH, so nothing is broadcast.
         self._wire = {"SUBSCRIBE": "SSUBSCRIBE", "UNSUBSCRIBE": "SUNSUBSCRIBE"} if sharded else {}
         self._lock = threading.Lock()
-        self._channels: dict[bytes, _Channel] = {}
-        self._waiters: dict[bytes, Subscription] = {}
+        self._table: ChannelTable[Subscription] = ChannelTable()
         self._followers: set[Subscription] = set()
         self._reading = False
         self._connection: Any = None
         self._connect_failures = 0
-        self.connected = False
         self._closed = False
         self._id = secrets.token_hex(8)
         self._sequence = itertools.count()
 
+    @property
+    def connected(self) -> bool:
+        """Whether the pub/sub connection is up."""
+        return self._table.connected
+
     def subscribed_channels(self) -> set[bytes]:
         """Channels with a subscription in force (for tests and diagnostics)."""
         with self._lock:
-            return {name for name, channel in self._channels.items() if channel.wanted}
+            return self._table.subscribed()
 
     @contextmanager
     def listen(self, channel_name: str) -> Iterator[Subscription]:
         """Subscribe to ``channel_name`` for the duration of the block."""
         name = channel_name.encode("utf-8")
-        waiter_id = f"{self._id}:{next(self._sequence)}"
-        key = waiter_id.encode()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the lock client is closed")
-            channel = self._channels.get(name)
-            if channel is None:
-                channel = _Channel(name)
-                self._channels[name] = channel
-            subscription = Subscription(waiter_id, channel, self, threading.Condition(self._lock))
-            channel.subscriptions[key] = subscription
-            self._waiters[key] = subscription
-            if not channel.wanted:
-                channel.wanted = True
-                self._send_locked(channel, "SUBSCRIBE")
+            waiter_id = f"{self._id}:{next(self._sequence)}"
+            subscription = Subscription(waiter_id, name, self, threading.Condition(self._lock))
+            to_subscribe = self._table.add(name, subscription)
+            if to_subscribe is not None:
+                self._send_locked(to_subscribe, "SUBSCRIBE")
         try:
             yield subscription
         finally:
             with self._lock:
-                del channel.subscriptions[key]
-                del self._waiters[key]
-                if not channel.subscriptions:
-                    channel.wanted = False
-                    self._send_locked(channel, "UNSUBSCRIBE")
-                    self._drop_if_idle(channel)
+                to_unsubscribe = self._table.remove(name, subscription)
+                if to_unsubscribe is not None:
+                    self._send_locked(to_unsubscribe, "UNSUBSCRIBE")
 
     def close(self) -> None:
         """Close the connection. Threads still waiting fall back to their PTTL waits."""
         with self._lock:
             self._closed = True
             connection, self._connection = self._connection, None
-            self.connected = False
-            self._wake_all_locked()
+            self._table.on_disconnect()
         if connection is not None:
-            connection.disconnect()
+            self._give_back(connection)
         self._pool.disconnect()
 
     # -- waiting: the leader/follower protocol ---------------------------------------
@@ -212,34 +186,29 @@ class ReleaseListener:
             if connection is None:
                 if not self._connect():
                     # Back off between attempts; the waiter's own deadline still rules.
-                    step = min(self._connect_failures, len(_RECONNECT_BACKOFF)) - 1
-                    time.sleep(min(_RECONNECT_BACKOFF[step], remaining))
+                    step = min(self._connect_failures, len(RECONNECT_BACKOFF)) - 1
+                    time.sleep(min(RECONNECT_BACKOFF[step], remaining))
                     continue
                 connection = self._connection
             try:
                 if connection.can_read(timeout=remaining):
                     self._dispatch(connection.read_response(push_request=True))
-            except redis.ResponseError as error:
-                # A refused (S)SUBSCRIBE (an ACL, a slot that moved): the
-                # connection is sound, and reconnecting would be refused again.
-                # Its channel stays unconfirmed, so its waiters fall back to
-                # PTTL waits; wake them to retry now.
-                logger.warning("pub/sub subscription refused, waiters will retry: %s", error)
+            except Exception as error:  # noqa: BLE001 -- the table says what it means
                 with self._lock:
-                    self._wake_all_locked()
-            except Exception as error:  # noqa: BLE001 -- any broken read means reconnect
-                if not self._closed:
-                    logger.warning("pub/sub connection lost, waiters will retry: %s", error)
-                self._reset(connection)
+                    verdict = self._table.read_error(error)
+                if verdict is ReadError.BROKEN:
+                    if not self._closed:
+                        logger.warning("pub/sub connection lost, waiters will retry: %s", error)
+                    self._reset(connection)
+                else:
+                    log_refusal(verdict, error)
             with self._lock:
                 if ready():
                     return
 
     # -- called with self._lock held -------------------------------------------------
 
-    def _send_locked(self, channel: _Channel, command: str) -> None:
-        if not self.connected:
-            return  # the next reader subscribes every wanted channel when it connects
+    def _send_locked(self, channel: Channel[Subscription], command: str) -> None:
         try:
             self._connection.send_command(
                 self._wire.get(command, command), channel.name, check_health=False
@@ -248,80 +217,50 @@ class ReleaseListener:
             # The reader sees the broken connection on its next read and resets.
             return
         if command == "SUBSCRIBE":
-            channel.sent += 1
-
-    def _drop_if_idle(self, channel: _Channel) -> None:
-        if not channel.subscriptions and channel.settled:
-            self._channels.pop(channel.name, None)
-
-    def _wake_all_locked(self) -> None:
-        for subscription in self._waiters.values():
-            subscription._wake_locked()
+            self._table.subscribe_sent(channel)
 
     # -- the connection, managed by whichever thread is reading -----------------------
 
     def _connect(self) -> bool:
-        connection: Any = self._pool.make_connection()  # redis-py's Connection is untyped
+        # Through the pool's get/release, never make_connection(): a connection
+        # made outside get_connection() keeps its slot in the pool's count
+        # forever, so every reconnect would leak one until the pool refuses
+        # ("Too many connections") and the error escapes the waiters' acquire.
         try:
-            connection.connect()
-        except (redis.RedisError, OSError) as error:
+            connection: Any = self._pool.get_connection()  # redis-py's Connection is untyped
+        except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
+            # get_connection() gave the connection back itself.
             self._connect_failures += 1
             logger.debug("pub/sub connect failed: %s", error)
-            connection.disconnect()
             return False
         with self._lock:
             if self._closed:
-                connection.disconnect()
+                self._give_back(connection)
                 return False
             self._connect_failures = 0
             self._connection = connection
-            self.connected = True
-            for channel in list(self._channels.values()):
-                channel.sent = channel.acked = 0
-                if channel.wanted:
-                    self._send_locked(channel, "SUBSCRIBE")
-                else:
-                    self._drop_if_idle(channel)
-            # Anything published while we were away is gone: everyone retries.
-            self._wake_all_locked()
+            for channel in self._table.on_connect():
+                self._send_locked(channel, "SUBSCRIBE")
         return True
 
     def _reset(self, broken: Any) -> None:
         with self._lock:
             if self._connection is broken:
                 self._connection = None
-                self.connected = False
-                self._wake_all_locked()
-        broken.disconnect()
+                self._table.on_disconnect()
+        self._give_back(broken)
+
+    def _give_back(self, connection: Any) -> None:
+        """Close ``connection`` and return its slot to the pool (it is reused, not leaked)."""
+        connection.disconnect()
+        self._pool.release(connection)
 
     def _dispatch(self, reply: Any) -> None:
-        if not isinstance(reply, list) or len(reply) < 3:
-            return
-        kind, name, payload = reply[0], reply[1], reply[2]
         with self._lock:
-            if kind in (b"message", b"smessage"):
-                if payload:
-                    # A message naming another process's waiter is not for us.
-                    target = self._waiters.get(payload)
-                    if target is not None:
-                        target._wake_locked()
-                    return
-                channel = self._channels.get(name)
-                if channel is not None:
-                    for subscription in channel.subscriptions.values():
-                        subscription._wake_locked()
-            elif kind == b"sunsubscribe":
-                channel = self._channels.get(name)
-                if channel is not None and channel.wanted:
-                    # Unasked: the channel's slot moved to another node. Its
-                    # waiters retry now, then wait out the holder's PTTL.
-                    for subscription in channel.subscriptions.values():
-                        subscription._wake_locked()
-            elif kind in (b"subscribe", b"ssubscribe"):
-                channel = self._channels.get(name)
-                if channel is not None:
-                    channel.acked += 1
-                    # Waiters sleeping on this confirmation re-check it now.
-                    for subscription in channel.subscriptions.values():
-                        subscription._cond.notify()
-                    self._drop_if_idle(channel)
+            self._table.deliver(reply)
+
+
+def log_refusal(verdict: ReadError, error: BaseException) -> None:
+    """Log a refused pub/sub command: a warning the first time, then at debug level."""
+    level = logging.WARNING if verdict is ReadError.REFUSED else logging.DEBUG
+    logger.log(level, "pub/sub subscription refused, waiters fall back to TTL waits: %s", error)

@@ -2,16 +2,19 @@
 
 A hold taken with ``lease=None`` has its key set to expire after the client's
 ``watchdog_timeout``; the watchdog renews it every ``watchdog_timeout / 3``
-until it is released. All holds of one client are renewed together on one
-schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000 held locks cost 20
-round trips per interval, not 2,000 timers. One EVAL may only touch one slot
-of a Redis Cluster, so there the batches are formed per slot.
+until it is released. A renewal extends a key to *at least* the timeout and
+never shortens it, so a watchdog hold re-entered with a longer lease (or the
+reverse) lives to the later of the two. All holds of one client are renewed
+together on one schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000
+held locks cost 20 round trips per interval, not 2,000 timers. One EVAL may
+only touch one slot of a Redis Cluster, so there the batches are formed per slot.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. When Redis cannot be reached, the renewal is tried
-again on the next tick; the hold counts as lost once its local deadline (last
-successful renewal + timeout) has passed, because from then on another owner
-may hold the lock. Renewal connections have no hidden retries and a socket
+again on the next tick; the hold counts as lost once its local deadline (the
+send time of its last successful renewal or acquire plus the PTTL the server
+reported, see :mod:`django_rlock.core.hold`) has passed, because from then on
+another owner may hold the lock. Renewal connections have no hidden retries and a socket
 timeout of a fraction of the interval, so no renewal blocks past a deadline.
 No renewal is started that could end after its hold's deadline (a call may
 take up to half an interval): while renewals fail, the last attempt is made
@@ -27,14 +30,14 @@ carries on. A forked child starts with no watchdog; its first hold starts one.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from django_rlock.core import clock
+from django_rlock.core import clock, forking
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
 __all__ = ["BATCH_SIZE", "Renewer", "Watchdog", "get_watchdog"]
@@ -57,8 +60,8 @@ class Renewer(Protocol):
         """The holds to renew now: watchdog holds not released and not lost."""
         ...
 
-    def renew_batch(self, holds: Sequence[Hold]) -> list[bool]:
-        """Extend each hold's key; True for renewed, False for no longer held."""
+    def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
+        """Extend each hold's key; per hold its PTTL in ms after the call, 0 when no longer held."""
         ...
 
     def declare_lost(self, hold: Hold, reason: str) -> None:
@@ -72,6 +75,8 @@ class _Schedule:
 
     renewer: weakref.ref[Renewer]
     interval: float
+    #: The longest a renewal call may take (its socket timeout).
+    call_margin: float
     next_tick: float
     failing: bool = False
 
@@ -103,9 +108,13 @@ class Watchdog:
         with self._cond:
             if id(renewer) in self._schedules:
                 return
-            interval = renewer.watchdog_timeout / 3
+            timeout = renewer.watchdog_timeout
+            interval = renewal_interval(timeout)
             self._schedules[id(renewer)] = _Schedule(
-                weakref.ref(renewer), interval, next_tick=clock.monotonic() + interval
+                weakref.ref(renewer),
+                interval,
+                call_margin=renewal_socket_timeout(timeout),
+                next_tick=clock.monotonic() + interval,
             )
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -150,7 +159,7 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         now = clock.monotonic()
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         due = []
         for hold in renewer.watched_holds():
             if now + margin >= hold.deadline:
@@ -170,9 +179,9 @@ class Watchdog:
             if schedule.failing:
                 schedule.failing = False
                 logger.info("watchdog: renewals succeed again")
-            for hold, alive in zip(batch, renewed, strict=True):
-                if alive:
-                    hold.deadline = max(hold.deadline, sent_at + renewer.watchdog_timeout)
+            for hold, pttl_ms in zip(batch, renewed, strict=True):
+                if pttl_ms > 0:
+                    hold.extend(sent_at, pttl_ms)
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
 
@@ -183,7 +192,7 @@ class Watchdog:
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)
-        margin = _call_margin(schedule)
+        margin = schedule.call_margin
         now = clock.monotonic()
         alive = []
         for hold in batch:
@@ -197,11 +206,6 @@ class Watchdog:
             earliest = min(hold.deadline for hold in alive) - 2 * margin
             with self._cond:
                 schedule.next_tick = min(schedule.next_tick, earliest)
-
-
-def _call_margin(schedule: _Schedule) -> float:
-    """The longest a renewal call may take: its socket timeout, at most half an interval."""
-    return schedule.interval / 2
 
 
 def _batches(holds: list[Hold], slot_of: Callable[[str], int] | None) -> list[list[Hold]]:
@@ -232,12 +236,10 @@ def get_watchdog() -> Watchdog:
         return _instance
 
 
+@forking.after_fork_in_child
 def _reset_after_fork() -> None:
     # The parent's thread does not exist in the child, and the child owns
     # none of the parent's holds: start from nothing.
     global _instance, _instance_lock  # noqa: PLW0603
     _instance = None
     _instance_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)

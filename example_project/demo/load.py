@@ -13,6 +13,8 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as ResultTimeout
 
+from demo.outcomes import HttpTotals
+
 #: What a client thread does, with its weight.
 OPERATIONS = (("pay", 5), ("refund", 4), ("read", 1))
 
@@ -42,6 +44,17 @@ class HttpStats:
             self.failures += 1
             if len(self.errors) < 20:
                 self.errors.append(text)
+
+    def totals(self) -> HttpTotals:
+        """What was seen so far, as the load phase's outcome."""
+        with self.mutex:
+            return HttpTotals(
+                served=self.served,
+                by_status={str(status): count for status, count in self.statuses.items()},
+                conflicts_without_retry_after=self.conflicts_without_retry_after,
+                errors=self.failures,
+                first_errors=tuple(self.errors[:5]),
+            )
 
 
 class HttpClient(threading.Thread):

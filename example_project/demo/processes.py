@@ -66,6 +66,11 @@ class Managed:
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
+        # A killed member whose parent is gone stays in the group until init
+        # reaps it, which some inits do late: wait, so "left running" is true.
+        deadline = time.monotonic() + 10
+        while self.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def group_alive(self) -> bool:
         """Whether any process of this child's group still runs."""

@@ -18,11 +18,12 @@ from typing import Any
 
 import redis
 from celery import Celery, Task
-from celery.signals import worker_process_init
+from celery.signals import task_postrun, worker_process_init
 from django.conf import settings
 
 from celery_rlock import LockedTask, locked
-from django_rlock.signals import lock_acquired, lock_released
+from django_rlock import locked as django_locked
+from django_rlock.signals import lock_acquired, lock_lost, lock_released
 
 app = Celery("rlock_tests", set_as_current=False)
 
@@ -132,6 +133,13 @@ def critical_decorated(self: Task, run: str, hold: float = 0.0, gate: bool = Fal
     return work(self, run, hold, gate)
 
 
+@app.task(bind=True, max_retries=50)
+@django_locked("crit:{run}")
+def critical_django_decorated(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """django_rlock's @locked under @app.task: the same as celery_rlock's (on_busy="retry")."""
+    return work(self, run, hold, gate)
+
+
 # -- lifecycle ---------------------------------------------------------------------------
 
 
@@ -192,6 +200,50 @@ def keyed(payload: dict[str, Any]) -> str:
     return "ran"
 
 
+# -- a lock lost by the end of the run (tests/celery/test_lost.py) ------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="lost:{run}", on_busy="raise")
+def lost_returning(self: Task, run: str) -> str:
+    work(self, run, 0.0, gate=True)
+    return "the body's result"
+
+
+@app.task(bind=True, base=LockedTask, lock="lost:{run}", on_busy="raise")
+def lost_raising(self: Task, run: str) -> str:
+    work(self, run, 0.0, gate=True)
+    raise ValueError("the body's own error")
+
+
+@app.task(bind=True, base=LockedTask, lock="lost:{run}", on_busy="raise", on_lost="fail")
+def lost_failing(self: Task, run: str) -> str:
+    work(self, run, 0.0, gate=True)
+    return "the body's result"
+
+
+@app.task(bind=True)
+@locked("lost:{run}", on_busy="raise")
+def lost_decorated(self: Task, run: str) -> str:
+    work(self, run, 0.0, gate=True)
+    return "the body's result"
+
+
+@app.task(bind=True)
+@locked("lost:{run}", on_busy="raise", on_lost="fail")
+def lost_decorated_failing(self: Task, run: str) -> str:
+    work(self, run, 0.0, gate=True)
+    return "the body's result"
+
+
+@task_postrun.connect
+def record_lost_after_the_run(task: Any = None, args: Any = None, **kwargs: Any) -> None:
+    """After a ``lost_*`` run: what its ``self.request.rlock.lost`` says."""
+    if task is None or not task.name.rpartition(".")[2].startswith("lost_"):
+        return
+    rlock = getattr(task.request, "rlock", None)
+    store().rpush(f"ctest:lost:{args[0]}", json.dumps(getattr(rlock, "lost", "missing")))
+
+
 @worker_process_init.connect
 def record_django_lock_signals(**kwargs: Any) -> None:
     """In a Django-configured worker, record django_rlock's signals in Redis."""
@@ -204,5 +256,9 @@ def record_django_lock_signals(**kwargs: Any) -> None:
     def released(name: str, held: float, **rest: Any) -> None:
         store().rpush(f"ctest:signals:{name}", json.dumps(["released", held]))
 
+    def lost(name: str, **rest: Any) -> None:
+        store().rpush(f"ctest:signals:{name}", json.dumps(["lost", None]))
+
     lock_acquired.connect(acquired, weak=False)
     lock_released.connect(released, weak=False)
+    lock_lost.connect(lost, weak=False)

@@ -8,6 +8,10 @@ import pytest
 from celery import Celery
 
 from celery_rlock import LockedTask, locked
+from celery_rlock.decorators import options_of
+from celery_rlock.guard import LockOptions
+from django_rlock import locked as django_locked
+from tests.celery import app as test_app
 
 
 def define(**options: Any) -> Any:
@@ -27,6 +31,7 @@ def define(**options: Any) -> Any:
         ({"lock": "order:{oder_id}"}, "has no parameter 'oder_id'"),
         ({"lock": "order:{}"}, "not by position"),
         ({"lock": "order:{order_id}", "on_busy": "later"}, "on_busy must be one of"),
+        ({"lock": "order:{order_id}", "on_lost": "ignore"}, "on_lost must be one of"),
         ({"lock": "order:{order_id}", "lock_timeout": -1}, "lock_timeout must be >= 0"),
         ({"lock": "order:{order_id}", "lock_lease": 0}, "lock_lease must be > 0"),
         ({"lock": "order:{order_id}", "lock_using": ""}, "lock_using must be"),
@@ -60,3 +65,32 @@ def test_locked_checks_its_template_at_decoration() -> None:
 
     with pytest.raises(ValueError, match="has no parameter 'id'"):
         locked("order:{id}")(charge)
+
+
+def test_django_rlock_locked_above_the_task_decorator_says_what_to_write() -> None:
+    app = Celery("definition-test", set_as_current=False)
+
+    def charge(order_id: int) -> None: ...
+
+    for task in (app.task(charge), app.task(shared=False)(charge)):
+        with pytest.raises(TypeError) as caught:
+            django_locked("order:{order_id}")(task)
+        assert "put @locked under the task decorator" in str(caught.value)
+        assert "    @app.task  # or @shared_task\n    @locked('order:{order_id}')" in str(
+            caught.value
+        )
+
+
+def test_django_rlock_locked_under_the_task_decorator_keeps_the_task() -> None:
+    task = test_app.critical_django_decorated
+    assert hasattr(task, "delay")
+    assert options_of(task) == LockOptions.build(
+        "crit:{run}", task.run, timeout=None, lease=None, using="default"
+    )
+
+
+def test_locked_checks_on_lost_at_decoration() -> None:
+    def charge(order_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match="on_lost must be one of"):
+        locked("order:{order_id}", on_lost="raise")(charge)  # type: ignore[arg-type]

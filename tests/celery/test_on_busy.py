@@ -28,7 +28,11 @@ TASKS = {
     "wait": test_app.critical_wait,
     "raise": test_app.critical_raise,
     "locked-wait": test_app.critical_decorated,
+    # django_rlock.locked under @app.task does what celery_rlock.locked does.
+    "django-locked": test_app.critical_django_decorated,
 }
+RETRYING = ("retry", "django-locked")
+RUN_BOTH = ("retry", "wait", "locked-wait", "django-locked")
 
 
 def outcome(result: AsyncResult) -> Any:
@@ -46,7 +50,7 @@ def test_two_equal_tasks_sent_at_once_never_overlap(
     pairs = intervals(store, run)
     assert len(pairs) == len(ran) >= 1
     assert_no_overlap(pairs)
-    if mode in ("retry", "wait", "locked-wait"):
+    if mode in RUN_BOTH:
         assert len(ran) == 2  # neither is dropped: the second runs after the first
         assert ran[0]["token"] != ran[1]["token"]
 
@@ -71,21 +75,26 @@ def test_a_task_sent_while_its_lock_is_held(
         # Results carry an exception's message, not its attributes (retry_after).
         assert f"lock 'crit:{run}' busy" in str(raised.value)
         assert "the holder's lease ends in" in str(raised.value)
-    elif mode == "retry":
+    elif mode in RETRYING:
         wait_for_state(contender, "RETRY")
     open_gate(store, run, tokens=2)
     assert holder.get(timeout=20)["token"] == held["token"]
-    if mode in ("retry", "wait", "locked-wait"):
+    if mode in RUN_BOTH:
         second = contender.get(timeout=20)
         assert second["token"] > held["token"]
-        if mode == "retry":
+        if mode in RETRYING:
             assert second["retries"] >= 1
     pairs = intervals(store, run)
-    assert len(pairs) == (2 if mode in ("retry", "wait", "locked-wait") else 1)
+    assert len(pairs) == (2 if mode in RUN_BOTH else 1)
     assert_no_overlap(pairs)
     log = worker.output()
     assert f"lock 'crit:{run}' acquired after waiting" in log
     assert f"lock 'crit:{run}' released after holding" in log
-    verdict = {"retry": "retrying in", "skip": "skipped", "raise": "failing"}.get(mode)
+    verdict = {
+        "retry": "retrying in",
+        "django-locked": "retrying in",
+        "skip": "skipped",
+        "raise": "failing",
+    }.get(mode)
     if verdict is not None:
         assert re.search(rf"lock 'crit:{run}' busy after waiting [0-9.]+s.*: {verdict}", log)

@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, LockTimeout
-from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from tests.servers import RedisServer
 
 
 def run(url: str, scenario: Callable[[AsyncLockClient], Awaitable[Any]]) -> Any:
@@ -62,8 +63,8 @@ def test_tasks_on_one_loop_are_separate_owners_and_reenter(redis_url: str, r: re
         lock = client.lock("tasks")
         async with lock:
             async with lock:
-                assert lock.hold_count() == 2
-                assert lock.owned()
+                assert await lock.hold_count() == 2
+                assert await lock.owned()
                 token = lock.token
 
                 async def other() -> bool:
@@ -73,7 +74,7 @@ def test_tasks_on_one_loop_are_separate_owners_and_reenter(redis_url: str, r: re
                 with pytest.raises(LockNotOwnedError):
                     await asyncio.create_task(lock.release())
             assert lock.token == token
-        assert not lock.owned()
+        assert not await lock.owned()
         assert lock.token is None
         assert not await lock.locked()
 
@@ -126,7 +127,7 @@ def test_async_with_raises_lock_timeout_and_a_lease_expires(redis_url: str, r: r
         assert caught.value.retry_after is not None
         await asyncio.sleep(0.4)
         assert lock.lost
-        assert not lock.owned()
+        assert not await lock.owned()
         with pytest.raises(LockLostError):
             await lock.release()
         assert lock.lost
@@ -154,7 +155,7 @@ def test_cancelling_a_waiting_acquire_at_any_point_leaves_nothing(
             await waiter
         await client.settle()
         assert r.hlen("test:{cancel-wait}") == 1  # only the holder
-        assert lock.hold_count() == 1
+        assert await lock.hold_count() == 1
         await lock.release()
 
     run(redis_url, scenario)
@@ -261,7 +262,40 @@ def test_the_library_does_not_block_the_event_loop(redis_url: str, r: redis.Redi
 
     lags = run(redis_url, scenario)
     assert len(lags) > 50
-    # Scheduling noise on a shared machine shows in single ticks; a library that
-    # blocked the loop would show in the typical tick.
-    assert statistics.quantiles(lags, n=100)[98] < 0.005, f"max lag {max(lags) * 1000:.1f} ms"
+    # Scheduling noise on a shared, loaded machine shows in single ticks (p99 went
+    # to 8 ms under load), so it is not what this checks; a library that blocked
+    # the loop (a synchronous round trip or wait per acquisition) would show in
+    # the typical tick, 1,000 times.
+    assert statistics.median(lags) < 0.005, f"median lag {statistics.median(lags) * 1000:.1f} ms"
     assert_clean(r, "lag")
+
+
+def test_aclose_closes_every_connection_the_client_opened(
+    redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """A URL-built client's pools are its own: closing it leaves no connection open.
+
+    (redis-py closes a pool it was *given* only when asked to.)
+    """
+
+    def others() -> int:
+        return len(r.client_list()) - 1  # every connection but this test's own
+
+    async def main() -> None:
+        client = AsyncLockClient(redis_server.url, key_prefix="test", watchdog_timeout=3)
+        locks = [client.lock("closing") for _ in range(3)]
+
+        async def hold(lock: AsyncRLock) -> None:
+            async with lock:
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(*(hold(lock) for lock in locks))  # several connections at once
+        assert others() >= 2
+        await client.aclose()
+
+    before = others()
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while others() > before:
+        assert time.monotonic() < deadline, f"{others() - before} connections left open"
+        time.sleep(0.02)

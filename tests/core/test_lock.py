@@ -14,8 +14,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_rlock.core import LockClient, LockNotOwnedError, LockTimeout, RLock
+from django_rlock.core import (
+    LockClient,
+    LockNotOwnedError,
+    LockTimeout,
+    LockUnavailableError,
+    RLock,
+)
 from django_rlock.core.identity import process_id
+from django_rlock.core.names import MIN_WATCHDOG_TIMEOUT
 from tests.servers import RedisServer, free_port
 
 
@@ -192,6 +199,16 @@ def test_bad_arguments_raise_value_error(
     assert r.dbsize() == 0
 
 
+def test_a_non_blocking_lock_with_a_timeout_is_refused_when_built(
+    lock_client: LockClient,
+) -> None:
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock_client.lock("args", blocking=False, timeout=5)
+    with pytest.raises(ValueError, match="blocking must be True or False"):
+        lock_client.lock("args", blocking="no")  # type: ignore[arg-type]
+    assert lock_client.lock("args", blocking=False).blocking is False
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -222,8 +239,9 @@ def test_unreachable_redis_fails_fast_naming_the_server_and_keeps_no_state() -> 
     )
     lock = client.lock("nowhere")
     started = time.monotonic()
-    with pytest.raises(redis.ConnectionError, match=f"127.0.0.1:{port}"):
+    with pytest.raises(LockUnavailableError, match=f"127.0.0.1:{port}") as caught:
         lock.acquire()
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
     assert time.monotonic() - started < 10
     assert client._holds == {}
     assert lock.token is None and not lock.lost
@@ -246,7 +264,7 @@ def test_core_works_without_django_settings(redis_url: str, r: redis.Redis) -> N
         "from django_rlock.exceptions import LockTimeout\n"
         f"client = LockClient({redis_url!r}, key_prefix='nodjango')\n"
         "with client.lock('x') as lock:\n"
-        "    assert lock.owned() and lock.token == 1\n"
+        "    assert lock.owned() and lock.token > 1\n"
         "assert not lock.locked()\n"
         "from django.conf import settings\n"
         "assert not settings.configured\n"
@@ -295,7 +313,7 @@ def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)
         try:
-            with pytest.raises(redis.RedisError):
+            with pytest.raises(LockUnavailableError):
                 lock.release()
         finally:
             server.process.send_signal(signal.SIGCONT)
@@ -308,3 +326,11 @@ def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
             lock.release()
         client.close()
         raw.close()
+
+
+@pytest.mark.parametrize("timeout", [0.1, 0.49])
+def test_a_watchdog_timeout_below_the_floor_is_refused(redis_url: str, timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"watchdog_timeout must be at least 0\.5 seconds"):
+        LockClient(redis_url, watchdog_timeout=timeout)
+    with LockClient(redis_url, watchdog_timeout=MIN_WATCHDOG_TIMEOUT) as client:
+        assert client.watchdog_timeout == 0.5

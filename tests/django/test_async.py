@@ -32,7 +32,7 @@ def test_async_with_rlock_is_owned_by_the_task(r: redis.Redis) -> None:
     async def scenario() -> None:
         async with rlock("order:7") as lock:
             assert isinstance(lock, AsyncRLock)
-            assert lock.owned()
+            assert await lock.owned()
             owners = [str(key) for key in r.hkeys("t:{order:7}")]
             assert len(owners) == 1
             assert ":task-" in owners[0]

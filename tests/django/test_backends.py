@@ -216,6 +216,8 @@ class LockBackendContract:
             backend.lock("x", lease=0)
         with pytest.raises(ValueError, match="non-blocking"):
             backend.lock("x").acquire(blocking=False, timeout=1)
+        with pytest.raises(ValueError, match=r"non-blocking call \(blocking=False, timeout=1\.0\)"):
+            backend.lock("x", blocking=False, timeout=1)  # refused when built, not at `with`
 
 
 class TestRedisBackend(LockBackendContract):

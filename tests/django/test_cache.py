@@ -1,7 +1,18 @@
-"""django_rlock.cache.RedisCache: cache.lock() with the cache's KEY_PREFIX and VERSION."""
+"""django_rlock.cache.RedisCache: cache.lock() with the cache's KEY_PREFIX and VERSION,
+a drop-in for django-redis's and redis-py's lock().
+
+The drop-in tests run one body twice: on ``cache.lock()`` and on redis-py's own
+``Redis.lock()``, for the keywords and behaviours the two share, so a
+difference from redis-py's semantics fails here.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -11,8 +22,11 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
 from django_rlock.cache import RedisCache
-from django_rlock.core import RLock
+from django_rlock.cache_lock import CacheLock
+from django_rlock.core import LockLostError, LockNotOwnedError, LockTimeout, RLock
 from django_rlock.exceptions import LockSettingError
+
+HANG = 10.0  # seconds: only ever reached when something hangs
 
 
 @pytest.fixture
@@ -34,11 +48,11 @@ def test_cache_lock_honours_key_prefix_and_version(r: redis.Redis) -> None:
     cache = caches["shop"]
     assert isinstance(cache, RedisCache)
     cache.set("greeting", "hi")
-    lock = cache.lock("report:1", timeout=0)
+    lock = cache.lock("report:1", blocking_timeout=0)
     assert isinstance(lock, RLock)
     with lock:
         assert r.exists("shop:3:rlock:{report:1}")
-        assert lock.owned() and lock.token == 1
+        assert lock.owned() and lock.token is not None and lock.token >= 1
     with cache.lock("report:1", version=4):
         assert r.exists("shop:4:rlock:{report:1}")
     assert cache.get("greeting") == "hi"
@@ -84,3 +98,189 @@ def test_an_rlocks_alias_cannot_use_a_non_redis_cache(settings: SettingsWrapper)
     with pytest.raises(LockSettingError, match="must be a Django Redis cache") as caught:
         locks["default"]
     assert caught.value.check_id == "django_rlock.E003"
+
+
+# -- a drop-in for redis-py's Lock ----------------------------------------------------
+
+
+class Locks:
+    """Makes locks of one implementation; ``key(name)`` is the Redis key of lock ``name``."""
+
+    def __init__(self, make: Callable[..., Any], key: Callable[[str], str]) -> None:
+        self.make = make
+        self.key = key
+
+
+@pytest.fixture(params=["cache.lock", "redis-py"])
+def impl(request: pytest.FixtureRequest, redis_caches: None, redis_url: str) -> Iterator[Locks]:
+    if request.param == "redis-py":
+        client = redis.Redis.from_url(redis_url)
+        yield Locks(client.lock, lambda name: name)
+        client.close()
+        return
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    yield Locks(cache.lock, lambda name: f"shop:3:rlock:{{{name}}}")
+
+
+@contextmanager
+def held_elsewhere(
+    impl: Locks, name: str, *, timeout: float | None = None
+) -> Iterator[threading.Thread]:
+    """Lock ``name`` taken by another thread (another owner) for the block."""
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        lock = impl.make(name, timeout=timeout)
+        assert lock.acquire(blocking_timeout=HANG)
+        held.set()
+        done.wait(HANG)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert held.wait(HANG), f"could not take {name!r}"
+    try:
+        yield thread
+    finally:
+        done.set()
+        thread.join(HANG)
+
+
+def test_timeout_is_the_lease(impl: Locks, r: redis.Redis) -> None:
+    lock = impl.make("job", timeout=5)
+    assert lock.acquire()
+    assert 4000 < r.pttl(impl.key("job")) <= 5000
+    assert lock.locked() and lock.owned()
+    lock.release()
+    assert not lock.locked() and not r.exists(impl.key("job"))
+
+
+def test_sleep_is_accepted(impl: Locks) -> None:
+    with impl.make("job", sleep=0.5, blocking_timeout=1) as lock:
+        assert lock.owned()
+
+
+def test_blocking_false_gives_up_at_once(impl: Locks) -> None:
+    with held_elsewhere(impl, "job"):
+        lock = impl.make("job", blocking=False)
+        assert lock.acquire() is False
+        assert impl.make("job").acquire(blocking=False) is False
+        assert lock.locked() and not lock.owned()
+
+
+def test_blocking_timeout_bounds_the_wait_and_with_raises_lock_error(impl: Locks) -> None:
+    with held_elsewhere(impl, "job"):
+        lock = impl.make("job", blocking_timeout=0.2)
+        assert lock.acquire() is False
+        assert impl.make("job").acquire(blocking_timeout=0.2) is False
+        with pytest.raises(redis.exceptions.LockError), lock:
+            pass
+
+
+def test_a_waiter_gets_the_lock_when_the_holders_lease_ends(impl: Locks) -> None:
+    with held_elsewhere(impl, "job", timeout=0.3):
+        lock = impl.make("job", blocking_timeout=HANG)
+        assert lock.acquire()
+        assert lock.owned()
+        lock.release()
+
+
+def test_releasing_a_lock_not_held_raises_lock_error(impl: Locks) -> None:
+    lock = impl.make("job")
+    with pytest.raises(redis.exceptions.LockError):
+        lock.release()
+
+
+def test_releasing_a_lock_taken_over_raises_lock_not_owned_error(impl: Locks) -> None:
+    lock = impl.make("job", timeout=0.3)
+    assert lock.acquire()
+    with held_elsewhere(impl, "job"):  # after the lease ran out
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            lock.release()
+        assert lock.locked()  # the new holder's lock is left alone
+
+
+def test_raise_on_release_error_false_only_logs(
+    impl: Locks, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING),
+        impl.make("job", timeout=0.3, raise_on_release_error=False),
+        held_elsewhere(impl, "job"),
+    ):
+        pass  # the lease ran out and another owner took the lock in the block
+    told = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert any("no longer owned" in message or "was lost" in message for message in told)
+
+
+# -- what only cache.lock() does ------------------------------------------------------
+
+
+@pytest.mark.usefixtures("redis_caches")
+def test_cache_lock_errors_are_django_rlock_errors_too() -> None:
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    lock = cache.lock("job", timeout=0.3)
+    with pytest.raises(LockNotOwnedError) as not_owned:
+        lock.release()
+    assert isinstance(not_owned.value, redis.exceptions.LockNotOwnedError)
+    assert not_owned.value.name == not_owned.value.lock_name == "job"
+    assert lock.acquire()
+    with held_elsewhere(Locks(cache.lock, str), "job"):
+        with pytest.raises(LockLostError) as lost:
+            lock.release()
+        assert isinstance(lost.value, redis.exceptions.LockNotOwnedError)
+        with pytest.raises(LockTimeout) as busy, cache.lock("job", blocking_timeout=0):
+            pass
+    assert isinstance(busy.value, redis.exceptions.LockError)
+    assert busy.value.retry_after is not None
+
+
+@pytest.mark.usefixtures("redis_caches")
+def test_cache_lock_is_reentrant_and_watchdog_renewed(r: redis.Redis) -> None:
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    lock = cache.lock("job")
+    assert isinstance(lock, CacheLock)
+    with lock:
+        token = lock.token
+        with lock:  # redis-py's Lock would wait for itself here
+            assert lock.hold_count() == 2 and lock.token == token is not None
+        ttl = lock.ttl()
+        assert ttl is not None and ttl <= 30  # the watchdog's timeout, not "forever"
+    assert not r.exists("shop:3:rlock:{job}")
+
+
+@pytest.mark.usefixtures("redis_caches")
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"thread_local": False}, "thread_local=False) is not supported"),
+        ({"lock_class": object}, "lock_class=<class 'object'>) is not supported"),
+        ({"client": object()}, "client=...) is not supported"),
+        ({"timeout": 0}, "timeout=...) is the lease: lease must be > 0"),
+        (
+            {"blocking_timeout": -1},
+            "blocking_timeout=...) is the longest wait: timeout must be >= 0",
+        ),
+    ],
+)
+def test_cache_lock_refuses_what_it_cannot_honour(keywords: dict[str, Any], message: str) -> None:
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cache.lock("job", **keywords)
+
+
+@pytest.mark.usefixtures("redis_caches")
+def test_cache_lock_acquire_refuses_a_token_and_two_waits() -> None:
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    lock = cache.lock("job")
+    with pytest.raises(ValueError, match=re.escape("token=...) is not supported")):
+        lock.acquire(token="mine")
+    with pytest.raises(ValueError, match="timeout or blocking_timeout"):
+        lock.acquire(timeout=1, blocking_timeout=1)
+    with pytest.raises(TypeError):
+        cache.lock("job", None, 10)  # type: ignore[call-arg]  # positional order differs between peers
+    assert not lock.locked()

@@ -63,10 +63,29 @@ def test_locmem_with_debug_off_warns(settings: SettingsWrapper) -> None:
     assert "django_rlock.W001" in run_check()
 
 
-def test_unknown_alias_keys_warn(settings: SettingsWrapper, rlocks: dict[str, Any]) -> None:
-    settings.RLOCKS = {**rlocks, "default": {**rlocks["default"], "LOCATON": "x"}}
-    report = run_check()
-    assert "django_rlock.W002" in report and "LOCATON" in report
+@pytest.mark.parametrize(
+    ("params", "reported"),
+    [
+        (
+            {"LOCATON": "redis://elsewhere:6379/0"},
+            "RLOCKS['default'] has an unknown key 'LOCATON' (did you mean 'LOCATION'?)",
+        ),
+        ({"options": {}}, "unknown key 'options' (did you mean 'OPTIONS'?)"),
+        (
+            {"OPTIONS": {"socket_timout": 5}},
+            "RLOCKS['default']['OPTIONS'] has an unknown key 'socket_timout' "
+            "(did you mean 'socket_timeout'?)",
+        ),
+    ],
+)
+def test_unknown_keys_are_errors_with_the_close_match(
+    settings: SettingsWrapper, params: dict[str, Any], reported: str
+) -> None:
+    """A typo must not silently leave the default (127.0.0.1:6379) in force."""
+    settings.RLOCKS = {"default": params}
+    with pytest.raises(SystemCheckError) as caught:
+        run_check()
+    assert "django_rlock.E007" in str(caught.value) and reported in str(caught.value)
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "allkeys-random"])

@@ -12,7 +12,7 @@ import redis
 from django.test import AsyncClient, Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from django_rlock import locked, locks
+from django_rlock import locked, locks, rlock
 from django_rlock.core import LockTimeout
 from django_rlock.exceptions import LockSettingError
 from django_rlock.signals import lock_acquired
@@ -131,6 +131,34 @@ def test_busy_response_setting_and_option(
     settings.RLOCK_BUSY_RESPONSE = 200.5
     with pytest.raises(LockSettingError, match="must be an HTTP status"):
         Client().get("/quick/5/")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("rasie", "the busy_response argument must be an HTTP status"),
+        (99, "must be an HTTP status"),
+        (True, "must be an HTTP status"),
+        ("not a path", "must be an HTTP status"),
+    ],
+)
+def test_busy_response_is_checked_when_decorating(option: object, message: str) -> None:
+    with pytest.raises(LockSettingError, match=message):
+        locked("k", busy_response=option)
+
+
+def test_a_dotted_busy_response_is_imported_on_first_use_not_when_decorating() -> None:
+    """Its module may be the one being imported while the decorator runs."""
+
+    @locked("k", busy_response="tests.django.not_yet_written.handler")
+    def view(request: object) -> None: ...
+
+    assert callable(view)
+
+
+def test_rlock_non_blocking_with_a_timeout_is_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="non-blocking"):
+        rlock("job:1", blocking=False, timeout=5)
 
 
 def call_pay(start: threading.Barrier, statuses: list[int], retry_after: list[str]) -> None:

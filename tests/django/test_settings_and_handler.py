@@ -19,7 +19,7 @@ from django_rlock import conf, locks, rlock
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockNotReplicatedError
-from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
+from django_rlock.exceptions import InvalidLockBackendError, LockLostError, LockSettingError
 from django_rlock.handler import create_backend
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
@@ -60,6 +60,11 @@ def test_unknown_setting_name_is_a_value_error() -> None:
     [
         ({"WATCHDOG_TIMEOUT": 0}, "RLOCKS['bad']['WATCHDOG_TIMEOUT'] must be a positive", "E004"),
         ({"WATCHDOG_TIMEOUT": "30"}, "must be a positive number", "E004"),
+        (
+            {"WATCHDOG_TIMEOUT": 0.2},
+            "RLOCKS['bad']['WATCHDOG_TIMEOUT']: watchdog_timeout must be at least 0.5 seconds",
+            "E004",
+        ),
         ({"SLOW_HOLD": -1}, "RLOCKS['bad']['SLOW_HOLD'] must be >= 0", "E004"),
         (
             {"KEY_PREFIX": "a{b}"},
@@ -84,6 +89,53 @@ def test_bad_alias_settings_are_improperly_configured(
         locks["bad"]
     assert isinstance(caught.value, ImproperlyConfigured)
     assert caught.value.check_id == f"django_rlock.{check_id}"
+
+
+@pytest.mark.parametrize(
+    ("params", "message", "check_id"),
+    [
+        ({"LOCATON": "redis://x"}, "RLOCKS['bad'] has an unknown key 'LOCATON'", "E007"),
+        ({"OPTIONS": {"pasword": "x"}}, "OPTIONS'] has an unknown key 'pasword'", "E007"),
+        ({"CACHE": "redis", "OPTIONS": {"db": 1}}, "not an option of an alias using CACHE", "E007"),
+        (
+            {"BACKEND": "django_rlock.backends.locmem.LocMemLockBackend", "OPTIONS": {"db": 1}},
+            "not an option of the LocMem backend",
+            "E007",
+        ),
+        (
+            {"OPTIONS": {"socket_timeout": "5"}},
+            "RLOCKS['bad']['OPTIONS']['socket_timeout'] must be a number or None, got '5'",
+            "E003",
+        ),
+        (
+            {"OPTIONS": {"ssl": "yes"}},
+            "RLOCKS['bad']['OPTIONS']['ssl'] must be True or False",
+            "E003",
+        ),
+    ],
+)
+def test_unknown_keys_and_wrong_option_types_are_refused_when_built(
+    settings: SettingsWrapper, params: dict[str, Any], message: str, check_id: str
+) -> None:
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {"BACKEND": "django_rlock.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1"},
+    }
+    settings.RLOCKS = {"default": {}, "bad": params}
+    with pytest.raises(LockSettingError) as caught:
+        locks["bad"]
+    assert message in str(caught.value)
+    assert caught.value.check_id == f"django_rlock.{check_id}"
+
+
+def test_redis_py_options_are_accepted_and_used(
+    settings: SettingsWrapper, redis_url: str, r: redis.Redis
+) -> None:
+    options = {"socket_timeout": 5, "health_check_interval": 10, "client_name": "rlock-opts"}
+    settings.RLOCKS = {"default": {"LOCATION": redis_url, "OPTIONS": options}}
+    with locks["default"].lock("opts"):
+        names = [client.get("name") for client in r.client_list()]
+    assert "rlock-opts" in names
 
 
 def test_unknown_alias_is_an_invalid_lock_backend_error() -> None:
@@ -152,11 +204,39 @@ def test_override_settings_switches_prefix_and_backend_mid_test(
         assert isinstance(locks["default"], LocMemLockBackend)
         with rlock("switch") as lock:
             assert lock.locked()
-            # The Redis locks left their fencing counters (and request latches, which expire).
+            # The Redis locks left their fencing counters, which expire with the
+            # lock's last expiry (and request latches, which expire too).
             kept = sorted(key for key in r.keys("*") if b":req:" not in key)
             assert kept == [b"other:{switch}:fence", b"t:{switch}:fence"]
     assert isinstance(locks["default"], RedisLockBackend)
     assert locks["default"] is not before
+
+
+def test_a_settings_change_that_closes_a_holding_client_reports_the_hold_lost(
+    rlocks: dict[str, Any],
+) -> None:
+    """override_settings closes the backend: its watchdog holds can no longer be renewed."""
+    from django_rlock.signals import lock_lost  # noqa: PLC0415
+
+    lost = threading.Event()
+    received: list[dict[str, Any]] = []
+
+    def on_lost(**kwargs: Any) -> None:
+        received.append(kwargs)
+        lost.set()
+
+    lock_lost.connect(on_lost)
+    try:
+        lock = locks["default"].lock("closed-under-me")
+        assert lock.acquire()
+        with override_settings(RLOCKS={"default": {**rlocks["default"], "KEY_PREFIX": "other"}}):
+            assert lock.lost
+            assert lost.wait(10)
+        with pytest.raises(LockLostError):
+            lock.release()
+    finally:
+        lock_lost.disconnect(on_lost)
+    assert received[0]["name"] == "closed-under-me" and received[0]["alias"] == "default"
 
 
 def test_two_threads_in_one_request_cycle_share_the_alias_and_exclude_each_other() -> None:
@@ -199,7 +279,20 @@ def test_create_backend_checks_the_backend_path_type(settings: SettingsWrapper) 
 
 
 def test_package_exports_lazily_without_settings() -> None:
-    assert sorted(django_rlock.__all__) == ["InvalidLockBackendError", "locked", "locks", "rlock"]
+    assert sorted(django_rlock.__all__) == [
+        "InvalidLockBackendError",
+        "LockError",
+        "LockLostError",
+        "LockNotOwnedError",
+        "LockNotReplicatedError",
+        "LockOutOfMemoryError",
+        "LockSettingError",
+        "LockTimeout",
+        "LockUnavailableError",
+        "locked",
+        "locks",
+        "rlock",
+    ]
     code = (
         "import django_rlock, django_rlock.core, sys\n"
         "assert 'django_rlock.handler' not in sys.modules\n"

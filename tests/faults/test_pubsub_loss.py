@@ -7,6 +7,7 @@ channel may stay subscribed once the waiting is over, whatever was killed.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -14,6 +15,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
+from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.waiting import ReleaseListener
 from tests.faults.conftest import TIMEOUT
 from tests.servers import RedisServer
 
@@ -127,4 +130,101 @@ def test_ten_thousand_contended_operations_under_pubsub_kills_leave_nothing_subs
         while admin.pubsub_channels("f:*"):
             assert time.monotonic() < deadline, admin.pubsub_channels("f:*")
             time.sleep(0.02)
+    admin.close()
+
+
+#: More reconnects than redis-py's default pool size (100): a reconnect that
+#: leaks its connection's slot runs out of them before this many kills.
+KILLS = 150
+
+
+def _pubsub_clients(admin: redis.Redis) -> int:
+    return len(admin.client_list(_type="pubsub"))
+
+
+def test_repeated_pubsub_kills_leak_no_connection_and_the_waiter_keeps_waiting(
+    private_server: RedisServer,
+) -> None:
+    admin = private_server.client()
+    with (
+        LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder,
+        LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as waiting,
+    ):
+        lock = holder.lock("kills")
+        assert lock.acquire()
+        outcome: list[object] = []
+
+        def wait_for_it() -> None:
+            try:
+                outcome.append(waiting.lock("kills").acquire(timeout=120))
+                waiting.lock("kills").release()
+            except BaseException as error:  # noqa: BLE001 -- recorded: the asserts show it
+                outcome.append(error)
+
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        baseline = len(admin.client_list())
+        for kill in range(KILLS):
+            deadline = time.monotonic() + 10
+            while not _pubsub_clients(admin):
+                assert not outcome, f"the waiter ended after {kill} kills: {outcome}"
+                assert time.monotonic() < deadline, f"no pub/sub reconnect after {kill} kills"
+                time.sleep(0.002)
+            admin.client_kill_filter(_type="pubsub")
+        assert waiter.is_alive() and not outcome, outcome
+        after = len(admin.client_list())
+        listener = waiting._listener
+        assert isinstance(listener, ReleaseListener)
+        pool = listener._pool
+        print(
+            f"FIGURES pubsub kills: {KILLS} kills, clients {baseline} -> {after}, "
+            f"listener pool created {pool._created_connections}"
+        )
+        assert after <= baseline + 2
+        assert pool._created_connections <= 2
+        lock.release()
+        waiter.join(30)
+        assert outcome == [True]
+    admin.close()
+
+
+def test_repeated_pubsub_kills_leak_no_connection_in_the_asyncio_engine(
+    private_server: RedisServer,
+) -> None:
+    admin = private_server.client()
+
+    async def scenario() -> tuple[int, int]:
+        async with (
+            AsyncLockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder,
+            AsyncLockClient(
+                private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT
+            ) as waiting,
+        ):
+            lock = holder.lock("akills")
+            assert await lock.acquire()
+
+            async def wait_for_it() -> bool:
+                contender = waiting.lock("akills")
+                got = await contender.acquire(timeout=120)
+                await contender.release()
+                return got
+
+            waiter = asyncio.ensure_future(wait_for_it())
+            baseline = len(admin.client_list())
+            for kill in range(KILLS):
+                deadline = time.monotonic() + 10
+                while not _pubsub_clients(admin):
+                    assert not waiter.done(), f"the waiter ended after {kill} kills: {waiter}"
+                    assert time.monotonic() < deadline, f"no pub/sub reconnect after {kill} kills"
+                    await asyncio.sleep(0.002)
+                admin.client_kill_filter(_type="pubsub")
+            assert not waiter.done(), waiter
+            after = len(admin.client_list())
+            await lock.release()
+            assert await asyncio.wait_for(waiter, 30)
+            return baseline, after
+
+    baseline, after = asyncio.run(scenario())
+    print(f"FIGURES async pubsub kills: {KILLS} kills, clients {baseline} -> {after}")
+    assert after <= baseline + 2
     admin.close()

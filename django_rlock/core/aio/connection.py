@@ -14,6 +14,8 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
+from django_rlock.core.connection import redact_url
+
 __all__ = ["connect_async", "derive_async_pool", "sync_twin"]
 
 _SYNC_CONNECTION_CLASSES: dict[str, type[Any]] = {
@@ -34,7 +36,7 @@ def connect_async(connection: str | redis.asyncio.Redis) -> tuple[redis.asyncio.
             pool = redis.asyncio.BlockingConnectionPool.from_url(connection, timeout=None)
             return redis.asyncio.Redis(connection_pool=pool), True
         except ValueError as error:
-            raise ValueError(f"invalid redis URL {connection!r}: {error}") from None
+            raise ValueError(f"invalid redis URL {redact_url(connection)!r}: {error}") from None
     if isinstance(connection, redis.asyncio.Redis):
         return connection, False
     raise ValueError(

@@ -19,21 +19,22 @@ subscription behind it cleaned up; a cancelled ``release`` still completes.
 from __future__ import annotations
 
 import asyncio
-import math
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
+from django_rlock.core.calls import abandon_call, force_release_call, hold_count_reply, ttl_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase
-from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, LockOptions
+from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
+    from django_rlock.core.aio.waiting import AsyncSubscription
 
 __all__ = ["AsyncRLock"]
 
@@ -41,16 +42,8 @@ __all__ = ["AsyncRLock"]
 class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-    ) -> None:
-        super().__init__(client._engine, name, timeout=timeout, lease=lease, blocking=blocking)
+    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client._engine, name, **options)
         self.client = client
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
@@ -66,43 +59,17 @@ class AsyncRLock(LockBase):
         self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
     ) -> bool:
         """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
-        wait = check_timeout(timeout)
-        lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
-        owner = task_owner()
-        started = clock.monotonic()
-        pttl = await self._attempt(owner, lease_seconds)
-        if pttl is None:
-            return True
-        if not blocking or wait == 0:
-            return False
-        deadline = math.inf if wait is None else started + wait
-        listener = self.client._listener
-        subscription = listener.subscribe(self.keys.channel)
-        registered = False
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
+        with self._reachable("acquire"):
+            return await self._acquire_waiting(plan, lease_seconds)
+
+    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        shell = _AsyncWaiting(self, task_owner(), lease_seconds)
         try:
-            while True:
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                # Subscribed before retrying, so no release can slip between.
-                await subscription.wait_subscribed(min(pttl, remaining))
-                since = subscription.mark()
-                sleep = min(pttl, remaining, self.client.watchdog_timeout)
-                registered = True
-                pttl = await self._attempt(owner, lease_seconds, subscription.waiter_id, sleep)
-                if pttl is None:
-                    registered = False  # the grant took it out of the waiting set
-                    return True
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                await subscription.wait(since, min(pttl, remaining))
+            return await drive_async(plan, shell)
         finally:
-            listener.unsubscribe(subscription)
-            if registered:
-                self.client._spawn(self._abandon(subscription.waiter_id))
+            # No await: a cancelled acquire still leaves nothing behind.
+            shell.close(registered=plan.registered)
 
     async def _attempt(
         self, owner: str, lease: float | None, waiter_id: str = "", sleep: float = 0.0
@@ -148,11 +115,8 @@ class AsyncRLock(LockBase):
         self.client._spawn(self._release_as(owner))
 
     async def _abandon(self, waiter_id: str) -> None:
-        client = self.client
-        await client._scripts.abandon(
-            keys=[self.keys.hash, self.keys.channel, self.keys.waiters],
-            args=[waiter_id, client._engine.publish_command],
-        )
+        call = abandon_call(self.keys, waiter_id, self.client._engine.publish_command)
+        await self.client._scripts.abandon(keys=call.keys, args=call.args)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -176,7 +140,8 @@ class AsyncRLock(LockBase):
         anyway (and the cancellation still propagates).
         """
         call = self.client._spawn(self._release_as(task_owner(), asyncio.current_task()))
-        await asyncio.shield(call)
+        with self._reachable("release"):
+            await asyncio.shield(call)
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         def remember_lost() -> None:
@@ -198,39 +163,31 @@ class AsyncRLock(LockBase):
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
-        return bool(
-            await self.client._scripts.force_release(
-                keys=[self.keys.hash, self.keys.channel],
-                args=[self.client._engine.publish_command],
-            )
-        )
+        call = force_release_call(self.keys, self.client._engine.publish_command)
+        with self._reachable("force-release"):
+            return bool(await self.client._scripts.force_release(keys=call.keys, args=call.args))
 
     # -- inspecting ---------------------------------------------------------------
 
     async def locked(self) -> bool:
         """True when anyone holds the lock."""
-        return bool(await self.client.redis.exists(self.keys.hash))
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.exists(self.keys.hash))
 
-    def owned(self) -> bool:
-        """True when the current task holds the lock (this process's record, no I/O)."""
-        return self.hold_count() > 0
+    async def owned(self) -> bool:
+        """True when the current task holds the lock (asks Redis, as :meth:`RLock.owned`)."""
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.hexists(self.keys.hash, task_owner()))
 
-    def hold_count(self) -> int:
-        """How many live holds the current task has on the lock (no I/O)."""
-        engine = self.client._engine
-        with engine._lock:
-            stack = engine._holds_of(self.keys.hash, task_owner())
-            now = clock.monotonic()
-            return sum(hold.count for hold in stack if not hold.lost and now < hold.deadline)
+    async def hold_count(self) -> int:
+        """How many holds the current task has on the lock (0 when none; asks Redis)."""
+        with self._reachable("inspect"):
+            return hold_count_reply(await self.client.redis.hget(self.keys.hash, task_owner()))
 
     async def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
-        pttl = int(await self.client.redis.pttl(self.keys.hash))
-        if pttl == -2:
-            return None
-        if pttl == -1:
-            return math.inf
-        return pttl / 1000
+        with self._reachable("inspect"):
+            return ttl_reply(await self.client.redis.pttl(self.keys.hash))
 
     @property
     def token(self) -> int | None:
@@ -263,6 +220,28 @@ async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
         return await call()
     except LOST_REPLY:
         return await call()
+
+
+class _AsyncWaiting:
+    """The asyncio shell of an :class:`AcquirePlan`: the script calls and the subscription."""
+
+    def __init__(self, lock: AsyncRLock, owner: str, lease: float | None) -> None:
+        self.lock, self.owner, self.lease = lock, owner, lease
+        self.subscription: AsyncSubscription | None = None
+
+    def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
+        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
+
+    def listen(self) -> None:
+        self.subscription = self.lock.client._listener.subscribe(self.lock.keys.channel)
+
+    def close(self, *, registered: bool) -> None:
+        if self.subscription is None:
+            return
+        self.lock.client._listener.unsubscribe(self.subscription)
+        if registered:
+            self.lock.client._spawn(self.lock._abandon(self.subscription.waiter_id))
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:

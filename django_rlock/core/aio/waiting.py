@@ -7,15 +7,18 @@ confirm the subscription before it retries, and is woken by the release that
 names it, by an empty (wake-everyone) release message, or by a reconnect.
 Subscribe and unsubscribe commands are sent by tasks of the listener's own, so
 a waiter cancelled mid-wait still leaves no channel subscribed behind it.
+The channels' state is the sync listener's
+:class:`~django_rlock.core.channels.ChannelTable`; this module moves its bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,55 +26,39 @@ import redis
 import redis.asyncio
 
 from django_rlock.core.aio.connection import derive_async_pool
+from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
+from django_rlock.core.waiting import RECONNECT_BACKOFF, log_refusal
 
 __all__ = ["AsyncReleaseListener", "AsyncSubscription"]
 
 logger = logging.getLogger("django_rlock.waiting")
 
-_RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
-
 
 @dataclass(eq=False)
-class _Channel:
-    name: bytes
-    subscriptions: dict[bytes, AsyncSubscription] = field(default_factory=dict)
-    wanted: bool = False
-    sent: int = 0
-    acked: int = 0
-    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def settled(self) -> bool:
-        return self.acked >= self.sent
-
-
-@dataclass(eq=False)
-class AsyncSubscription:
+class AsyncSubscription(WakeCount):
     """One waiting task's handle on a release channel."""
 
     waiter_id: str
-    _channel: _Channel = field(repr=False)
+    _channel: bytes = field(repr=False)
+    _table: ChannelTable[AsyncSubscription] = field(repr=False)
     _event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    _wakeups: int = 0
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
         return self._wakeups
 
     async def wait_subscribed(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the server to confirm the subscription."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._channel.confirmed.wait()
-        except TimeoutError:
-            return False
-        return True
+        """Wait up to ``timeout`` seconds for the server to answer the subscription."""
+        return await self._until(lambda: self._table.confirmed(self._channel), timeout)
 
     async def wait(self, since: int, timeout: float) -> bool:
         """Sleep until woken after ``since`` or ``timeout`` seconds pass; True when woken."""
+        return await self._until(lambda: self._wakeups != since, timeout)
+
+    async def _until(self, ready: Callable[[], bool], timeout: float) -> bool:
         try:
             async with asyncio.timeout(timeout):
-                while self._wakeups == since:
+                while not ready():
                     # Single-threaded: nothing can wake us between clear() and wait().
                     self._event.clear()
                     await self._event.wait()
@@ -79,8 +66,7 @@ class AsyncSubscription:
             return False
         return True
 
-    def _wake(self) -> None:
-        self._wakeups += 1
+    def _signal(self) -> None:
         self._event.set()
 
 
@@ -89,8 +75,7 @@ class AsyncReleaseListener:
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._pool = derive_async_pool(client, health_check_interval=0, socket_timeout=None)
-        self._channels: dict[bytes, _Channel] = {}
-        self._waiters: dict[bytes, AsyncSubscription] = {}
+        self._table: ChannelTable[AsyncSubscription] = ChannelTable()
         self._connection: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -100,49 +85,38 @@ class AsyncReleaseListener:
 
     def subscribed_channels(self) -> set[bytes]:
         """Channels with a subscription in force (for tests and diagnostics)."""
-        return {name for name, channel in self._channels.items() if channel.wanted}
+        return self._table.subscribed()
 
     def subscribe(self, channel_name: str) -> AsyncSubscription:
         """Register a waiter on ``channel_name`` (no await: cancellation-proof)."""
         if self._closed:
             raise RuntimeError("the lock client is closed")
         name = channel_name.encode("utf-8")
-        channel = self._channels.get(name)
-        if channel is None:
-            channel = self._channels[name] = _Channel(name)
-        subscription = AsyncSubscription(f"{self._id}:{next(self._sequence)}", channel)
-        key = subscription.waiter_id.encode()
-        channel.subscriptions[key] = subscription
-        self._waiters[key] = subscription
-        if not channel.wanted:
-            channel.wanted = True
-            self._send(channel, "SUBSCRIBE")
+        waiter_id = f"{self._id}:{next(self._sequence)}"
+        subscription = AsyncSubscription(waiter_id, name, self._table)
+        to_subscribe = self._table.add(name, subscription)
+        if to_subscribe is not None:
+            self._send(to_subscribe, "SUBSCRIBE")
         if self._reader is None or self._reader.done():
             self._reader = asyncio.ensure_future(self._read_loop())
         return subscription
 
     def unsubscribe(self, subscription: AsyncSubscription) -> None:
         """Remove a waiter (no await: safe in a ``finally`` under cancellation)."""
-        channel = subscription._channel
-        key = subscription.waiter_id.encode()
-        channel.subscriptions.pop(key, None)
-        self._waiters.pop(key, None)
-        if not channel.subscriptions and channel.wanted:
-            channel.wanted = False
-            self._send(channel, "UNSUBSCRIBE")
-            self._drop_if_idle(channel)
+        to_unsubscribe = self._table.remove(subscription._channel, subscription)
+        if to_unsubscribe is not None:
+            self._send(to_unsubscribe, "UNSUBSCRIBE")
 
     async def aclose(self) -> None:
         """Stop reading and close the connection; pending waiters fall back to PTTL waits."""
         self._closed = True
-        for subscription in self._waiters.values():
-            subscription._wake()
+        self._table.wake_all()
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._connection is not None:
-            await self._connection.disconnect()
+            await self._give_back(self._connection)
             self._connection = None
         await self._pool.disconnect()
 
@@ -156,12 +130,11 @@ class AsyncReleaseListener:
 
     # -- commands and the reader task -----------------------------------------------
 
-    def _send(self, channel: _Channel, command: str) -> None:
+    def _send(self, channel: Channel[AsyncSubscription], command: str) -> None:
         if self._connection is None:
             return  # the reader subscribes every wanted channel when it connects
         if command == "SUBSCRIBE":
-            channel.sent += 1
-            channel.confirmed.clear()
+            self._table.subscribe_sent(channel)
         self._spawn(self._send_now(self._connection, command, channel.name))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
@@ -176,18 +149,15 @@ class AsyncReleaseListener:
             # The reader sees the broken connection on its next read and resets.
             logger.debug("pub/sub %s failed: %s", command, error)
 
-    def _drop_if_idle(self, channel: _Channel) -> None:
-        if not channel.subscriptions and channel.settled:
-            self._channels.pop(channel.name, None)
-
     async def _read_loop(self) -> None:
         failures = 0
-        while self._channels and not self._closed:
+        while self._table.channels and not self._closed:
             if self._connection is None:
                 if await self._connect():
                     failures = 0
                 else:
-                    await asyncio.sleep(_RECONNECT_BACKOFF[min(failures, 4)])
+                    step = min(failures, len(RECONNECT_BACKOFF) - 1)
+                    await asyncio.sleep(RECONNECT_BACKOFF[step])
                     failures += 1
                 continue
             connection = self._connection
@@ -195,60 +165,38 @@ class AsyncReleaseListener:
                 reply = await connection.read_response(push_request=True)
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # noqa: BLE001 -- any broken read means reconnect
+            except Exception as error:  # noqa: BLE001 -- the table says what it means
+                verdict = self._table.read_error(error)
+                if verdict is not ReadError.BROKEN:
+                    log_refusal(verdict, error)
+                    continue
                 logger.warning("pub/sub connection lost, waiters will retry: %s", error)
                 self._reset(connection)
-                await connection.disconnect()
+                await self._give_back(connection)
                 continue
-            self._dispatch(reply)
+            self._table.deliver(reply)
 
     async def _connect(self) -> bool:
-        # redis-py's Connection is untyped.
-        connection: Any = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        # Through the pool's get/release, as the sync listener does: every
+        # connection is counted by the pool and its slot comes back with it.
         try:
-            await connection.connect()
-        except (redis.RedisError, OSError) as error:
+            connection: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py's is untyped
+        except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
+            # get_connection() gave the connection back itself.
             logger.debug("pub/sub connect failed: %s", error)
-            await connection.disconnect()
             return False
         self._connection = connection
-        for channel in list(self._channels.values()):
-            channel.sent = channel.acked = 0
-            if channel.wanted:
-                self._send(channel, "SUBSCRIBE")
-            else:
-                self._drop_if_idle(channel)
-        # Anything published while we were away is gone: everyone retries.
-        for subscription in self._waiters.values():
-            subscription._wake()
+        for channel in self._table.on_connect():
+            self._send(channel, "SUBSCRIBE")
         return True
+
+    async def _give_back(self, connection: Any) -> None:
+        """Close ``connection`` and return its slot to the pool (it is reused, not leaked)."""
+        await connection.disconnect()
+        with contextlib.suppress(KeyError):  # already given back (redis-py raises KeyError)
+            await self._pool.release(connection)
 
     def _reset(self, broken: Any) -> None:
         if self._connection is broken:
             self._connection = None
-            for channel in self._channels.values():
-                channel.confirmed.clear()
-            for subscription in self._waiters.values():
-                subscription._wake()
-
-    def _dispatch(self, reply: Any) -> None:
-        if not isinstance(reply, list) or len(reply) < 3:
-            return
-        kind, name, payload = reply[0], reply[1], reply[2]
-        if kind in (b"message", b"smessage"):
-            if payload:
-                target = self._waiters.get(payload)
-                if target is not None:
-                    target._wake()
-                return
-            channel = self._channels.get(name)
-            if channel is not None:
-                for subscription in channel.subscriptions.values():
-                    subscription._wake()
-        elif kind in (b"subscribe", b"ssubscribe"):
-            channel = self._channels.get(name)
-            if channel is not None:
-                channel.acked += 1
-                if channel.settled and self._connection is not None:
-                    channel.confirmed.set()
-                self._drop_if_idle(channel)
+            self._table.on_disconnect()

@@ -14,6 +14,7 @@ id is a credential and is never printed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -23,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
-from django_rlock.exceptions import LockSettingError
+from django_rlock.exceptions import LockSettingError, LockUnavailableError
 from django_rlock.handler import locks
 
 
@@ -47,13 +48,47 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
     }
 
 
+def _standard_options(parser: CommandParser) -> list[argparse.Action]:
+    """Django's options every command takes (--settings, -v, --traceback...).
+
+    They are on the command's parser when ``add_arguments`` runs. Read from
+    ``_actions``, as Django's own ``call_command`` reads them.
+    """
+    return [
+        action
+        for action in parser._actions
+        if action.option_strings and action.dest not in ("help", "version")
+    ]
+
+
+def _accept(sub: CommandParser, option: argparse.Action) -> None:
+    """Let an action's parser take ``option`` after the action's name too.
+
+    Its default is SUPPRESS: an option given before the action name (read by
+    the command's own parser) is not overwritten by the action parser's default.
+    """
+    kind: dict[str, Any] = (
+        {"action": "store_true"}
+        if option.nargs == 0
+        else {"type": option.type, "choices": option.choices, "metavar": option.metavar}
+    )
+    sub.add_argument(
+        *option.option_strings,
+        dest=option.dest,
+        default=argparse.SUPPRESS,
+        help=option.help,
+        **kind,
+    )
+
+
 class Command(BaseCommand):
     """List, inspect and force-release distributed locks."""
 
     help = "List, inspect and force-release the locks of an RLOCKS alias."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        """Three actions, each with --using and --json."""
+        """Three actions, each with --using and --json (and Django's standard options)."""
+        standard = _standard_options(parser)
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
         def action(name: str, help_text: str) -> CommandParser:
@@ -62,6 +97,8 @@ class Command(BaseCommand):
                 "--using", default=DEFAULT_LOCK_ALIAS, help="the RLOCKS alias (default: default)"
             )
             sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+            for option in standard:
+                _accept(sub, option)
             return sub
 
         listing = action("list", "List held locks (SCAN, never KEYS).")
@@ -85,6 +122,8 @@ class Command(BaseCommand):
             getattr(self, f"_{options['action']}")(backend, options)
         except ValueError as error:  # a bad lock name or pattern
             raise CommandError(str(error)) from None
+        except (LockUnavailableError, LockSettingError) as error:  # one line, not a traceback
+            raise CommandError(str(error)) from error
 
     def _emit(self, data: object) -> None:
         self.stdout.write(json.dumps(data, indent=2, sort_keys=True))

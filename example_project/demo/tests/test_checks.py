@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from demo.checks import Check, Section, balance_errors, render, violations
+from demo.checks import Check, Section, balance_errors, render, report_checks, violations
+from demo.outcomes import (
+    CaptureTotals,
+    HttpTotals,
+    Kill,
+    Ledger,
+    Load,
+    Measured,
+    Pause,
+    Renewals,
+    ReportTotals,
+    Shop,
+    Stopped,
+    Tasks,
+)
+from demo.plan import QUICK
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -52,3 +68,50 @@ def test_render_marks_failures() -> None:
     table = render([Check("a", "1", True), Check("bb", "2", False)])
     assert "| a     | 1        |  ok  |" in table
     assert "| bb    | 2        | FAIL |" in table
+
+
+#: A run as it must go: every row of the report green.
+GOOD = Measured(
+    shop=Shop(port=8000, customers=(1, 2, 3), orders=(1, 2), worker_pid=10),
+    load=Load(
+        http=HttpTotals(100, {"200": 90, "409": 10}, 0, 0, ()),
+        capture_ids=("c1",),
+        report_tasks=((1, "r1"),),
+        kill=Kill(2, "r2", pid=11, token=1, held_before_kill=1.0, freed_after=1.2, killed_at=5.0),
+        pause=Pause(1, token=4, lease=1.5, refused=True, release_raised="LockLostError"),
+    ),
+    tasks=Tasks(
+        captures=CaptureTotals(10, 10, 0, 0, retries=3, retried_tasks=2, failures=()),
+        reports=ReportTotals(4, 4, 0, 2, 0, runs=5, killed_run_finished=True, failures=()),
+    ),
+    renewals=Renewals(renewals=20, longest_hold=6.0, lowest_ttl=1.0),
+    ledger=Ledger(orders=12, violations=(), inconsistent_orders=()),
+)
+
+
+NOTHING_LEFT = Stopped(left_running=())
+
+
+def failed_rows(measured: Measured, stopped: Stopped = NOTHING_LEFT) -> list[str]:
+    return [check.label for check in report_checks(QUICK, measured, stopped) if not check.ok]
+
+
+def test_a_good_run_passes_every_row_of_the_report() -> None:
+    rows = report_checks(QUICK, GOOD, NOTHING_LEFT)
+    assert len(rows) == 10 and all(check.ok for check in rows)
+    assert rows[5].detail == "1.20s (timeout 1.5s); rerun finished"
+
+
+def test_a_lock_freed_later_than_the_timeout_plus_slack_fails_its_row() -> None:
+    kill = dataclasses.replace(GOOD.load.kill, freed_after=QUICK.watchdog + 0.6)
+    late = dataclasses.replace(GOOD, load=dataclasses.replace(GOOD.load, kill=kill))
+    assert failed_rows(late) == ["killed task's lock freed after"]
+
+
+def test_an_accepted_stale_write_and_a_process_left_running_fail_their_rows() -> None:
+    pause = dataclasses.replace(GOOD.load.pause, refused=False)
+    accepted = dataclasses.replace(GOOD, load=dataclasses.replace(GOOD.load, pause=pause))
+    assert failed_rows(accepted, Stopped(("celery worker",))) == [
+        "paused holder's stale write",
+        "processes left running",
+    ]

@@ -1,0 +1,156 @@
+"""Soak the lock model: random owners and faults for as long as asked, then a summary.
+
+Run with ``make soak`` (after the process soak; ``SOAK_SECONDS=600`` for ten
+minutes) or ``python -m benchmarks.model_soak --seconds 60``. It runs the state
+machine of :mod:`tests.model` (sync threads and asyncio tasks on three clients,
+each behind its own fault proxy, against a private redis-server on loopback)
+example after example with fresh random seeds until the time is up, and
+prints the operations done, the faults injected by kind, and every invariant
+that broke, with how long into the soak it first did.
+
+By default the paths of the known bugs are open too (``--known-bugs none``
+keeps to what the suite's green model runs; ``--known-bugs mixed,close``
+opens some): ``mixed`` lease and watchdog re-entry, ``retry`` of an acquire
+at once after its reply was lost, ``data-loss`` (FLUSHALL, restarts without
+persistence), ``close`` of a client with live holds.
+Exit status 1 when any invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import logging
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+from tests.model.history import History, ModelViolation
+from tests.model.machine import run_model
+from tests.model.world import DATA_LOSS, FAULTS, Config
+
+#: The known bugs whose paths the machine can open (see the module docstring).
+KNOWN_BUGS = ("mixed", "retry", "data-loss", "close")
+
+
+class TimeUp(BaseException):
+    """An example ended past the soak's time (a BaseException: Hypothesis lets it by)."""
+
+
+class Tally:
+    """What the examples of a soak did, added up as each world closes."""
+
+    def __init__(self, started: float, seconds: float) -> None:
+        self.started = started
+        self.seconds = seconds
+        self.examples = 0
+        self.operations: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.violations: Counter[str] = Counter()
+        self.first_seen: dict[str, float] = {}
+        self.samples: dict[str, str] = {}
+
+    def finished(self, history: History) -> None:
+        self.examples += 1
+        self.operations.update(history.operations)
+        self.faults.update(history.faults)
+        for violation in history.violations:
+            self.violations[violation.invariant] += 1
+            if violation.invariant not in self.first_seen:
+                self.first_seen[violation.invariant] = time.monotonic() - self.started
+                self.samples[violation.invariant] = violation.detail
+
+    def after_step(self) -> None:
+        if time.monotonic() - self.started >= self.seconds:
+            raise TimeUp
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300.0, help="how long to run")
+    parser.add_argument("--steps", type=int, default=60, help="steps per example at most")
+    parser.add_argument(
+        "--known-bugs",
+        default="all",
+        help="paths of known bugs to open: all, none, or some of " + ",".join(KNOWN_BUGS),
+    )
+    parser.add_argument("--verbose", action="store_true", help="show the library's warnings")
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        logging.getLogger("django_rlock").setLevel(logging.ERROR)
+
+    opened = set(KNOWN_BUGS) if args.known_bugs == "all" else set()
+    if args.known_bugs not in ("all", "none"):
+        opened = set(args.known_bugs.split(","))
+        if not opened <= set(KNOWN_BUGS):
+            parser.error(f"--known-bugs: unknown {sorted(opened - set(KNOWN_BUGS))}")
+    config = Config()
+    config = replace(
+        config,
+        faults=FAULTS
+        | (DATA_LOSS if "data-loss" in opened else frozenset())
+        | ({"close"} if "close" in opened else set()),
+        mixed_reentry="mixed" in opened,
+        retry_unanswered="retry" in opened,
+    )
+    args.opened = sorted(opened)
+    # A hang is a finding too: show where every thread is, then stop.
+    faulthandler.dump_traceback_later(args.seconds + 600, exit=True)
+    started = time.monotonic()
+    tally = Tally(started, args.seconds)
+    run = settings(
+        max_examples=1_000_000,
+        stateful_step_count=args.steps,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],  # no shrinking: timing makes a replay differ
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        verbosity=Verbosity.quiet,  # the summary reports; Hypothesis need not
+    )
+    failures = 0
+    while time.monotonic() - started < args.seconds:
+        # Each run goes on until an invariant breaks (then a new one starts) or time is up.
+        try:
+            run_model(config, run, tally.finished, tally.after_step)
+        except TimeUp:
+            break
+        except ModelViolation as error:
+            failures += 1
+            if failures == 1 or args.verbose:
+                print(f"\nfirst failing example:\n{error}\n", file=sys.stderr)
+    print_summary(args, config, tally, time.monotonic() - started)
+    return 1 if tally.violations else 0
+
+
+def print_summary(args: argparse.Namespace, config: Config, tally: Tally, elapsed: float) -> None:
+    """The soak's outcome as markdown tables."""
+    owners = (
+        f"{config.sync_clients * config.owners_per_client} threads on {config.sync_clients} "
+        f"clients, {config.async_owners} asyncio tasks on one"
+    )
+    print(
+        f"\nModel soak: {owners}, names {', '.join(config.names)}, watchdog timeout "
+        f"{config.watchdog_timeout:g}s, {elapsed:.0f}s, {tally.examples} examples, "
+        f"known-bug paths open: {', '.join(args.opened) or 'none'}\n"
+    )
+    print("| operation | count |\n|---|---:|")
+    for outcome, count in sorted(tally.operations.items()):
+        print(f"| {outcome} | {count:,} |")
+    print("\n| fault injected | count |\n|---|---:|")
+    for kind, count in sorted(tally.faults.items()):
+        print(f"| {kind} | {count:,} |")
+    print("\n| invariant broken | times | first after |\n|---|---:|---:|")
+    if not tally.violations:
+        print("| (none) | 0 | |")
+    for invariant, count in sorted(tally.violations.items()):
+        print(f"| {invariant} | {count:,} | {tally.first_seen[invariant]:.0f} s |")
+    for invariant, detail in sorted(tally.samples.items()):
+        print(f"\n{invariant}, first seen: {detail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Fencing tokens: strictly increasing per name, also when Redis loses its data.
+
+A token is never below a floor taken from the server's clock (microseconds
+since the epoch), so a FLUSHALL, a restart without persistence or a failover
+that lost the counter cannot send tokens back to 1; and the counter key may
+therefore expire with the lock instead of living forever.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient, LockLostError
+
+#: The largest integer a Lua number (a double) holds exactly; tokens stay below it.
+LUA_EXACT = 2**53
+
+
+def server_micros(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+def test_tokens_keep_increasing_across_a_flushall(lock_client: LockClient, r: redis.Redis) -> None:
+    lock = lock_client.lock("flushed")
+    tokens = []
+    for _ in range(3):
+        with lock:
+            assert lock.token is not None
+            tokens.append(lock.token)
+        r.flushall()  # the counter is gone with everything else
+    assert tokens == sorted(set(tokens)), tokens
+
+
+def test_a_token_is_at_least_the_server_clock_in_microseconds(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    before = server_micros(r)
+    with lock_client.lock("clocked") as lock:
+        token = lock.token
+    after = server_micros(r)
+    assert token is not None
+    assert before <= token <= after < LUA_EXACT
+    assert token < 2**63 - 1  # a Postgres bigint column holds it
+
+
+def test_a_counter_ahead_of_the_clock_still_goes_up_by_one(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    """Tokens from a server whose clock ran ahead (then stepped back): no repeat, no step down."""
+    lock = lock_client.lock("ahead")
+    ahead = server_micros(r) + 3_600_000_000  # an hour ahead of this server's clock
+    r.set(lock.keys.fence, ahead)
+    with lock:
+        assert lock.token == ahead + 1
+    with lock:
+        assert lock.token == ahead + 2
+
+
+def test_the_counter_expires_with_the_lock(lock_client: LockClient, r: redis.Redis) -> None:
+    lock = lock_client.lock("short")
+    with lock:
+        assert lock.acquire(lease=60)  # a re-entry with a longer lease extends both keys
+        assert r.pttl(lock.keys.fence) > 30_000
+        assert abs(r.pttl(lock.keys.fence) - r.pttl(lock.keys.hash)) < 1_000
+        lock.release()
+    assert not r.exists(lock.keys.hash)
+    assert 0 < r.pttl(lock.keys.fence) <= 60_000  # no longer than the lock could have lived
+
+    lock.acquire(lease=0.3)
+    token = lock.token
+    lock.release()
+    assert 0 < r.pttl(lock.keys.fence) <= 300
+    time.sleep(0.4)
+    assert not r.exists(lock.keys.fence)
+    with lock:
+        assert token is not None and lock.token is not None and lock.token > token
+
+
+def test_renewals_keep_the_counter_alive_as_long_as_the_lock(
+    r: redis.Redis, redis_url: str
+) -> None:
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
+        lock = client.lock("renewed")
+        with lock:
+            token = lock.token
+            time.sleep(1.5)  # several renewals, past the first expiry
+            assert r.exists(lock.keys.fence)
+            assert abs(r.pttl(lock.keys.fence) - r.pttl(lock.keys.hash)) < 300
+            assert int(r.get(lock.keys.fence) or 0) == token
+            assert not lock.lost
+
+
+def test_released_names_leave_no_counter_behind(lock_client: LockClient, r: redis.Redis) -> None:
+    for number in range(2_000):
+        lock = lock_client.lock(f"many:{number}")
+        lock.acquire(lease=0.3)
+        lock.release()
+    time.sleep(0.4)
+    assert not [key for key in r.scan_iter("test:*") if b":req:" not in key]
+
+
+def test_a_grant_after_a_declared_loss_is_new_even_if_the_key_lived_on(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    """Found by the model soak: a hold declared lost on its local deadline while the
+    key lived on (a stall, a lost reply) came back as a re-entry of the same grant:
+    the same token, and a hold count the owner never gave back."""
+    lock = lock_client.lock("revived")
+    lock.acquire()
+    lost_token = lock.token
+    (hold,) = lock_client.watched_holds()
+    lock_client.declare_lost(hold, "the local deadline passed")
+    assert lock.lost and r.exists(lock.keys.hash)  # the server still has the hold
+    with pytest.raises(LockLostError):
+        lock.release()  # the owner hears of it (no call: the hold is known lost)
+
+    assert lock.acquire(blocking=False)
+    assert lock.token is not None and lost_token is not None and lock.token > lost_token
+    assert not lock.lost and lock.hold_count() == 1
+    assert [int(count) for count in r.hvals(lock.keys.hash)] == [1]
+    lock.release()
+    assert not r.exists(lock.keys.hash)  # nothing the owner was told is gone stays held

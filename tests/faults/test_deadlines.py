@@ -1,0 +1,124 @@
+"""A holder always knows before a rival can hold: the local deadline never outlives the key.
+
+Every call that sets or extends a hold's key (a grant, a re-entry, a renewal, a
+retry the request latch reports) makes the holder's local deadline the call's
+*send* time plus the PTTL the server reports in its reply, and no call shortens
+a held key. So a partition or a lost reply can never leave the holder believing
+it holds a lock that a rival has already been granted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient, LockUnavailableError
+from django_rlock.core.identity import thread_owner
+from tests.faults.conftest import TIMEOUT
+from tests.faults.proxy import FaultProxy
+from tests.faults.recorder import LockWatch, current_hold
+from tests.servers import RedisServer
+
+pytestmark = pytest.mark.faults
+
+#: A fixed lease well past the watchdog timeout (1.5 s), so the two disagree.
+LEASE = 4.0
+
+
+@pytest.fixture
+def rival_client(private_server: RedisServer) -> Iterator[LockClient]:
+    """A client of the server itself (no proxy): it stays connected through every fault."""
+    with LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT) as client:
+        yield client
+
+
+def _rival_grant(
+    rival_client: LockClient, name: str, wait: float
+) -> tuple[threading.Thread, list[float]]:
+    """Start a rival waiting up to ``wait`` s for ``name``; the list gets when it was granted."""
+    granted_at: list[float] = []
+
+    def rival() -> None:
+        lock = rival_client.lock(name)
+        if lock.acquire(timeout=wait):
+            granted_at.append(time.monotonic())
+            lock.release()
+
+    thread = threading.Thread(target=rival)
+    thread.start()
+    return thread, granted_at
+
+
+@pytest.mark.parametrize("outer", ["lease", "watchdog"])
+def test_mixed_lease_and_watchdog_holds_are_told_before_a_rival_is_granted(
+    outer: str, proxy: FaultProxy, rival_client: LockClient
+) -> None:
+    """A lease hold with a watchdog re-entry inside (or the reverse), then a partition.
+
+    The renewal must not cut the key back to the watchdog timeout while the
+    holder counts on the lease: the key lives to the later of the two, and the
+    holder is told of the loss before that.
+    """
+    with LockClient(proxy.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder_client:
+        lock = holder_client.lock("mixed")
+        leases = [LEASE, None] if outer == "lease" else [None, LEASE]
+        for lease in leases:
+            assert lock.acquire(lease=lease)
+        watch = LockWatch(lock)
+        watch.wait_for_renewal()  # the watchdog has renewed the mixed hold
+        proxy.blackhole()
+        partitioned_at = time.monotonic()
+        thread, granted_at = _rival_grant(rival_client, "mixed", wait=LEASE + 2 * TIMEOUT)
+        thread.join(LEASE + 4 * TIMEOUT)
+        proxy.heal()
+        assert granted_at, "the rival never got the lock"
+        assert watch.lost.wait(2 * TIMEOUT), "the holder was never told"
+        assert watch.lost_at is not None
+        print(
+            f"FIGURES mixed {outer}-outer: rival granted {granted_at[0] - partitioned_at:.3f}s "
+            f"into the partition, holder told {granted_at[0] - watch.lost_at:+.3f}s before it"
+        )
+        assert watch.lost_at < granted_at[0]
+        assert lock.lost
+
+
+def test_a_retried_acquire_reported_by_the_latch_counts_from_the_server_s_ttl(
+    private_server: RedisServer, proxy: FaultProxy, rival_client: LockClient
+) -> None:
+    """The first acquire ran but its reply never came; the retry is reported, not applied.
+
+    The grant happened at the first call, so the key has only what is left of
+    its lease: the retry's send time plus the lease would outlive it.
+    """
+    caller = redis.Redis.from_url(proxy.url, socket_timeout=0.3, retry_on_error=[], retry=None)
+    try:
+        with LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT) as client:
+            lock = client.lock("retried")
+            assert lock.acquire(blocking=False)  # loads the script: one EVALSHA from now on
+            lock.release()
+            proxy.swallow_reply_after(b"EVALSHA")
+            with pytest.raises(LockUnavailableError):  # the reply timed out
+                lock.acquire(lease=2.0)
+            assert private_server.client().hexists(lock.keys.hash, thread_owner())
+            time.sleep(1.5)
+            assert lock.acquire(lease=2.0, blocking=False)  # the latch reports the first grant
+            server_left = private_server.client().pttl(lock.keys.hash) / 1000
+            local_left = current_hold(lock).deadline - time.monotonic()
+            print(
+                f"FIGURES retried acquire: deadline in {local_left:.3f}s locally, "
+                f"key expires in {server_left:.3f}s on the server"
+            )
+            assert local_left <= server_left
+            assert lock.hold_count() == 1
+
+            thread, granted_at = _rival_grant(rival_client, "retried", wait=4.0)
+            thread.join(6.0)
+            assert granted_at, "the rival never got the lock"
+            # The rival holds (or held) the lock: its owner must know by now.
+            assert lock.lost
+    finally:
+        caller.close()

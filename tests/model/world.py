@@ -1,0 +1,807 @@
+"""The world a model run acts on: a real redis-server, faulty links, and lock owners.
+
+::
+
+    with World(Config()) as world:          # server, proxies, clients, owners
+        world.submit(0, Acquire("a", lease=None, wait=0.6))
+        world.partition(0, seconds=1.0)     # owner 0's client cut off for 1 s
+        world.check()                       # raises ModelViolation if an invariant broke
+    # leaving checks that nothing grew: connections, threads, keys, channels
+
+Every client reaches the server through its own :class:`FaultProxy`, so a
+partition, a stall of its link or a lost reply hits one client (its owners and
+their watchdog renewals) while rivals on other clients carry on. Owners are
+sync threads (each its own owner, several per client) and asyncio tasks on one
+:class:`AsyncLockClient`; each runs the operations it is given in order, on
+its own, so operations of different owners overlap in time as in production.
+
+An operator (a direct client) force-releases locks; the admin connection
+injects the server-side faults. What every owner saw goes into a
+:class:`~tests.model.history.History`, which the checks read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock, clock
+from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from django_rlock.core.hold import Hold
+from django_rlock.core.identity import task_owner, thread_owner
+from django_rlock.core.names import LockKeys
+from tests.faults.conftest import server_major
+from tests.faults.proxy import FaultProxy
+from tests.model.history import (
+    DOUBLE_HOLDER,
+    HOLDER_NOT_TOLD,
+    LEAK,
+    RELEASE_OUTCOME,
+    History,
+    Revocation,
+)
+from tests.servers import RedisServer
+
+__all__ = [
+    "BUG_FAULTS",
+    "DATA_LOSS",
+    "FAULTS",
+    "Acquire",
+    "Config",
+    "Release",
+    "World",
+]
+
+PREFIX = "model"
+
+T = TypeVar("T")
+
+#: The longest any one operation may take: far beyond a wait (1.5 s) plus a few
+#: socket timeouts, so reaching it means a call hangs.
+BUSY_LIMIT = 30.0
+
+#: Faults that keep every lock on the server (or take one away by an operator's hand).
+FAULTS = frozenset(
+    {"partition", "stall", "drop_reply", "swallow_reply", "client_kill", "force_release"}
+)
+#: Faults that lose the server's data: FLUSHALL, restart without persistence.
+DATA_LOSS = frozenset({"flushall", "restart"})
+#: Everything the world can inject; ``close`` closes a client with live holds.
+BUG_FAULTS = DATA_LOSS | {"close"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a model run may do. The defaults allow everything the world can do.
+
+    ``mixed_reentry`` lets an owner re-enter a watchdog hold with a lease or a
+    lease hold with the watchdog; ``retry_unanswered`` lets an owner retry an
+    acquire at once after its reply was lost (otherwise it keeps off that
+    name until the grant it may have got has expired). Both, and the data-loss
+    and close faults, reached bugs that are fixed now (tests/model/test_known_bugs.py);
+    turning them off narrows a soak to the other paths.
+    """
+
+    sync_clients: int = 2
+    owners_per_client: int = 2
+    async_owners: int = 2
+    names: tuple[str, ...] = ("a", "b")
+    watchdog_timeout: float = 0.9
+    socket_timeout: float = 0.25
+    leases: tuple[float, ...] = (0.3, 0.8, 2.0)
+    faults: frozenset[str] = FAULTS | BUG_FAULTS
+    mixed_reentry: bool = True
+    retry_unanswered: bool = True
+
+    @property
+    def owners(self) -> int:
+        return self.sync_clients * self.owners_per_client + self.async_owners
+
+    @property
+    def clients(self) -> int:
+        """Lock clients: the sync ones, then the async one (if any owner is async)."""
+        return self.sync_clients + (1 if self.async_owners else 0)
+
+    @property
+    def longest_hold(self) -> float:
+        """How long an unrenewed grant may live on the server."""
+        return max((*self.leases, self.watchdog_timeout))
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """Acquire ``name`` (re-entry when held): ``wait`` None is one attempt (blocking=False)."""
+
+    name: str
+    lease: float | None
+    wait: float | None
+
+
+@dataclass(frozen=True)
+class Release:
+    """Release one hold of ``name`` (also when the owner holds none: that must be refused)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ReportLost:
+    """Check that every watchdog hold an owner believed in on its closed client reads as lost."""
+
+    believed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseAll:
+    """Release every hold the owner has, until its library records none (end of a run)."""
+
+
+Operation = Acquire | Release | ReportLost | ReleaseAll
+
+
+class Owner:
+    """One lock owner: its bookkeeping is the same for a thread and for a task."""
+
+    def __init__(self, label: str, world: World, client_index: int) -> None:
+        self.label = label
+        self.world = world
+        self.client_index = client_index
+        self.history = world.history
+        #: Names whose acquire went unanswered, with when the owner may try them again.
+        self.tainted: dict[str, float] = {}
+        self.pending = 0
+        self._pending_lock = threading.Lock()
+        #: The library's owner id of this thread or task, once it runs.
+        self.owner_id = ""
+
+    # -- implemented by the thread and the task owners -----------------------------
+
+    def holds(self, name: str) -> list[Hold]:
+        raise NotImplementedError
+
+    # -- shared bookkeeping ----------------------------------------------------------
+
+    def top(self, name: str) -> Hold | None:
+        stack = self.holds(name)
+        return stack[-1] if stack else None
+
+    def acquire_lease(self, op: Acquire) -> float | bool | None:
+        """The lease to ask for, or False to skip the operation (known-bug discipline)."""
+        config = self.world.config
+        top = self.top(op.name)
+        held = top is not None and not top.lost
+        until = self.tainted.get(op.name)
+        if until is not None and not config.retry_unanswered:
+            if held or clock.monotonic() < until:
+                return False
+            del self.tainted[op.name]
+        if held and not config.mixed_reentry:
+            assert top is not None
+            if top.watchdog != (op.lease is None):
+                return None if top.watchdog else config.leases[0]
+        return op.lease
+
+    def acquired(self, name: str, before: Hold | None, granted: bool, at: float) -> None:
+        self.history.operation("acquire granted" if granted else "acquire refused")
+        if not granted:
+            return
+        hold = self.top(name)
+        assert hold is not None, "acquire returned True but the library records no hold"
+        if hold is not before:
+            self.history.granted(self.label, hold, at)
+
+    def acquire_failed(self, name: str, error: BaseException) -> None:
+        self.history.operation(f"acquire {type(error).__name__}")
+        # Unanswered (a timeout, a reset twice, however the library words it): the
+        # server may have granted it. Stay off until that grant has expired.
+        self.tainted[name] = clock.monotonic() + self.world.config.longest_hold + 0.5
+
+    def releasing(self, name: str) -> tuple[Hold | None, float, float, bool]:
+        hold = self.top(name)
+        started = clock.monotonic()
+        if hold is None:
+            return None, started, 0.0, False
+        return hold, started, hold.deadline, hold.lost
+
+    def released(
+        self,
+        name: str,
+        before: tuple[Hold | None, float, float, bool],
+        error: BaseException | None,
+    ) -> None:
+        hold, started, deadline, was_lost = before
+        answered = clock.monotonic()
+        outcome = "ok" if error is None else type(error).__name__
+        self.history.operation(f"release {outcome}")
+        if name in self.tainted:
+            # A release while tainted: the possible orphan grant ends from here on.
+            self.tainted[name] = answered + self.world.config.longest_hold + 0.5
+        if hold is None:
+            if isinstance(error, LockLostError):
+                self.history.violated(
+                    RELEASE_OUTCOME,
+                    f"{self.label} released {name!r} holding nothing and got LockLostError",
+                )
+            return
+        belief = self.history.belief_of(hold)
+        if belief is not None and (hold.released or hold.lost) and belief.released_at is None:
+            belief.released_at = started
+        if type(error) is LockNotOwnedError:
+            self.history.violated(
+                RELEASE_OUTCOME,
+                f"{self.label} released {name!r} while the library recorded its hold "
+                f"(lost={hold.lost}) and got LockNotOwnedError, not LockLostError",
+            )
+        elif was_lost and not isinstance(error, LockLostError):
+            self.history.violated(
+                RELEASE_OUTCOME,
+                f"{self.label} released {name!r}, a hold already known lost, and got {outcome}",
+            )
+        elif (
+            isinstance(error, LockLostError)
+            and not was_lost
+            and answered < deadline
+            and belief is not None
+            and not self.history.excused(belief, answered)
+        ):
+            self.history.violated(
+                DOUBLE_HOLDER,
+                f"{self.label} released {name!r} {1000 * (deadline - answered):.0f} ms before "
+                f"its deadline and found it lost: the server dropped a hold its owner believed "
+                f"in [{belief.describe()}]",
+            )
+
+    def report_lost(self, name: str, lost: bool) -> None:
+        if not lost:
+            self.history.violated(
+                HOLDER_NOT_TOLD,
+                f"{self.label}'s client was closed while it held {name!r}; lock.lost stays False "
+                f"(its hold ended untold: the key expires unrenewed)",
+            )
+
+    def submit(self, op: Operation) -> concurrent.futures.Future[None]:
+        """Hand ``op`` to the owner once it is done with the previous one (bounded wait)."""
+        deadline = time.monotonic() + BUSY_LIMIT
+        while True:
+            with self._pending_lock:
+                if not self.pending:
+                    self.pending += 1
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.label} still busy after {BUSY_LIMIT} s: a call hangs")
+            time.sleep(0.005)
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.add_done_callback(self._done)
+        self._enqueue(op, done)
+        return done
+
+    def _done(self, _future: concurrent.futures.Future[None]) -> None:
+        with self._pending_lock:
+            self.pending -= 1
+
+    def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
+        raise NotImplementedError
+
+
+#: Exceptions an operation may end with under faults (Redis unreachable, slow...).
+EXPECTED = (redis.RedisError, LockNotOwnedError, ConnectionError, TimeoutError)
+
+
+class ThreadOwner(Owner):
+    """An owner that is a thread of its own, with one RLock per name on its client."""
+
+    def __init__(self, label: str, world: World, client_index: int) -> None:
+        super().__init__(label, world, client_index)
+        self.ops: queue.Queue[tuple[Operation, concurrent.futures.Future[None]] | None] = (
+            queue.Queue()
+        )
+        self.thread = threading.Thread(target=self._run, name=f"model-{label}", daemon=True)
+        self.thread.start()
+
+    def lock(self, name: str) -> RLock:
+        return self.world.sync_lock(self.client_index, name)
+
+    def holds(self, name: str) -> list[Hold]:
+        lock = self.lock(name)
+        with lock.client._lock:
+            return list(lock.client._holds_of(lock.keys.hash, self.owner_id))
+
+    def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
+        self.ops.put((op, done))
+
+    def stop(self) -> None:
+        self.ops.put(None)
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        self.owner_id = thread_owner()
+        while True:
+            item = self.ops.get()
+            if item is None:
+                return
+            op, done = item
+            try:
+                self._do(op)
+            except BaseException as error:  # noqa: BLE001 -- handed to whoever waits on it
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+
+    def _do(self, op: Operation) -> None:
+        if isinstance(op, Acquire):
+            lease = self.acquire_lease(op)
+            if lease is False:
+                self.history.operation("skipped (known-bug discipline)")
+                return
+            assert lease is not True
+            before = self.top(op.name)
+            try:
+                granted = self.lock(op.name).acquire(
+                    blocking=op.wait is not None, timeout=op.wait, lease=lease
+                )
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, failure)
+                return
+            self.acquired(op.name, before, granted, clock.monotonic())
+        elif isinstance(op, Release):
+            before_release = self.releasing(op.name)
+            error: BaseException | None = None
+            try:
+                self.lock(op.name).release()
+            except EXPECTED as caught:
+                error = caught
+            self.released(op.name, before_release, error)
+        elif isinstance(op, ReportLost):
+            for name in op.believed:
+                self.report_lost(name, self.lock(name).lost)
+        else:
+            for name in self.world.config.names:
+                for _ in range(10):
+                    if not self.holds(name):
+                        break
+                    self._do(Release(name))
+
+
+class TaskOwner(Owner):
+    """An owner that is an asyncio task on the world's event loop thread."""
+
+    def __init__(self, label: str, world: World, client_index: int) -> None:
+        super().__init__(label, world, client_index)
+        loop = world.loop
+        self.ops: asyncio.Queue[tuple[Operation, concurrent.futures.Future[None]] | None] = (
+            asyncio.run_coroutine_threadsafe(_make_queue(), loop).result(10)
+        )
+        self.task = asyncio.run_coroutine_threadsafe(self._run(), loop)
+
+    def lock(self, name: str) -> AsyncRLock:
+        return self.world.async_lock(name)
+
+    def holds(self, name: str) -> list[Hold]:
+        lock = self.lock(name)
+        engine = lock.client._engine
+        with engine._lock:
+            return list(engine._holds_of(lock.keys.hash, self.owner_id))
+
+    def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
+        self.world.loop.call_soon_threadsafe(self.ops.put_nowait, (op, done))
+
+    def stop(self) -> None:
+        self.world.loop.call_soon_threadsafe(self.ops.put_nowait, None)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            self.task.result(30)
+
+    async def _run(self) -> None:
+        self.owner_id = task_owner()
+        while True:
+            item = await self.ops.get()
+            if item is None:
+                return
+            op, done = item
+            try:
+                await self._do(op)
+            except BaseException as error:  # noqa: BLE001 -- handed to whoever waits on it
+                done.set_exception(error)
+            else:
+                done.set_result(None)
+
+    async def _do(self, op: Operation) -> None:
+        if isinstance(op, Acquire):
+            lease = self.acquire_lease(op)
+            if lease is False:
+                self.history.operation("skipped (known-bug discipline)")
+                return
+            assert lease is not True
+            before = self.top(op.name)
+            try:
+                granted = await self.lock(op.name).acquire(
+                    blocking=op.wait is not None, timeout=op.wait, lease=lease
+                )
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, failure)
+                return
+            self.acquired(op.name, before, granted, clock.monotonic())
+        elif isinstance(op, Release):
+            before_release = self.releasing(op.name)
+            error: BaseException | None = None
+            try:
+                await self.lock(op.name).release()
+            except EXPECTED as caught:
+                error = caught
+            self.released(op.name, before_release, error)
+        elif isinstance(op, ReportLost):
+            for name in op.believed:
+                self.report_lost(name, self.lock(name).lost)
+        else:
+            for name in self.world.config.names:
+                for _ in range(10):
+                    if not self.holds(name):
+                        break
+                    await self._do(Release(name))
+
+
+async def _make_queue() -> asyncio.Queue[Any]:
+    return asyncio.Queue()
+
+
+@dataclass
+class _Links:
+    """One client's proxy and its (replaceable, on ``close``) lock client."""
+
+    proxy: FaultProxy
+    sync: LockClient | None = None
+    aio: AsyncLockClient | None = None
+    locks: dict[str, Any] = field(default_factory=dict)
+
+
+class World:
+    """A server, one proxy and client per client slot, the owners, and the fault switches."""
+
+    def __init__(self, config: Config, history: History | None = None) -> None:
+        self.config = config
+        self.history = history or History()
+        self.threads_before = {thread.ident for thread in threading.enumerate()}
+        # DEBUG SLEEP needs enable-debug-command, an option Redis < 7 does not know.
+        debug = ("--enable-debug-command", "yes") if server_major() >= 7 else ()
+        self.server = RedisServer(*debug).start()
+        self.admin = self.server.client(socket_timeout=10, retry=Retry(NoBackoff(), 3))
+        self.operator = LockClient(self.server.url, key_prefix=PREFIX)
+        self.loop = asyncio.new_event_loop()
+        self.loop_thread = threading.Thread(
+            target=self.loop.run_forever, name="model-loop", daemon=True
+        )
+        self.loop_thread.start()
+        self.links = [
+            _Links(FaultProxy(self.server.port, lifetime=600)) for _ in range(config.clients)
+        ]
+        for index in range(config.clients):
+            self._connect(index)
+        self.owners: list[Owner] = []
+        for index in range(config.sync_clients):
+            for number in range(config.owners_per_client):
+                label = f"thread-{index}.{number}"
+                self.owners.append(ThreadOwner(label, self, index))
+        for number in range(config.async_owners):
+            self.owners.append(TaskOwner(f"task-{number}", self, config.sync_clients))
+        self.closed = False
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close(check=exc_info[0] is None)
+
+    # -- clients and locks -------------------------------------------------------------
+
+    def _url(self, index: int) -> str:
+        seconds = self.config.socket_timeout
+        return (
+            f"{self.links[index].proxy.url}?socket_timeout={seconds}"
+            f"&socket_connect_timeout={seconds}"
+        )
+
+    def _connect(self, index: int) -> None:
+        links = self.links[index]
+        links.locks = {}
+        if index < self.config.sync_clients:
+            links.sync = self._instrument(
+                LockClient(
+                    self._url(index),
+                    key_prefix=PREFIX,
+                    watchdog_timeout=self.config.watchdog_timeout,
+                )
+            )
+        else:
+            links.aio = self._run(self._async_client(self._url(index)))
+            self._instrument(links.aio._engine)
+
+    async def _async_client(self, url: str) -> AsyncLockClient:
+        return AsyncLockClient(
+            url, key_prefix=PREFIX, watchdog_timeout=self.config.watchdog_timeout
+        )
+
+    def _instrument(self, client: LockClient) -> LockClient:
+        """Note when the library starts declaring a hold lost (before the flag is set)."""
+        declare = client.declare_lost
+        history = self.history
+
+        def declare_lost(hold: Hold, reason: str, *, by_owner: bool = False) -> None:
+            at = clock.monotonic()
+            was_lost = hold.lost
+            declare(hold, reason, by_owner=by_owner)
+            if hold.lost and not was_lost:
+                history.declaring_lost(hold, at)
+
+        client.declare_lost = declare_lost  # type: ignore[method-assign]
+        return client
+
+    def sync_lock(self, index: int, name: str) -> RLock:
+        links = self.links[index]
+        lock = links.locks.get(name)
+        if lock is None:
+            assert links.sync is not None
+            lock = links.locks[name] = links.sync.lock(name)
+        assert isinstance(lock, RLock)
+        return lock
+
+    def async_lock(self, name: str) -> AsyncRLock:
+        links = self.links[self.config.sync_clients]
+        lock = links.locks.get(name)
+        if lock is None:
+            assert links.aio is not None
+            lock = links.locks[name] = links.aio.lock(name)
+        assert isinstance(lock, AsyncRLock)
+        return lock
+
+    def _run(self, coroutine: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    # -- operations --------------------------------------------------------------------
+
+    def submit(self, owner: int, op: Operation) -> concurrent.futures.Future[None]:
+        """Hand ``op`` to ``owner`` (waiting, bounded, until it finished its previous one)."""
+        done = self.owners[owner].submit(op)
+        self.history.step(f"{self.owners[owner].label}: {op}")
+        return done
+
+    def settle(self) -> None:
+        """Wait until every owner is done with what it was given (bounded)."""
+        deadline = time.monotonic() + BUSY_LIMIT
+        while any(owner.pending for owner in self.owners):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"owners still busy after {BUSY_LIMIT} s: a call hangs")
+            time.sleep(0.01)
+
+    # -- faults ------------------------------------------------------------------------
+
+    def partition(self, index: int, seconds: float) -> None:
+        """Cut client ``index`` off for ``seconds`` (its calls and renewals time out)."""
+        self.history.fault("partition", f"client {index} for {seconds}s")
+        proxy = self.links[index].proxy
+        proxy.blackhole()
+        try:
+            time.sleep(seconds)
+        finally:
+            proxy.heal()
+
+    def stall(self, seconds: float, how: str) -> None:
+        """Stop the server answering for ``seconds``: CLIENT PAUSE, or DEBUG SLEEP."""
+        self.history.fault(f"stall ({how})", f"{seconds}s")
+        if how == "pause":
+            self.admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "ALL")  # type: ignore[no-untyped-call]
+            time.sleep(seconds)
+        else:
+            self.admin.execute_command("DEBUG", "SLEEP", f"{seconds:.3f}")  # type: ignore[no-untyped-call]
+
+    def lose_reply(self, index: int, how: str) -> None:
+        """Arm client ``index``'s link: its next script call runs, its reply is lost."""
+        self.history.fault(f"lost reply ({how})", f"client {index}")
+        proxy = self.links[index].proxy
+        if how == "drop":
+            proxy.drop_reply_after(b"EVALSHA")  # connection reset: the engine resends
+        else:
+            proxy.swallow_reply_after(b"EVALSHA")  # silence: the call times out
+
+    def client_kill(self, kind: str) -> None:
+        """CLIENT KILL every connection of one type (the admin's own is skipped)."""
+        self.history.fault(f"client kill ({kind})")
+        self.admin.client_kill_filter(_type=kind, skipme=True)
+
+    def force_release(self, name: str) -> None:
+        """An operator deletes the lock whoever holds it."""
+        self.history.fault("force release", repr(name))
+        sent = clock.monotonic()
+        self.operator.lock(name).force_release()
+        self.history.revoked(
+            Revocation("force release", frozenset({name}), sent, clock.monotonic())
+        )
+
+    def flushall(self) -> None:
+        self.history.fault("flushall")
+        sent = clock.monotonic()
+        self.admin.flushall()
+        self.history.revoked(Revocation("flushall", None, sent, clock.monotonic()))
+
+    def restart(self, down_for: float) -> None:
+        """SHUTDOWN NOSAVE, ``down_for`` seconds down, start again on the same port."""
+        self.history.fault("restart", f"down {down_for}s")
+        sent = clock.monotonic()
+        process = self.server.process
+        assert process is not None
+        with (
+            self.server.client(retry=Retry(NoBackoff(), 0)) as admin,
+            contextlib.suppress(redis.ConnectionError),
+        ):
+            admin.shutdown(nosave=True)
+        process.wait(10)
+        time.sleep(down_for)
+        self.server.start()
+        self.admin.close()
+        self.admin = self.server.client(socket_timeout=10, retry=Retry(NoBackoff(), 3))
+        self.history.revoked(Revocation("restart", None, sent, clock.monotonic()))
+
+    def close_client(self, index: int) -> None:
+        """Close client ``index`` with its owners' holds live, check they are told, reconnect."""
+        self.history.fault("client closed with live holds", f"client {index}")
+        self.settle()
+        now = clock.monotonic()
+        believed: dict[int, tuple[str, ...]] = {}
+        for number, owner in enumerate(self.owners):
+            if owner.client_index != index:
+                continue
+            # The library's rule: a hold the watchdog renews is declared lost at
+            # close (nothing renews it now); a fixed lease runs on to its deadline
+            # and may still be released.
+            believed[number] = tuple(
+                name
+                for name in self.config.names
+                if (top := owner.top(name)) is not None
+                and not top.lost
+                and now < top.deadline
+                and any(hold.watchdog for hold in owner.holds(name))
+            )
+        links = self.links[index]
+        if links.sync is not None:
+            links.sync.close()
+        if links.aio is not None:
+            self._run(links.aio.aclose())
+        for number, names in believed.items():
+            if names:
+                self.owners[number].submit(ReportLost(names)).result(BUSY_LIMIT)
+        self._connect(index)
+
+    # -- checks ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise the first violation found so far (see :mod:`tests.model.history`)."""
+        self.history.check_overlaps()
+        self.history.check_tokens()
+        self.history.raise_first()
+
+    def close(self, *, check: bool = True) -> None:
+        """Release everything, check nothing grew, and stop every part (always)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for links in self.links:
+                links.proxy.heal()
+            try:
+                self.settle()
+                for owner in self.owners:
+                    owner.submit(ReleaseAll())
+                self.settle()
+            except AssertionError:
+                if check:
+                    raise
+            if check:
+                self.check()
+                self._check_nothing_grew_while_open()
+            self._stop_owners_and_clients()
+            if check:
+                self._check_nothing_left_on_the_server()
+        finally:
+            self._stop_owners_and_clients()
+            self._stop_the_rest()
+        if check:
+            self._check_no_thread_left()
+
+    def _stop_owners_and_clients(self) -> None:
+        for owner in self.owners:
+            if isinstance(owner, ThreadOwner | TaskOwner):
+                owner.stop()
+        self.owners = []
+        for links in self.links:
+            if links.sync is not None:
+                links.sync.close()
+                links.sync = None
+            if links.aio is not None:
+                with contextlib.suppress(Exception):
+                    self._run(links.aio.aclose())
+                links.aio = None
+        self.operator.close()
+
+    def _stop_the_rest(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop_thread.join(10)
+        if not self.loop.is_running():
+            self.loop.close()
+        for links in self.links:
+            links.proxy.close()
+        self.admin.close()
+        self.server.__exit__(None, None, None)
+
+    def _check_nothing_grew_while_open(self) -> None:
+        """After every release: no lock left, keys and channels bounded by names and owners."""
+        config = self.config
+        names = set(config.names)
+        hashes = {LockKeys.build(PREFIX, name).hash for name in names}
+        waiters = {LockKeys.build(PREFIX, name).waiters for name in names}
+        # Grants whose reply was lost, and holds of a failed release, expire unrenewed.
+        left = _eventually(
+            lambda: {_text(key) for key in self.admin.keys(f"{PREFIX}:*")} & (hashes | waiters),
+            seconds=config.longest_hold + 2 * config.socket_timeout + 2,
+        )
+        if left:
+            self.history.violated(LEAK, f"locks or waiting sets still there after expiry: {left}")
+        # A fencing counter per name and a request latch per owner and name at most.
+        bound = len(names) * (1 + config.owners)
+        size = int(self.admin.dbsize())
+        if size > bound:
+            self.history.violated(LEAK, f"{size} keys after every hold ended (bound {bound})")
+        channels = self.admin.pubsub_channels()
+        if len(channels) > len(names):
+            self.history.violated(LEAK, f"{len(channels)} channels subscribed: {channels}")
+        self.history.raise_first()
+
+    def _check_nothing_left_on_the_server(self) -> None:
+        """Every client closed: the admin's is the only connection, no channel is left."""
+        others = _eventually(lambda: len(self.admin.client_list()) - 1, seconds=5)
+        if others:
+            self.history.violated(
+                LEAK,
+                f"{others} connections left after every client closed: "
+                f"{[(c['addr'], c['cmd'], c['age']) for c in self.admin.client_list()]}",
+            )
+        channels = _eventually(lambda: len(self.admin.pubsub_channels()), seconds=5)
+        if channels:
+            self.history.violated(LEAK, f"{channels} channels left after every client closed")
+        self.history.raise_first()
+
+    def _check_no_thread_left(self) -> None:
+        """No thread of this run is left (the process's one watchdog thread may stay)."""
+        left = _eventually(
+            lambda: [
+                thread.name
+                for thread in threading.enumerate()
+                if thread.ident not in self.threads_before and thread.name != "rlock-watchdog"
+            ],
+            seconds=5,
+        )
+        if left:
+            self.history.violated(LEAK, f"threads left behind: {left}")
+        self.history.raise_first()
+
+
+def _eventually(measure: Callable[[], T], seconds: float) -> T:
+    """``measure()`` once it is falsy (nothing left), or its last value after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = measure()
+        if not value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else reply

@@ -1,0 +1,186 @@
+"""A forked child never inherits a held mutex: every one is made anew after fork.
+
+``fork()`` copies only the calling thread; a mutex another thread held at that
+moment stays held in the child forever. Each case below holds one of the
+package's thread-shared mutexes on another thread, forks, and checks that the
+child can take it (and use the code path behind it) within a bounded wait.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from celery_rlock import conf as celery_conf
+from django_rlock import cache, threadowned
+from django_rlock.backends import locmem
+from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock.backends.redis import RedisLockBackend
+from django_rlock.core import LockClient, watchdog
+from django_rlock.handler import LockHandler
+from django_rlock.loopclients import LoopClients
+from django_rlock.reporting import HoldTracker
+
+HANG = 10.0  # seconds: only ever reached when the child hangs
+
+# A case: given the test's Redis URL, how to find the mutex (looked up afresh in
+# the child, where the reset may have replaced it) and what in the child uses it.
+Case = Callable[[str], tuple[Callable[[], Any], Callable[[], object]]]
+
+
+def _watchdog_instance(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: watchdog._instance_lock, watchdog.get_watchdog
+
+
+def _watchdog_condition(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: watchdog.get_watchdog()._cond, lambda: watchdog.get_watchdog().thread
+
+
+def _client(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    client = LockClient(redis_url, key_prefix="fork")
+    return lambda: client._lock, client.watched_holds
+
+
+def _release_listener(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    client = LockClient(redis_url, key_prefix="fork")
+    # The child has a listener of its own: look it up there.
+    return (
+        lambda: client._listener._lock,  # type: ignore[attr-defined]  # ReleaseListener's mutex
+        lambda: client._listener.subscribed_channels(),  # noqa: PLW0108 -- looked up in the child
+    )
+
+
+def _multi_lock(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    client = LockClient(redis_url, key_prefix="fork")
+    group = client.multi_lock(client.lock("a"), client.lock("b"))
+    return lambda: group._active_lock, lambda: None
+
+
+def _handler(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    handler = LockHandler()
+    return lambda: handler._mutex, lambda: handler.all(initialized_only=True)
+
+
+def _backend(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    # Built outside the handler: the backend renews its own mutex.
+    backend = RedisLockBackend("default", {"LOCATION": redis_url})
+    return lambda: backend._build_lock, lambda: backend.client
+
+
+def _hold_tracker(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    tracker = HoldTracker()
+    return lambda: tracker._mutex, lambda: tracker.entered("a", None, "owner")
+
+
+def _loop_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    clients = LoopClients()
+    return lambda: clients._lock, lambda: None
+
+
+def _locmem_stores(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: locmem._stores_lock, lambda: locmem._store("fork")
+
+
+def _locmem_store(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    store = locmem._store("fork-store")
+    return lambda: store.cond, lambda: None
+
+
+def _cache_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: cache._shared_clients_lock, lambda: None
+
+
+def _celery_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: celery_conf._clients_lock, lambda: None
+
+
+def _thread_owned(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    return lambda: threadowned._task_threads_lock, lambda: None
+
+
+def _embedded_server(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    server = EmbeddedServer("/tmp/django-rlock-fork-test.db")
+    return lambda: server._mutex, lambda: None
+
+
+CASES: dict[str, Case] = {
+    "watchdog instance": _watchdog_instance,
+    "watchdog condition": _watchdog_condition,
+    "LockClient": _client,
+    "ReleaseListener": _release_listener,
+    "MultiLock": _multi_lock,
+    "LockHandler": _handler,
+    "backend build lock": _backend,
+    "HoldTracker": _hold_tracker,
+    "LoopClients": _loop_clients,
+    "locmem stores": _locmem_stores,
+    "locmem store condition": _locmem_store,
+    "cache shared clients": _cache_clients,
+    "celery clients": _celery_clients,
+    "thread-owned tasks": _thread_owned,
+    "embedded server": _embedded_server,
+}
+
+
+def _wait_for_child(pid: int) -> int:
+    """The child's exit code; kills it and fails if it has not ended within HANG."""
+    deadline = time.monotonic() + HANG
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child hung for {HANG}s")
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_child_forked_while_a_thread_holds_a_mutex_can_take_it(
+    case: Case, redis_url: str
+) -> None:
+    find_mutex, use = case(redis_url)
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with find_mutex():
+            holding.set()
+            done.wait(HANG)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert holding.wait(HANG)
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 when it took the mutex and used it
+            code = 1
+            try:
+                mutex = find_mutex()
+                if mutex.acquire(timeout=HANG / 2):
+                    mutex.release()
+                    use()
+                    code = 0
+            finally:
+                os._exit(code)
+        assert _wait_for_child(pid) == 0, "the child could not take the mutex"
+    finally:
+        done.set()
+        holder.join(HANG)
+
+
+def test_the_package_registers_one_fork_hook() -> None:
+    root = pathlib.Path(__file__).resolve().parent.parent
+    hooks = [
+        path.relative_to(root).as_posix()
+        for package in ("django_rlock", "celery_rlock")
+        for path in (root / package).rglob("*.py")
+        if "os.register_at_fork(" in path.read_text()
+    ]
+    assert hooks == ["django_rlock/core/forking.py"]

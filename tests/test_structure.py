@@ -1,0 +1,212 @@
+"""The package's import graph is the layering of shared/DESIGN.md, with no cycles.
+
+    celery_rlock -> django_rlock -> django_rlock.core
+
+The graph is read from the source with :mod:`ast`, so it sees every import:
+at module level, inside functions (deferred), and under ``TYPE_CHECKING``
+(for types only, never run). Cycles are looked for among the imports that run
+(module level and deferred): a deferred import does not make a cycle go away,
+it only moves the failure from import time to call time.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("django_rlock", "celery_rlock")
+LAYERS = ("django", "celery", *PACKAGES)
+
+#: Every deferred (function-level) import of a module of ours, Django or Celery,
+#: with the reason it is deferred. A new one must say here why it cannot be
+#: at the top of its module.
+DEFERRED: dict[tuple[str, str], str] = {
+    ("django_rlock.decorators", "celery_rlock.decorators"): (
+        "django_rlock.locked delegates to celery_rlock when it runs as a Celery task's "
+        "body; celery_rlock builds on django_rlock, so only at call time"
+    ),
+    ("django_rlock.decorators", "celery.local"): "Celery is optional for django_rlock",
+    ("celery_rlock.conf", "django.conf"): "Django settings are optional for celery_rlock",
+    ("django_rlock.apps", "django_rlock.checks"): "registered in AppConfig.ready(), per Django",
+    (
+        "django_rlock.apps",
+        "django_rlock.handler",
+    ): "registered in AppConfig.ready(), as Django asks",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target, as seen from the importing module."""
+
+    module: str
+    target: str
+    line: int
+    deferred: bool  # inside a function: runs when the function is called
+    type_only: bool  # under ``if TYPE_CHECKING:``: never runs
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(target: str) -> str:
+    """The module of ours that ``target`` names (``a.b.Name`` -> ``a.b``), or ``target``."""
+    candidate = target
+    while candidate and candidate not in MODULES:
+        candidate = candidate.rpartition(".")[0]
+    return candidate or target
+
+
+def _imports(module: str, path: pathlib.Path) -> Iterator[Import]:
+    is_package = path.name == "__init__.py"
+
+    def visit(node: ast.AST, deferred: bool, type_only: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for statement in child.body:
+                    yield from visit_statement(statement, deferred, True)
+                for statement in child.orelse:
+                    yield from visit_statement(statement, deferred, type_only)
+            else:
+                yield from visit_statement(child, deferred, type_only)
+
+    def visit_statement(node: ast.AST, deferred: bool, type_only: bool) -> Iterator[Import]:
+        inside = deferred or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, _resolve(alias.name), node.lineno, deferred, type_only)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - node.level + 1]
+                base = ".".join([*package, base] if base else package)
+            for alias in node.names:
+                named = f"{base}.{alias.name}"  # a submodule, or a name in ``base``
+                target = named if named in MODULES else _resolve(base)
+                yield Import(module, target, node.lineno, deferred, type_only)
+        yield from visit(node, inside, type_only)
+
+    yield from visit(ast.parse(path.read_text(), str(path)), False, False)
+
+
+IMPORTS = [found for module, path in MODULES.items() for found in _imports(module, path)]
+
+
+def _layer_of(target: str) -> str | None:
+    top = target.split(".", maxsplit=1)[0]
+    if top not in LAYERS:
+        return None
+    if target == "django_rlock.core" or target.startswith("django_rlock.core."):
+        return "django_rlock.core"
+    return top
+
+
+def _where(found: Import) -> str:
+    return f"{MODULES[found.module].relative_to(ROOT)}:{found.line} imports {found.target}"
+
+
+def test_the_graph_is_read() -> None:
+    # Guards the reader itself: a few edges known to exist must be found.
+    edges = {(found.module, found.target) for found in IMPORTS}
+    assert ("celery_rlock.task", "celery_rlock.worker") in edges
+    assert ("django_rlock.core.client", "django_rlock.core.watchdog") in edges
+    assert ("django_rlock.decorators", "celery_rlock.decorators") in edges
+    assert len(MODULES) > 40
+
+
+def test_the_core_imports_neither_django_nor_celery_nor_the_layers_above() -> None:
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if _layer_of(found.module) == "django_rlock.core"
+        and _layer_of(found.target) not in (None, "django_rlock.core")
+    ]
+    assert wrong == []
+
+
+def test_django_rlock_imports_celery_only_where_documented() -> None:
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if _layer_of(found.module) == "django_rlock"
+        and _layer_of(found.target) in ("celery", "celery_rlock")
+        and not found.type_only
+        and not (found.deferred and (found.module, found.target) in DEFERRED)
+    ]
+    assert wrong == []
+
+
+def test_every_deferred_import_is_listed_with_its_reason() -> None:
+    deferred = {
+        (found.module, found.target): _where(found)
+        for found in IMPORTS
+        if found.deferred and not found.type_only and _layer_of(found.target) is not None
+    }
+    unlisted = [where for key, where in deferred.items() if key not in DEFERRED]
+    assert unlisted == [], "say in DEFERRED why each cannot be at the top of its module"
+    assert sorted(set(DEFERRED) - set(deferred)) == [], "DEFERRED lists imports that are gone"
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path (its first node repeated at the end), or None."""
+    on_path, done = 1, 2
+    state: dict[str, int] = {}
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, state[start] = [start], on_path
+        stack = [iter(sorted(graph[start]))]
+        while stack:
+            following = next(stack[-1], None)
+            if following is None:
+                stack.pop()
+                state[path.pop()] = done
+            elif state.get(following) == on_path:
+                return [*path[path.index(following) :], following]
+            elif following not in state:
+                state[following] = on_path
+                path.append(following)
+                stack.append(iter(sorted(graph.get(following, ()))))
+    return None
+
+
+def test_find_cycle_reports_the_path() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycles() -> None:
+    # The documented call-time delegation upward (see DEFERRED) is the layering
+    # rule's business, not a cycle: the lower layer never needs it to import.
+    upward = {
+        key
+        for key in DEFERRED
+        if _layer_of(key[0]) == "django_rlock" and _layer_of(key[1]) == "celery_rlock"
+    }
+    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+    for found in IMPORTS:
+        if (
+            found.type_only
+            or found.target not in MODULES
+            or found.target == found.module
+            or (found.module, found.target) in upward
+        ):
+            continue
+        graph[found.module].add(found.target)
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
