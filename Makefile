@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test matrix lint bench soak clean
+.PHONY: demo test test-edges matrix lint bench soak clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(STAMP)
 # Every supported Python / Django / Celery / redis-py / server line (nox -l lists them).
 matrix: $(STAMP)
 	$(BIN)/nox -s matrix
+
+# The oldest and the newest supported combination only (matrix(oldest), matrix(newest)).
+test-edges: $(STAMP)
+	$(BIN)/nox -t edges -- $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

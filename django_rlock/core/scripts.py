@@ -276,15 +276,22 @@ return 0
 """
 
 
+#: How servers word an ACL refusal inside a script: Redis ("... can't run this
+#: command ...", "... can't access at least one of the keys ..."), Valkey 8.
+_SCRIPT_ACL_REFUSALS = ("The user executing the script can't", "ACL failure in script")
+
+
 def permission_error(error: ResponseError) -> NoPermissionError | None:
     """A clear NOPERM error for an ACL refusal inside a script, else None.
 
-    Redis reports a command refused inside a script as a plain error that names
+    A command refused inside a script comes back as a plain error: Redis names
     neither the command nor the cause ("The user executing the script can't run
-    this command or subcommand"); the caller gets what to grant instead.
+    this command or subcommand"), Valkey names the command ("ACL failure in
+    script: User u has no permissions to run the 'set' command"). The caller gets
+    what to grant instead.
     """
     message = str(error)
-    if "can't run this command" not in message:
+    if not any(marker in message for marker in _SCRIPT_ACL_REFUSALS):
         return None
     return NoPermissionError(
         "NOPERM: the Redis ACL user may not run a command the lock scripts need "

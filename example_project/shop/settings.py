@@ -49,7 +49,8 @@ DATABASES = {
         "NAME": DATA_DIR / "shop.sqlite3",
         "OPTIONS": {
             # Web threads and worker processes write at once: wait for the
-            # database's write lock (BEGIN IMMEDIATE) instead of failing.
+            # database's write lock (BEGIN IMMEDIATE) instead of failing
+            # (transaction_mode and init_command: Django 5.1+).
             "timeout": 30,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",

@@ -122,8 +122,11 @@ class AsyncReleaseListener:
 
     async def settle(self) -> None:
         """Wait for every subscribe/unsubscribe command sent so far (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Only the unfinished: a finished task leaves the set by a done callback,
+        # and since Python 3.12 gathering only finished tasks completes without
+        # yielding to the loop, so that callback would never run (a busy loop).
+        while pending := [task for task in self._tasks if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     # -- commands and the reader task -----------------------------------------------
 
