@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import django_rlock
 from celery_rlock import conf as celery_conf
 from django_rlock import cache, threadowned
 from django_rlock.backends import locmem
@@ -176,7 +177,7 @@ def test_a_child_forked_while_a_thread_holds_a_mutex_can_take_it(
 
 
 def test_the_package_registers_one_fork_hook() -> None:
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(django_rlock.__file__).resolve().parent.parent  # the installed packages
     hooks = [
         path.relative_to(root).as_posix()
         for package in ("django_rlock", "celery_rlock")

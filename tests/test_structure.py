@@ -16,7 +16,11 @@ import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+import django_rlock
+
+#: Where the packages under test are: the installed wheel's site-packages under
+#: ``make test``, the checkout with an editable install.
+ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 PACKAGES = ("django_rlock", "celery_rlock")
 LAYERS = ("django", "celery", *PACKAGES)
 
