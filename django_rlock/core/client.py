@@ -23,7 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
-from django_rlock.core import forking
+from django_rlock.core import forking, lostholds
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -155,9 +155,6 @@ class LockClient:
         self._bounded_clients: dict[float, redis.Redis] = {}
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
-        #: (token, holds) of holds declared lost, per (lock key, owner), until the
-        #: owner's next grant of that lock (see :meth:`lost_on_server`).
-        self._lost_holds: dict[tuple[str, str], tuple[int, int]] = {}
         # (lock key, owner, "acquire"/"release") -> the request id of a call whose
         # reply never came: the owner's next such call reuses it (see LockBase).
         self._unanswered: dict[tuple[str, str, str], str] = {}
@@ -357,7 +354,7 @@ class LockClient:
         stale: Hold | None = None
         with self._lock:
             # This grant's call took the lost holds off the server (scripts.ACQUIRE).
-            self._lost_holds.pop((keys.hash, owner), None)
+            lostholds.forget(keys.hash, owner)
             stack = self._holds.setdefault((keys.hash, owner), [])
             top = stack[-1] if stack else None
             if top is not None and not top.lost and holds > 1:
@@ -391,11 +388,6 @@ class LockClient:
             get_watchdog().watch(self)
         return hold
 
-    def lost_on_server(self, key: str, owner: str) -> tuple[int, int] | None:
-        """(token, holds) of ``owner``'s holds of ``key`` declared lost since its last grant."""
-        with self._lock:
-            return self._lost_holds.get((key, owner))
-
     def _forget_hold(self, hold: Hold) -> None:
         """Remove a hold that is fully released; call with ``_lock`` held."""
         hold.released = True
@@ -416,13 +408,9 @@ class LockClient:
                 return
             hold.lost = True
             locks = list(hold.locks)
-            # The server may still count these holds (a loss declared on the local
-            # deadline while the key lived on): the owner's next acquire takes
-            # them off first, so it is a new grant, not a re-entry of them.
-            token, holds = self._lost_holds.get((hold.key, hold.owner), (hold.token, 0))
-            if token != hold.token:
-                holds = 0
-            self._lost_holds[(hold.key, hold.owner)] = (hold.token, holds + hold.count)
+            # The server may still count these holds: the owner's next acquire,
+            # through any client, takes them off first (see lostholds).
+            lostholds.record(hold.key, hold.owner, hold.token, hold.count)
         logger.warning("lock %r lost: %s", hold.name, reason)
         callbacks = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
         callbacks += [(callback, lock) for callback in self._lost_callbacks for lock in locks[:1]]
@@ -476,7 +464,6 @@ class LockClient:
         # The child owns none of the parent's holds and shares none of its threads.
         self._lock = threading.Lock()
         self._holds = {}
-        self._lost_holds = {}
         self._unanswered = {}
         self._watched = False
         self._listener = self._make_listener()

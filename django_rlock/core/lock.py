@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
-from django_rlock.core import clock
+from django_rlock.core import clock, lostholds
 from django_rlock.core.calls import (
     Grant,
     ScriptCall,
@@ -175,7 +175,7 @@ class LockBase:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
         ttl = self._registry.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
-        lost = self._registry.lost_on_server(self.keys.hash, owner)
+        lost = lostholds.lost_on_server(self.keys.hash, owner)
         return acquire_call(
             self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost
         )

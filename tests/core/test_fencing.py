@@ -124,3 +124,22 @@ def test_a_grant_after_a_declared_loss_is_new_even_if_the_key_lived_on(
     assert [int(count) for count in r.hvals(lock.keys.hash)] == [1]
     lock.release()
     assert not r.exists(lock.keys.hash)  # nothing the owner was told is gone stays held
+
+
+def test_a_closed_clients_lost_hold_is_not_revived_through_a_new_client(
+    redis_url: str, r: redis.Redis
+) -> None:
+    """Found by the model soak: owner ids belong to the thread, not the client, so a
+    new client (override_settings rebuilds them) re-entered the closed one's grant."""
+    old = LockClient(redis_url, key_prefix="test")
+    lock = old.lock("reopened")
+    lock.acquire()  # watchdog-renewed: closing its client declares it lost
+    lost_token = lock.token
+    old.close()
+    with LockClient(redis_url, key_prefix="test") as new:
+        again = new.lock("reopened")
+        assert again.acquire(blocking=False)
+        assert again.token is not None and lost_token is not None and again.token > lost_token
+        assert [int(count) for count in r.hvals(again.keys.hash)] == [1]
+        again.release()
+    assert not r.exists(lock.keys.hash)
