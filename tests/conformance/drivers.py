@@ -156,7 +156,7 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def close(self) -> None:
-        """Stop the loop, then end it as ``asyncio.run`` does: cancel what is left, let it finish."""
+        """Stop the loop, then end it as ``asyncio.run`` does: cancel the rest, let it end."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(HANG)
         rest = asyncio.all_tasks(self.loop)
@@ -203,7 +203,11 @@ class TaskOwner(Owner):
         future: Future[Any] = Future()
         item = (lock, op, args, kwargs, future)
         self._loop.loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        return Pending(future, lambda: self._loop.loop.call_soon_threadsafe(self._task.cancel))
+
+        def cancel() -> None:
+            self._loop.loop.call_soon_threadsafe(self._task.cancel)
+
+        return Pending(future, cancel)
 
     def close(self) -> None:
         self._loop.loop.call_soon_threadsafe(self._task.cancel)
@@ -256,7 +260,8 @@ class Driver:
     @staticmethod
     def keys(lock: Any) -> LockKeys:
         """The Redis keys of ``lock``."""
-        return lock.keys
+        keys: LockKeys = lock.keys
+        return keys
 
     def close(self) -> None:
         """Close owners, clients and loops, newest first."""

@@ -27,17 +27,6 @@ OWNED_READS_LOCAL_STATE = pytest.mark.xfail(
 )
 
 
-def _with_owned_drift(params: list[object]) -> list[object]:
-    """``params`` with the asyncio engines' cases marked by the known drift."""
-    marked = []
-    for param in params:
-        engine: Engine = param.values[0]  # type: ignore[attr-defined]
-        if engine.id in {"asyncio", "django-async-redis"}:
-            param = pytest.param(engine, id=engine.id, marks=OWNED_READS_LOCAL_STATE)
-        marked.append(param)
-    return marked
-
-
 # -- with: every engine, including `async with rlock()` on every backend ---------------
 
 
@@ -258,7 +247,12 @@ def test_release_of_a_lock_not_held_changes_nothing(connect: Connect, engine: En
     assert b.call(lock, "locked") is False
 
 
-@pytest.mark.parametrize("engine", _with_owned_drift(engines()))
+@pytest.mark.parametrize(
+    "engine",
+    engines(
+        marks={"asyncio": OWNED_READS_LOCAL_STATE, "django-async-redis": OWNED_READS_LOCAL_STATE}
+    ),
+)
 def test_owned_answers_from_the_lock_not_a_local_record(connect: Connect, engine: Engine) -> None:
     # A fixed lease, so no renewal can notice the loss first: owned() and
     # hold_count() must say what the lock says, at once.
@@ -306,17 +300,7 @@ LOCMEM_REENTRY_TTL = pytest.mark.xfail(
 )
 
 
-@pytest.mark.parametrize(
-    "engine",
-    [
-        pytest.param(
-            p.values[0],
-            id=p.values[0].id,
-            marks=[LOCMEM_REENTRY_TTL] if p.values[0].id == "django-locmem" else [],
-        )
-        for p in engines()
-    ],
-)
+@pytest.mark.parametrize("engine", engines(marks={"django-locmem": LOCMEM_REENTRY_TTL}))
 def test_reentry_never_shortens_the_lock(connect: Connect, engine: Engine) -> None:
     driver = connect(engine)
     (a,) = driver.owners(1)

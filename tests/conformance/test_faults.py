@@ -25,16 +25,6 @@ Connect = Callable[..., Driver]
 ASYNCIO_ENGINES = {"asyncio", "django-async-redis"}
 
 
-def _marked(params: list[Any], ids: set[str], mark: pytest.MarkDecorator) -> list[Any]:
-    """``params`` with ``mark`` on the engines named in ``ids``."""
-    out = []
-    for param in params:
-        engine: Engine = param.values[0]
-        marks = [mark] if engine.id in ids else []
-        out.append(pytest.param(engine, id=engine.id, marks=marks))
-    return out
-
-
 # -- reconnect --------------------------------------------------------------------------
 
 
@@ -87,7 +77,9 @@ def test_waiter_resubscribes_after_its_pubsub_connection_is_killed(
 # The embedded backend runs its own server with the default user: an ACL user
 # there would be set up through its serverconfig, a test of that backend's
 # configuration rather than of the lock. Not generated for it.
-ACL_ENGINES = [p for p in engines(server=True) if "embedded" not in p.values[0].id]
+def acl_engines(marks: dict[str, pytest.MarkDecorator] | None = None) -> list[Any]:
+    """The engines with a server of the test's own (all but the embedded ones)."""
+    return [p for p in engines(server=True, marks=marks) if "embedded" not in p.id]
 
 
 @pytest.fixture
@@ -106,7 +98,7 @@ def acl_user(redis_server: RedisServer) -> Iterator[Callable[[list[str]], str]]:
     admin.close()
 
 
-@pytest.mark.parametrize("engine", ACL_ENGINES)
+@pytest.mark.parametrize("engine", acl_engines())
 def test_acl_refusal_is_a_clear_noperm_and_holds_nothing(
     connect: Connect, engine: Engine, acl_user: Callable[[list[str]], str]
 ) -> None:
@@ -127,7 +119,9 @@ SUBSCRIBE_REFUSAL_LOOPS = pytest.mark.xfail(
 )
 
 
-@pytest.mark.parametrize("engine", _marked(ACL_ENGINES, ASYNCIO_ENGINES, SUBSCRIBE_REFUSAL_LOOPS))
+@pytest.mark.parametrize(
+    "engine", acl_engines(marks=dict.fromkeys(ASYNCIO_ENGINES, SUBSCRIBE_REFUSAL_LOOPS))
+)
 def test_refused_subscribe_falls_back_to_lease_waits_and_warns_once(
     connect: Connect,
     engine: Engine,
@@ -159,7 +153,9 @@ FALLBACK_RACE = pytest.mark.xfail(
 OWNERS = 8
 
 
-@pytest.mark.parametrize("engine", _marked(engines(server=True), ASYNCIO_ENGINES, FALLBACK_RACE))
+@pytest.mark.parametrize(
+    "engine", engines(server=True, marks=dict.fromkeys(ASYNCIO_ENGINES, FALLBACK_RACE))
+)
 def test_first_releases_racing_on_redis_62_all_fall_back(
     connect: Connect, engine: Engine, redis_62: RedisServer
 ) -> None:

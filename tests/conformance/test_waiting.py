@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from django_rlock.core import LockLostError
-from tests.conformance.conftest import ENGINES, engines
+from tests.conformance.conftest import engines
 from tests.conformance.drivers import HANG, Driver, Engine
 
 Connect = Callable[..., Driver]
@@ -95,20 +95,11 @@ CANCELLED_WAIT_GOES_ON = pytest.mark.xfail(
 )
 
 
-def _cancellation_cases() -> list[Any]:
-    # Asyncio owners only: a thread cannot be cancelled.
-    return [
-        pytest.param(
-            engine,
-            id=engine.id,
-            marks=[CANCELLED_WAIT_GOES_ON] if engine.server and not engine.full_api else [],
-        )
-        for engine in ENGINES
-        if engine.is_async
-    ]
-
-
-@pytest.mark.parametrize("engine", _cancellation_cases())
+# Asyncio owners only: a thread cannot be cancelled.
+@pytest.mark.parametrize(
+    "engine",
+    engines(is_async=True, full_api=False, marks={"django-async-embedded": CANCELLED_WAIT_GOES_ON}),
+)
 def test_cancelled_waiter_leaves_nothing_held_or_subscribed(
     connect: Connect, engine: Engine
 ) -> None:
