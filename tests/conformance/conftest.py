@@ -62,15 +62,17 @@ def engines(
     server: bool = False,
     full_api: bool = True,
     is_async: bool | None = None,
+    django: bool = False,
     marks: Mapping[str, pytest.MarkDecorator] | None = None,
 ) -> list[Any]:
     """The engines a rule applies to, as parameters named by engine.
 
     ``server``: the rule needs a redis-server it can reach (LocMem has none);
     ``full_api``: it uses more than ``with``; ``is_async``: only asyncio owners
-    (cancellation). A rule that does not apply to an engine is not generated
-    for it: each rule's comment says which and why. ``marks`` maps engine ids
-    to a mark (a strict xfail naming a known drift).
+    (cancellation); ``django``: only the Django backends (signals). A rule
+    that does not apply to an engine is not generated for it: each rule's
+    comment says which and why. ``marks`` maps engine ids to a mark (a strict
+    xfail naming a known drift).
     """
     marks = marks or {}
     return [
@@ -79,6 +81,7 @@ def engines(
         if (engine.server or not server)
         and (engine.full_api or not full_api)
         and (is_async is None or engine.is_async == is_async)
+        and (engine.django or not django)
     ]
 
 
