@@ -128,3 +128,38 @@ def test_cancelled_waiter_leaves_nothing_held_or_subscribed(
     c.call(following, "exit")
     if driver.admin is not None:
         assert driver.admin.exists(driver.keys(lock).hash) == 0
+
+
+# Every engine: `with` is all this rule uses.
+@pytest.mark.parametrize("engine", engines(full_api=False))
+def test_waiters_take_turns_one_at_a_time(connect: Connect, engine: Engine) -> None:
+    driver = connect(engine)
+    owners = driver.owners(4)
+    locks = [driver.lock("turns", timeout=HANG) for _ in owners]
+    pending = {
+        index: owner.start(lock, "enter")
+        for index, (owner, lock) in enumerate(zip(owners, locks, strict=True))
+    }
+    for _ in owners:
+        eventually(lambda: any(p.done() for p in pending.values()), "one waiter gets the lock")
+        time.sleep(0.15)  # nobody else may get it meanwhile
+        done = [index for index, p in pending.items() if p.done()]
+        assert len(done) == 1, f"holders at once: {done}"
+        (index,) = done
+        pending.pop(index).result()
+        owners[index].call(locks[index], "exit")
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_force_release_wakes_a_waiter(connect: Connect, engine: Engine) -> None:
+    driver = connect(engine)
+    a, b, c = driver.owners(3)
+    lock = driver.lock("fwake")
+    assert a.call(lock, "acquire", lease=LONG_LEASE) is True
+    waiter = b.start(lock, "acquire", timeout=HANG)
+    time.sleep(0.3)
+    assert c.call(lock, "force_release") is True
+    freed = time.monotonic()
+    assert waiter.result(HANG) is True
+    assert time.monotonic() - freed < 3.0
+    assert b.call(lock, "owned") is True
