@@ -48,6 +48,35 @@ def test_with_excludes_others_reenters_and_frees(connect: Connect, engine: Engin
     b.call(other, "exit")
 
 
+#: Found by this suite: `async with rlock() as lock` yields an AsyncRLock on the
+#: Redis backend but a ThreadOwnedLock (only `.name`) on embedded and LocMem,
+#: so the documented `fence=lock.token` raises AttributeError there.
+YIELDS_ADAPTER = pytest.mark.xfail(
+    strict=True,
+    reason="drift (found by the conformance suite): `async with rlock() as lock` on the "
+    "embedded and LocMem backends yields ThreadOwnedLock, which has no token/lost/owned",
+)
+
+
+@pytest.mark.parametrize(
+    "engine",
+    engines(
+        full_api=False,
+        marks={"django-async-embedded": YIELDS_ADAPTER, "django-async-locmem": YIELDS_ADAPTER},
+    ),
+)
+def test_with_yields_the_lock_and_its_token(connect: Connect, engine: Engine) -> None:
+    driver = connect(engine)
+    (a,) = driver.owners(1)
+    lock = driver.lock("yielded")
+    entered = a.call(lock, "enter")
+    try:
+        assert isinstance(a.call(entered, "token"), int)
+        assert a.call(entered, "lost") is False
+    finally:
+        a.call(lock, "exit")
+
+
 @pytest.mark.parametrize("engine", engines(full_api=False))
 def test_with_non_blocking_raises_at_once(connect: Connect, engine: Engine) -> None:
     driver = connect(engine)
