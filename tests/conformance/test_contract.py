@@ -21,11 +21,6 @@ Connect = Callable[..., Driver]
 
 #: The known asyncio drift: owned()/hold_count() read this process's record
 #: instead of asking Redis (issue 13; the `sansio` branch removes it).
-OWNED_READS_LOCAL_STATE = pytest.mark.xfail(
-    strict=True,
-    reason="drift 3 (issue 13): asyncio owned()/hold_count() read local state, sync asks Redis",
-)
-
 
 # -- with: every engine, including `async with rlock()` on every backend ---------------
 
@@ -288,12 +283,7 @@ def test_release_of_a_lock_not_held_changes_nothing(connect: Connect, engine: En
     assert b.call(lock, "locked") is False
 
 
-@pytest.mark.parametrize(
-    "engine",
-    engines(
-        marks={"asyncio": OWNED_READS_LOCAL_STATE, "django-async-redis": OWNED_READS_LOCAL_STATE}
-    ),
-)
+@pytest.mark.parametrize("engine", engines())
 def test_owned_answers_from_the_lock_not_a_local_record(connect: Connect, engine: Engine) -> None:
     # A fixed lease, so no renewal can notice the loss first: owned() and
     # hold_count() must say what the lock says, at once.

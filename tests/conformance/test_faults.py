@@ -112,16 +112,7 @@ def test_acl_refusal_is_a_clear_noperm_and_holds_nothing(
     assert driver.admin.keys("*") == []
 
 
-SUBSCRIBE_REFUSAL_LOOPS = pytest.mark.xfail(
-    strict=True,
-    reason="drift 2 (issue 13): the asyncio listener treats a refused SUBSCRIBE as a broken "
-    "connection and reconnects in a loop; the sync one warns once and waits on the lease",
-)
-
-
-@pytest.mark.parametrize(
-    "engine", acl_engines(marks=dict.fromkeys(ASYNCIO_ENGINES, SUBSCRIBE_REFUSAL_LOOPS))
-)
+@pytest.mark.parametrize("engine", acl_engines())
 def test_refused_subscribe_falls_back_to_lease_waits_and_warns_once(
     connect: Connect,
     engine: Engine,
@@ -153,9 +144,7 @@ FALLBACK_RACE = pytest.mark.xfail(
 OWNERS = 8
 
 
-@pytest.mark.parametrize(
-    "engine", engines(server=True, marks=dict.fromkeys(ASYNCIO_ENGINES, FALLBACK_RACE))
-)
+@pytest.mark.parametrize("engine", engines(server=True))
 def test_first_releases_racing_on_redis_62_all_fall_back(
     connect: Connect, engine: Engine, redis_62: RedisServer
 ) -> None:
