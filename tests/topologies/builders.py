@@ -60,21 +60,33 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
         time.sleep(0.05)
 
 
-def distinct_ports(count: int) -> list[int]:
-    """``count`` different free loopback ports (each probe stays bound until all are chosen)."""
+#: A cluster node also listens on its port + 10000 (the cluster bus), so its port
+#: must be below this; the kernel hands out ephemeral ports up to about 61000.
+CLUSTER_PORT_LIMIT = 65536 - 10000
+
+
+def distinct_ports(count: int, below: int = 65536) -> list[int]:
+    """``count`` different free loopback ports under ``below`` (each probe stays
+    bound until all are chosen, the ones too high included, so none comes twice)."""
     probes = []
+    chosen: list[int] = []
     try:
-        for _ in range(count):
+        for _ in range(count * 50):  # bounded: about 1 in 5 ephemeral ports is too high
             probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             probes.append(probe)
             probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
+            port = int(probe.getsockname()[1])
+            if port < below:
+                chosen.append(port)
+                if len(chosen) == count:
+                    return chosen
+        raise RuntimeError(f"found only {len(chosen)} of {count} free ports below {below}")
     finally:
         for probe in probes:
             probe.close()
 
 
-def start_on_a_free_port(server: RedisServer, attempts: int = 3) -> None:
+def start_on_a_free_port(server: RedisServer, attempts: int = 3, below: int = 65536) -> None:
     """Start ``server``, moving it to a fresh port if another process took its port first.
 
     Other test runs on the machine pick free ports too, so a port can be
@@ -88,7 +100,7 @@ def start_on_a_free_port(server: RedisServer, attempts: int = 3) -> None:
             server.stop()
             if attempt == attempts - 1:
                 raise
-            server.port = distinct_ports(1)[0]
+            server.port = distinct_ports(1, below)[0]
 
 
 def _companion(tool: str) -> str:
@@ -144,7 +156,8 @@ class Cluster:
         self.binary = binary or redis_server_binary()
         flags = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         flags += ["--cluster-node-timeout", "5000"]
-        self.nodes = [RedisServer(*flags, port=port) for port in distinct_ports(masters)]
+        ports = distinct_ports(masters, CLUSTER_PORT_LIMIT)
+        self.nodes = [RedisServer(*flags, port=port) for port in ports]
 
     @property
     def url(self) -> str:
@@ -159,7 +172,7 @@ class Cluster:
         cli = _companion("cli")
         try:
             for node in self.nodes:
-                start_on_a_free_port(node)
+                start_on_a_free_port(node, below=CLUSTER_PORT_LIMIT)
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             subprocess.run(
                 [
