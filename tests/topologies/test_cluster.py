@@ -44,7 +44,7 @@ def lock_client(cluster: Cluster, raw: RedisCluster) -> Iterator[LockClient]:
 def test_a_cluster_url_gives_a_sharded_cluster_client(lock_client: LockClient) -> None:
     assert isinstance(lock_client.cluster, RedisCluster)
     assert lock_client.publish_command == "spublish"
-    assert isinstance(lock_client._listener, ShardedReleaseListener)
+    assert isinstance(lock_client.listener, ShardedReleaseListener)
     assert lock_client.slot_of is slot_of
 
 
