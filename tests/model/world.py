@@ -529,7 +529,10 @@ class World:
 
     def _instrument(self, client: LockClient) -> LockClient:
         """Note when the library starts declaring a hold lost (before the flag is set)."""
-        declare = client.declare_lost
+        # Every loss goes through the registry's declare_lost (the watchdog's, via
+        # the client, too): wrapping it on the instance sees them all.
+        registry = client.holds
+        declare = registry.declare_lost
         history = self.history
 
         def declare_lost(hold: Hold, reason: str, *, by_owner: bool = False) -> None:
@@ -539,7 +542,7 @@ class World:
             if hold.lost and not was_lost:
                 history.declaring_lost(hold, at)
 
-        client.declare_lost = declare_lost  # type: ignore[method-assign]
+        registry.declare_lost = declare_lost  # type: ignore[method-assign]
         return client
 
     def sync_lock(self, index: int, name: str) -> RLock:
