@@ -348,6 +348,10 @@ class LockClient:
         """The holds the watchdog renews now: watchdog holds not released and not lost."""
         return self.holds.watched_holds()
 
+    def renewed(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """A renewal sent at ``sent_at`` left ``hold``'s key ``pttl_ms`` to live."""
+        self.holds.extend(hold, sent_at, pttl_ms)
+
     def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
         """Extend every hold's key to at least the watchdog timeout in one EVAL.
 

@@ -257,6 +257,11 @@ class HoldRegistry:
             _notify(self._acquired, hold)
         return hold
 
+    def extend(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """Take in a reply that found ``hold``'s key alive (see :meth:`Hold.extend`)."""
+        with self._lock:
+            hold.extend(sent_at, pttl_ms)
+
     def set_deadline(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
         """Set ``hold``'s deadline anew from a call that shortened its key on purpose."""
         with self._lock:
