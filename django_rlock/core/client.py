@@ -1,4 +1,8 @@
-"""LockClient: one Redis connection, the holds of this process, and renewal.
+"""LockClient: one Redis deployment, wired to the hold registry, listener and watchdog.
+
+The client owns the connections and the scripts loaded on them; what this
+process holds is kept by its :class:`~django_rlock.core.hold.HoldRegistry`
+(:attr:`LockClient.holds`), renewed by the process's watchdog.
 
 A client is cheap to share and expensive to build (it owns connection pools and,
 once someone waits, a pub/sub connection): build one per server per process and
@@ -329,7 +333,7 @@ class LockClient:
                 exc_info=True,
             )
 
-    # -- the hold registry's side, for the watchdog (see watchdog.Renewer) ---------------
+    # -- the watchdog's side (see watchdog.Renewer), on the hold registry -------------
 
     def lost_on_server(self, key: str, owner: str) -> tuple[int, int] | None:
         """(token, holds) of ``owner``'s holds of ``key`` declared lost since its last grant."""
@@ -341,8 +345,6 @@ class LockClient:
         See :meth:`HoldRegistry.declare_lost <django_rlock.core.hold.HoldRegistry.declare_lost>`.
         """
         self.holds.declare_lost(hold, reason, by_owner=by_owner)
-
-    # -- the watchdog's side (see watchdog.Renewer) ----------------------------------
 
     def watched_holds(self) -> list[Hold]:
         """The holds the watchdog renews now: watchdog holds not released and not lost."""
