@@ -115,7 +115,7 @@ def _drop_stranded_guards() -> None:
 def _close_without_loop(client: AsyncLockClient) -> None:
     # Its loop is closed (or not ours to run): stop renewing and close the
     # sync connections; the asyncio ones belong to the dead loop.
-    client._engine.close()
-    twin = client._engine.redis
+    client.engine.close()
+    twin = client.engine.redis
     twin.close()
     twin.connection_pool.disconnect()

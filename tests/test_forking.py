@@ -49,12 +49,17 @@ def _client(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
     return lambda: client._lock, client.watched_holds
 
 
+def _hold_registry(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    client = LockClient(redis_url, key_prefix="fork")
+    return lambda: client.holds._lock, client.holds.watched_holds
+
+
 def _release_listener(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
     client = LockClient(redis_url, key_prefix="fork")
     # The child has a listener of its own: look it up there.
     return (
-        lambda: client._listener._lock,  # type: ignore[attr-defined]  # ReleaseListener's mutex
-        lambda: client._listener.subscribed_channels(),  # noqa: PLW0108 -- looked up in the child
+        lambda: client.listener._lock,  # type: ignore[attr-defined]  # ReleaseListener's mutex
+        lambda: client.listener.subscribed_channels(),  # noqa: PLW0108 -- looked up in the child
     )
 
 
@@ -115,6 +120,7 @@ CASES: dict[str, Case] = {
     "watchdog instance": _watchdog_instance,
     "watchdog condition": _watchdog_condition,
     "LockClient": _client,
+    "HoldRegistry": _hold_registry,
     "ReleaseListener": _release_listener,
     "MultiLock": _multi_lock,
     "LockHandler": _handler,

@@ -1,4 +1,5 @@
-"""The package's import graph is the layering of shared/DESIGN.md, with no cycles.
+"""The package's import graph is the layering of shared/DESIGN.md, with no cycles,
+and no module reaches into another module's private state.
 
     celery_rlock -> django_rlock -> django_rlock.core
 
@@ -214,3 +215,86 @@ def test_no_import_cycles() -> None:
         graph[found.module].add(found.target)
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+#: Private attributes of other code that a module of ours reads, with the reason:
+#: each belongs to a third-party library that offers no public way to do it.
+FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
+    ("django_rlock.cache", "_servers"): (
+        "Django's RedisCache keeps its LOCATION list there, with no public accessor"
+    ),
+    ("django_rlock.cache", "_cache"): "Django's RedisCache client, to share its connection pool",
+    ("django_rlock.cache", "_get_connection_pool"): (
+        "Django's RedisCache client offers no public way to its (thread-safe) pool"
+    ),
+    ("django_rlock.management.commands.rlock", "_actions"): (
+        "argparse lists no parser's actions publicly; Django's call_command reads them too"
+    ),
+    ("django_rlock.reporting", "_getframe"): (
+        "sys._getframe walks the caller's frames without inspect.stack()'s cost"
+    ),
+    ("celery_rlock.decorators", "_get_app"): (
+        "a Celery task's app, bound or not; Celery offers only the private accessor"
+    ),
+}
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The names a module defines: its functions, classes, variables and ``self.`` attributes."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            names.add(node.attr)
+    return names
+
+
+def _foreign_privates(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """``x._name`` where ``x`` is not ``self``, ``cls`` or ``super()``, nor ``_name`` its own.
+
+    A module may use the private names it defines itself on any object (its
+    own classes' instances, its module-level helpers): the test cannot see
+    types, so a private name defined here and in another module is let
+    through. Everything else with a leading underscore belongs to someone else.
+    """
+    own = _own_names(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        attr, value = node.attr, node.value
+        if not attr.startswith("_") or attr.startswith("__") or attr in own:
+            continue
+        if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+            continue
+        if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "super":
+            continue
+        yield attr, node.lineno
+
+
+def test_foreign_privates_are_found() -> None:
+    source = "class A:\n    def f(self, other):\n        self._a = other._b + self._c\n"
+    assert list(_foreign_privates(ast.parse(source))) == [("_b", 3)]
+
+
+def test_no_module_reads_another_modules_private_state() -> None:
+    found = [
+        (module, attr, f"{path.relative_to(ROOT)}:{line}")
+        for module, path in MODULES.items()
+        for attr, line in _foreign_privates(ast.parse(path.read_text()))
+    ]
+    unlisted = [
+        f"{where}: .{attr}"
+        for module, attr, where in found
+        if (module, attr) not in FOREIGN_PRIVATES
+    ]
+    assert unlisted == [], "use or add a public method of the other module instead"
+    used = {(module, attr) for module, attr, _ in found}
+    assert sorted(set(FOREIGN_PRIVATES) - used) == [], "stale allow-list entries"

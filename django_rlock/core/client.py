@@ -1,4 +1,8 @@
-"""LockClient: one Redis connection, the holds of this process, and renewal.
+"""LockClient: one Redis deployment, wired to the hold registry, listener and watchdog.
+
+The client owns the connections and the scripts loaded on them; what this
+process holds is kept by its :class:`~django_rlock.core.hold.HoldRegistry`
+(:attr:`LockClient.holds`), renewed by the process's watchdog.
 
 A client is cheap to share and expensive to build (it owns connection pools and,
 once someone waits, a pub/sub connection): build one per server per process and
@@ -23,7 +27,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
-from django_rlock.core import forking, lostholds
+from django_rlock.core import forking
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -44,7 +48,7 @@ from django_rlock.core.defaults import (
     renewal_socket_timeout,
 )
 from django_rlock.core.exceptions import LockNotReplicatedError
-from django_rlock.core.hold import Hold, key_deadline
+from django_rlock.core.hold import Hold, HoldRegistry
 from django_rlock.core.lock import LockBase, RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.names import (
@@ -147,19 +151,17 @@ class LockClient:
                 sharded = self._sharded_pubsub(self.cluster)
             if sharded:
                 self.publish_command = "spublish"
-        self._scripts = LockScripts(self.redis)
+        #: The lock scripts, loaded on this client's connection.
+        self.scripts = LockScripts(self.redis)
         self._renewal_redis = derive_client(client, **self._renewal_timeouts())
-        self._listener = self._make_listener()
+        self.listener = self._make_listener()
         #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
-        self._acquire = self._scripts.acquire if min_replicas == 0 else self._acquire_synced
+        self.send_acquire = self.scripts.acquire if min_replicas == 0 else self._acquire_synced
         self._bounded_clients: dict[float, redis.Redis] = {}
-        self._lock = threading.Lock()
-        self._holds: dict[tuple[str, str], list[Hold]] = {}
-        # (lock key, owner, "acquire"/"release") -> the request id of a call whose
-        # reply never came: the owner's next such call reuses it (see LockBase).
-        self._unanswered: dict[tuple[str, str, str], str] = {}
-        self._watched = False  # registered with the watchdog (on the first watchdog hold)
-        self._lost_callbacks: list[LostCallback] = []
+        self._lock = threading.Lock()  # guards the bounded connections
+        #: This process's holds through this client; the watchdog renews them
+        #: from the first hold it must keep alive.
+        self.holds = HoldRegistry(watch=self._start_watch)
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -202,7 +204,15 @@ class LockClient:
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""
-        self._lost_callbacks.append(callback)
+
+        def lost(hold: Hold) -> None:
+            for lock in hold.locks[:1]:
+                callback(lock)
+
+        self.holds.on_lost(lost)
+
+    def _start_watch(self) -> None:
+        get_watchdog().watch(self)
 
     def close(self) -> None:
         """Stop renewing, stop listening and close the connections this client made.
@@ -215,13 +225,8 @@ class LockClient:
         get it. A fixed-lease hold needs no renewal and runs on to its lease.
         """
         get_watchdog().forget(self)
-        orphans = self.watched_holds()
-        with self._lock:
-            self._unanswered.clear()
-            self._watched = False
-        for hold in orphans:
-            self.declare_lost(hold, "its client was closed, so nothing renews it")
-        self._listener.close()
+        self.holds.abandon_watched("its client was closed, so nothing renews it")
+        self.listener.close()
         for bounded in self._bounded_clients.values():
             bounded.close()
             bounded.connection_pool.disconnect()
@@ -231,7 +236,7 @@ class LockClient:
         if self._owns_redis:
             self.redis.close()
 
-    def _bounded(self, timeout: float) -> redis.Redis | None:
+    def bounded(self, timeout: float) -> redis.Redis | None:
         """A connection to this client's server whose calls end within ``timeout`` seconds.
 
         No retries. RedLock sends its attempts through it, so a slow server
@@ -318,7 +323,7 @@ class LockClient:
         # extra hold); a full release wakes the next waiter as usual.
         keys = LockKeys.build(self.key_prefix, LockKeys.name_of(self.key_prefix, hash_key) or "")
         try:
-            self._scripts.release(
+            self.scripts.release(
                 keys=[hash_key, keys.channel, keys.waiters], args=[owner, self.publish_command]
             )
         except redis.RedisError:
@@ -328,108 +333,22 @@ class LockClient:
                 exc_info=True,
             )
 
-    # -- the hold registry, used by RLock ----------------------------------------------
-
-    def _holds_of(self, key: str, owner: str) -> list[Hold]:
-        """The owner's stack of holds on ``key`` (newest last); call with ``_lock`` held."""
-        return self._holds.get((key, owner), [])
-
-    def _granted(
-        self,
-        lock: LockBase,
-        owner: str,
-        *,
-        token: int,
-        holds: int,
-        lease: float | None,
-        sent_at: float,
-        pttl_ms: int,
-    ) -> Hold:
-        """Record a grant Redis has just made to ``owner``.
-
-        ``sent_at`` is when the acquire call was sent and ``pttl_ms`` the key's
-        life left that its reply reported (see :func:`~django_rlock.core.hold.key_deadline`).
-        """
-        keys = lock.keys
-        stale: Hold | None = None
-        with self._lock:
-            # This grant's call took the lost holds off the server (scripts.ACQUIRE).
-            lostholds.forget(keys.hash, owner)
-            stack = self._holds.setdefault((keys.hash, owner), [])
-            top = stack[-1] if stack else None
-            if top is not None and not top.lost and holds > 1:
-                top.count += 1
-                top.extend(sent_at, pttl_ms)
-                hold = top
-                hold.watchdog = hold.watchdog or lease is None
-            else:
-                if top is not None and not top.lost:
-                    # We believed we held it, yet Redis granted afresh: the old
-                    # hold expired unnoticed (a long pause). Report it now.
-                    stale = top
-                hold = Hold(
-                    name=keys.name,
-                    key=keys.hash,
-                    fence=keys.fence,
-                    owner=owner,
-                    token=token,
-                    count=1,
-                    watchdog=lease is None,
-                    deadline=key_deadline(sent_at, pttl_ms),
-                    acquired_at=sent_at,
-                )
-                stack.append(hold)
-                hold.add_lock(lock)
-            start_watch = hold.watchdog and not self._watched
-            self._watched = self._watched or hold.watchdog
-        if stale is not None:
-            self.declare_lost(stale, "it expired before this re-entry")
-        if start_watch:
-            get_watchdog().watch(self)
-        return hold
-
-    def _forget_hold(self, hold: Hold) -> None:
-        """Remove a hold that is fully released; call with ``_lock`` held."""
-        hold.released = True
-        stack = self._holds.get((hold.key, hold.owner))
-        if stack is not None and hold in stack:
-            stack.remove(hold)
-            if not stack:
-                del self._holds[(hold.key, hold.owner)]
+    # -- the watchdog's side (see watchdog.Renewer), on the hold registry -------------
 
     def declare_lost(self, hold: Hold, reason: str, *, by_owner: bool = False) -> None:
         """Mark ``hold`` lost (once), stop renewing it, and run its callbacks.
 
-        A renewal that races the owner's own final release is not a loss, so
-        unless ``by_owner`` a hold being released is left to the release path.
+        See :meth:`HoldRegistry.declare_lost <django_rlock.core.hold.HoldRegistry.declare_lost>`.
         """
-        with self._lock:
-            if hold.lost or hold.released or (hold.releasing and not by_owner):
-                return
-            hold.lost = True
-            locks = list(hold.locks)
-            # The server may still count these holds: the owner's next acquire,
-            # through any client, takes them off first (see lostholds).
-            lostholds.record(hold.key, hold.owner, hold.token, hold.count)
-        logger.warning("lock %r lost: %s", hold.name, reason)
-        callbacks = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
-        callbacks += [(callback, lock) for callback in self._lost_callbacks for lock in locks[:1]]
-        if callbacks:
-            threading.Thread(
-                target=_run_callbacks, args=(callbacks,), name="rlock-on-lost", daemon=True
-            ).start()
-
-    # -- the watchdog's side (see watchdog.Renewer) ----------------------------------
+        self.holds.declare_lost(hold, reason, by_owner=by_owner)
 
     def watched_holds(self) -> list[Hold]:
         """The holds the watchdog renews now: watchdog holds not released and not lost."""
-        with self._lock:
-            return [
-                hold
-                for stack in self._holds.values()
-                for hold in stack
-                if hold.watchdog and not hold.lost and not hold.released
-            ]
+        return self.holds.watched_holds()
+
+    def renewed(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """A renewal sent at ``sent_at`` left ``hold``'s key ``pttl_ms`` to live."""
+        self.holds.extend(hold, sent_at, pttl_ms)
 
     def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
         """Extend every hold's key to at least the watchdog timeout in one EVAL.
@@ -445,7 +364,7 @@ class LockClient:
             0,
             *(hold.owner for hold in holds),
         ]
-        left = self._scripts.renew(keys=keys, args=args, client=self._renewal_redis)
+        left = self.scripts.renew(keys=keys, args=args, client=self._renewal_redis)
         return [int(pttl_ms) for pttl_ms in left]
 
     def _renewal_timeouts(self) -> dict[str, Any]:
@@ -461,20 +380,9 @@ class LockClient:
         }
 
     def _after_fork_in_child(self) -> None:
-        # The child owns none of the parent's holds and shares none of its threads.
+        # The child shares none of the parent's threads (its holds: see core.hold).
         self._lock = threading.Lock()
-        self._holds = {}
-        self._unanswered = {}
-        self._watched = False
-        self._listener = self._make_listener()
-
-
-def _run_callbacks(callbacks: list[tuple[LostCallback, LockBase]]) -> None:
-    for callback, lock in callbacks:
-        try:
-            callback(lock)
-        except Exception:
-            logger.exception("on_lost callback %r failed", callback)
+        self.listener = self._make_listener()
 
 
 @forking.after_fork_in_child

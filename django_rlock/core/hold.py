@@ -2,9 +2,11 @@
 
 Redis is the source of truth for who holds a lock; a :class:`Hold` is what this
 process knows about its own hold: the hold count, the fencing token, how long
-the key is known to live, and whether the hold was lost. Holds live in the
-client, keyed by ``(lock key, owner)``, so that every lock object naming the
-same lock in one thread shares them (as Redis does).
+the key is known to live, and whether the hold was lost. Holds live in a
+:class:`HoldRegistry` (one per client), keyed by ``(lock key, owner)``, so
+that every lock object naming the same lock in one thread shares them (as
+Redis does); the registry is the only code that changes them, and tells
+subscribers when a hold is acquired, released or lost.
 
 One rule ties a hold's local deadline to its key's expiry, on every path that
 sets or extends it (a grant, a re-entry, a renewal, a retry the request latch
@@ -19,14 +21,22 @@ can only move a deadline later (:meth:`Hold.extend`).
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from django_rlock.core import forking, lostholds
 
 if TYPE_CHECKING:
     from django_rlock.core.lock import LockBase
 
-__all__ = ["Hold", "key_deadline"]
+__all__ = ["Hold", "HoldCallback", "HoldRegistry", "key_deadline"]
+
+logger = logging.getLogger("django_rlock.lock")
 
 
 def key_deadline(sent_at: float, pttl_ms: int) -> float:
@@ -80,3 +90,297 @@ class Hold:
         deadline is the true one, whichever reply arrived last.
         """
         self.deadline = max(self.deadline, key_deadline(sent_at, pttl_ms))
+
+
+#: Called with the hold an event is about (see :class:`HoldRegistry`).
+HoldCallback = Callable[[Hold], object]
+
+#: A lost hold's callbacks: each one and what it is called with.
+_Calls = list[tuple[Callable[[Any], object], object]]
+
+
+class HoldRegistry:
+    """The holds of this process on one Redis deployment, and the events they go through.
+
+    One registry per :class:`~django_rlock.core.LockClient`, shared by every
+    lock made through it (and by its asyncio twin). Holds are kept per
+    ``(lock key, owner)``, newest last. Besides the live holds it keeps, per
+    key and owner, the ids of calls whose reply never came
+    (:meth:`take_unanswered`). Thread-safe: one mutex of its own, never held
+    while a callback or a watchdog call runs.
+
+    Events, for whoever subscribes (callbacks run in the order subscribed; one
+    that raises is logged and the others still run):
+
+    - :meth:`on_acquired`: a new hold was granted (not a re-entry), on the
+      acquiring thread;
+    - :meth:`on_released`: an owner's last hold was given back (or dropped
+      after a release whose outcome is unknown), on the releasing thread;
+    - :meth:`on_lost`: a hold was lost, on a short-lived thread of its own
+      after the callbacks of the locks that took it, so a slow callback cannot
+      delay the renewal of other locks.
+
+    ``watch`` is called (outside the mutex) when the first hold the watchdog
+    must renew is granted, and again after :meth:`abandon_watched`.
+    """
+
+    def __init__(self, watch: Callable[[], object] = lambda: None) -> None:
+        self._watch = watch
+        self._lock = threading.Lock()
+        self._holds: dict[tuple[str, str], list[Hold]] = {}
+        # (lock key, owner, "acquire"/"release") -> the request id of a call whose
+        # reply never came: the owner's next such call reuses it (see LockBase).
+        self._unanswered: dict[tuple[str, str, str], str] = {}
+        self._watched = False  # `watch` was called for the holds now kept
+        self._acquired: list[HoldCallback] = []
+        self._released: list[HoldCallback] = []
+        self._lost: list[HoldCallback] = []
+        _registries.add(self)
+
+    # -- events ---------------------------------------------------------------------
+
+    def on_acquired(self, callback: HoldCallback) -> None:
+        """Call ``callback(hold)`` for every new hold granted from now on."""
+        self._acquired.append(callback)
+
+    def on_released(self, callback: HoldCallback) -> None:
+        """Call ``callback(hold)`` whenever an owner's last hold on a lock is given back."""
+        self._released.append(callback)
+
+    def on_lost(self, callback: HoldCallback) -> None:
+        """Call ``callback(hold)`` whenever a hold is lost (on a thread of its own)."""
+        self._lost.append(callback)
+
+    # -- reading --------------------------------------------------------------------
+
+    def holds_of(self, key: str, owner: str) -> list[Hold]:
+        """A copy of ``owner``'s holds on the lock keyed ``key``, newest last."""
+        with self._lock:
+            return list(self._holds.get((key, owner), []))
+
+    def newest(self, key: str, owner: str) -> Hold | None:
+        """``owner``'s newest hold on the lock keyed ``key``, None when it has none."""
+        with self._lock:
+            stack = self._holds.get((key, owner))
+            return stack[-1] if stack else None
+
+    def watched_holds(self) -> list[Hold]:
+        """The holds the watchdog renews now: watchdog holds not released and not lost."""
+        with self._lock:
+            return [
+                hold
+                for stack in self._holds.values()
+                for hold in stack
+                if hold.watchdog and not hold.lost and not hold.released
+            ]
+
+    # -- request ids of calls that were never answered ----------------------------
+
+    def take_unanswered(self, key: str, owner: str, kind: str) -> str | None:
+        """The id of ``owner``'s unanswered ``kind`` call on ``key``, forgotten as it is taken."""
+        with self._lock:
+            return self._unanswered.pop((key, owner, kind), None)
+
+    def note_unanswered(self, key: str, owner: str, kind: str, rid: str) -> None:
+        """Remember that ``owner``'s ``kind`` call ``rid`` on ``key`` got no reply."""
+        with self._lock:
+            self._unanswered[(key, owner, kind)] = rid
+
+    # -- grants and deadlines -------------------------------------------------------
+
+    def grant(
+        self,
+        lock: LockBase,
+        owner: str,
+        *,
+        token: int,
+        holds: int,
+        lease: float | None,
+        sent_at: float,
+        pttl_ms: int,
+    ) -> Hold:
+        """Record a grant Redis has just made to ``owner`` through ``lock``.
+
+        ``holds`` is the owner's hold count the server reported: above one it
+        re-enters the newest live hold. ``sent_at`` is when the acquire call
+        was sent and ``pttl_ms`` the key's life left that its reply reported
+        (see :func:`key_deadline`).
+        """
+        keys = lock.keys
+        stale: Hold | None = None
+        new = False
+        with self._lock:
+            # This grant's call took the lost holds off the server (scripts.ACQUIRE).
+            lostholds.forget(keys.hash, owner)
+            stack = self._holds.setdefault((keys.hash, owner), [])
+            top = stack[-1] if stack else None
+            if top is not None and not top.lost and holds > 1:
+                top.count += 1
+                top.extend(sent_at, pttl_ms)
+                hold = top
+                hold.watchdog = hold.watchdog or lease is None
+            else:
+                if top is not None and not top.lost:
+                    # We believed we held it, yet Redis granted afresh: the old
+                    # hold expired unnoticed (a long pause). Report it now.
+                    stale = top
+                hold = Hold(
+                    name=keys.name,
+                    key=keys.hash,
+                    fence=keys.fence,
+                    owner=owner,
+                    token=token,
+                    count=1,
+                    watchdog=lease is None,
+                    deadline=key_deadline(sent_at, pttl_ms),
+                    acquired_at=sent_at,
+                )
+                stack.append(hold)
+                hold.add_lock(lock)
+                new = True
+            start_watch = hold.watchdog and not self._watched
+            self._watched = self._watched or hold.watchdog
+        if stale is not None:
+            self.declare_lost(stale, "it expired before this re-entry")
+        if start_watch:
+            self._watch()
+        if new:
+            _notify(self._acquired, hold)
+        return hold
+
+    def extend(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """Take in a reply that found ``hold``'s key alive (see :meth:`Hold.extend`)."""
+        with self._lock:
+            hold.extend(sent_at, pttl_ms)
+
+    def set_deadline(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """Set ``hold``'s deadline anew from a call that shortened its key on purpose."""
+        with self._lock:
+            hold.deadline = key_deadline(sent_at, pttl_ms)
+
+    # -- releases -------------------------------------------------------------------
+
+    def start_release(self, key: str, owner: str) -> Hold | None:
+        """Before a release call: ``owner``'s newest hold on ``key`` (None: it has none).
+
+        A last hold is marked ``releasing``, so a renewal racing the release
+        does not call it lost. A hold already lost is returned as it is: its
+        owner acknowledges it (:meth:`acknowledge_lost`) instead of calling.
+        """
+        with self._lock:
+            stack = self._holds.get((key, owner))
+            hold = stack[-1] if stack else None
+            if hold is not None and not hold.lost and hold.count == 1:
+                hold.releasing = True
+            return hold
+
+    def released(self, hold: Hold, left: int) -> None:
+        """A release call of ``hold``'s owner answered: ``left`` holds remain on the server."""
+        with self._lock:
+            hold.count -= 1
+            done = hold.count <= 0 or left == 0
+            if done:
+                self._forget(hold)
+        if done:
+            _notify(self._released, hold)
+
+    def release_failed(self, hold: Hold) -> bool:
+        """A release call of ``hold`` failed, outcome unknown: count it as released.
+
+        At zero the hold is dropped, so the watchdog stops renewing it and the
+        key expires by itself. True when it was dropped.
+        """
+        with self._lock:
+            hold.releasing = False
+            hold.count -= 1
+            if hold.count > 0:
+                return False
+            self._forget(hold)
+        _notify(self._released, hold)
+        return True
+
+    def acknowledge_lost(self, hold: Hold) -> bool:
+        """The owner gives up one hold of a lost lock; True when that was its last."""
+        with self._lock:
+            hold.count -= 1
+            if hold.count > 0:
+                return False
+            self._forget(hold)
+            return True
+
+    def _forget(self, hold: Hold) -> None:
+        # Called with the mutex held: the hold is fully given back.
+        hold.released = True
+        stack = self._holds.get((hold.key, hold.owner))
+        if stack is not None and hold in stack:
+            stack.remove(hold)
+            if not stack:
+                del self._holds[(hold.key, hold.owner)]
+
+    # -- losses ---------------------------------------------------------------------
+
+    def declare_lost(self, hold: Hold, reason: str, *, by_owner: bool = False) -> None:
+        """Mark ``hold`` lost (once), stop renewing it, and run its callbacks.
+
+        A renewal that races the owner's own final release is not a loss, so
+        unless ``by_owner`` a hold being released is left to the release path.
+        """
+        with self._lock:
+            if hold.lost or hold.released or (hold.releasing and not by_owner):
+                return
+            hold.lost = True
+            locks = list(hold.locks)
+            # The server may still count these holds: the owner's next acquire,
+            # through any client of the process, takes them off first (lostholds).
+            lostholds.record(hold.key, hold.owner, hold.token, hold.count)
+        logger.warning("lock %r lost: %s", hold.name, reason)
+        calls: _Calls = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
+        calls += [(callback, hold) for callback in self._lost]
+        if calls:
+            threading.Thread(
+                target=_run_lost_callbacks, args=(calls,), name="rlock-on-lost", daemon=True
+            ).start()
+
+    def abandon_watched(self, reason: str) -> None:
+        """Declare every hold the watchdog renews lost: nothing will renew them any more.
+
+        Also forgets the unanswered calls; a later watchdog hold calls ``watch`` again.
+        """
+        orphans = self.watched_holds()
+        with self._lock:
+            self._unanswered.clear()
+            self._watched = False
+        for hold in orphans:
+            self.declare_lost(hold, reason)
+
+    def forget_all(self) -> None:
+        """Start from nothing: in a forked child, which owns none of the parent's holds."""
+        self._lock = threading.Lock()
+        self._holds = {}
+        self._unanswered = {}
+        self._watched = False
+
+
+_registries: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
+
+
+def _notify(callbacks: list[HoldCallback], hold: Hold) -> None:
+    for callback in list(callbacks):
+        try:
+            callback(hold)
+        except Exception:
+            logger.exception("hold event callback %r failed", callback)
+
+
+def _run_lost_callbacks(calls: _Calls) -> None:
+    for callback, subject in calls:
+        try:
+            callback(subject)
+        except Exception:
+            logger.exception("on_lost callback %r failed", callback)
+
+
+@forking.after_fork_in_child
+def _reset_registries_after_fork() -> None:
+    for registry in list(_registries):
+        registry.forget_all()

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     import redis
 
     from django_rlock.core.client import LockClient
-    from django_rlock.core.hold import Hold
+    from django_rlock.core.hold import Hold, HoldRegistry
     from django_rlock.core.waiting import Subscription
 
 __all__ = [
@@ -135,15 +135,17 @@ class LockBase:
 
     The keys and ``with`` defaults, and the bookkeeping around a release and a
     loss, which never does I/O: only the script calls differ between the two.
-    ``registry`` is the :class:`LockClient` that records this process's holds.
+    ``engine`` is the :class:`LockClient` whose :class:`HoldRegistry` records
+    this process's holds (an asyncio client's sync engine for ``AsyncRLock``).
     """
 
-    def __init__(self, registry: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, engine: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
         unknown = sorted(set(options) - set(LockOptions.__annotations__))
         if unknown:
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
-        self._registry = registry
-        self.keys = LockKeys.build(registry.key_prefix, name)
+        self._engine = engine
+        self._registry: HoldRegistry = engine.holds
+        self.keys = LockKeys.build(engine.key_prefix, name)
         self.timeout = check_timeout(options.get("timeout"))
         self.lease = check_lease(options.get("lease"))
         self.blocking = check_blocking(options.get("blocking", True), self.timeout)
@@ -162,18 +164,18 @@ class LockBase:
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
         check_blocking(blocking, wait)
-        watchdog = self._registry.watchdog_timeout
+        watchdog = self._engine.watchdog_timeout
         return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""
-        return reported_unavailable(self._registry.server, action, self.name)
+        return reported_unavailable(self._engine.server, action, self.name)
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
-        ttl = self._registry.watchdog_timeout if lease is None else lease
+        ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
         return acquire_call(
@@ -183,7 +185,7 @@ class LockBase:
     def _release_call(self, owner: str) -> ScriptCall:
         """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
         rid = self._request_id("release", owner)
-        return release_call(self.keys, owner, self._registry.publish_command, rid)
+        return release_call(self.keys, owner, self._engine.publish_command, rid)
 
     def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
@@ -196,10 +198,9 @@ class LockBase:
         self, reply: Any, owner: str, lease: float | None, sent_at: float
     ) -> float | None:
         """Record a grant (None), or the seconds to wait at most before trying again."""
-        registry = self._registry
-        answer = acquire_reply(reply, no_expiry_wait=registry.watchdog_timeout)
+        answer = acquire_reply(reply, no_expiry_wait=self._engine.watchdog_timeout)
         if isinstance(answer, Grant):
-            registry._granted(
+            self._registry.grant(
                 self,
                 owner,
                 token=answer.token,
@@ -220,13 +221,11 @@ class LockBase:
         what the first one did instead of doing it again (no double-counted
         re-entry after a retried acquire, no second release).
         """
-        with self._registry._lock:
-            pending = self._registry._unanswered.pop((self.keys.hash, owner, kind), None)
+        pending = self._registry.take_unanswered(self.keys.hash, owner, kind)
         return pending or request_id()
 
     def _unanswered(self, kind: str, owner: str, rid: str) -> None:
-        with self._registry._lock:
-            self._registry._unanswered[(self.keys.hash, owner, kind)] = rid
+        self._registry.note_unanswered(self.keys.hash, owner, kind, rid)
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
@@ -256,15 +255,10 @@ class LockBase:
         LockLostError is raised, and ``remember_lost`` called once its last
         hold is acknowledged.
         """
-        registry = self._registry
-        with registry._lock:
-            stack = registry._holds_of(self.keys.hash, owner)
-            hold = stack[-1] if stack else None
-            if hold is not None and hold.lost:
-                self._acknowledge_lost(hold, remember_lost)
-                raise self._lost_error()
-            if hold is not None and hold.count == 1:
-                hold.releasing = True  # a renewal racing this release is not a loss
+        hold = self._registry.start_release(self.keys.hash, owner)
+        if hold is not None and hold.lost:
+            self._acknowledge_lost(hold, remember_lost)
+            raise self._lost_error()
         return hold
 
     def _release_settle(
@@ -281,15 +275,11 @@ class LockBase:
             registry.declare_lost(
                 hold, "it expired or was taken over before release", by_owner=True
             )
-            with registry._lock:
-                self._acknowledge_lost(hold, remember_lost)
+            self._acknowledge_lost(hold, remember_lost)
             raise self._lost_error()
         if hold is None:
             return  # a hold of the same owner taken through another client
-        with registry._lock:
-            hold.count -= 1
-            if hold.count <= 0 or left == 0:
-                registry._forget_hold(hold)
+        registry.released(hold, left)
 
     def _release_failed(
         self, hold: Hold | None, error: BaseException, owner: str, call: ScriptCall
@@ -306,37 +296,28 @@ class LockBase:
             self._unanswered("release", owner, call.rid)
         if hold is None:
             return
-        registry = self._registry
-        with registry._lock:
-            hold.releasing = False
-            hold.count -= 1
-            if hold.count > 0:
-                return
-            registry._forget_hold(hold)
+        if not self._registry.release_failed(hold):
+            return
         logger.warning(
             "releasing lock %r failed (%s): it will expire by itself within %ss",
             self.name,
             type(error).__name__,
-            registry.watchdog_timeout if hold.watchdog else "its lease",
+            self._engine.watchdog_timeout if hold.watchdog else "its lease",
         )
 
     def _acknowledge_lost(self, hold: Hold, remember_lost: Callable[[], None]) -> None:
-        # Called with the registry lock held: one hold of a lost lock is given up.
-        hold.count -= 1
-        if hold.count <= 0:
-            self._registry._forget_hold(hold)
+        # One hold of a lost lock is given up; at the last, the loss is remembered.
+        if self._registry.acknowledge_lost(hold):
             remember_lost()
 
     def _token_of(self, owner: str) -> int | None:
-        with self._registry._lock:
-            stack = self._registry._holds_of(self.keys.hash, owner)
-            return stack[-1].token if stack else None
+        hold = self._registry.newest(self.keys.hash, owner)
+        return None if hold is None else hold.token
 
     def _holds_lost(self, owner: str) -> bool:
         """Whether any hold of ``owner`` is lost, declaring those whose deadline passed."""
         registry = self._registry
-        with registry._lock:
-            stack = list(registry._holds_of(self.keys.hash, owner))
+        stack = registry.holds_of(self.keys.hash, owner)
         now = clock.monotonic()
         for hold in stack:
             if not hold.lost and now >= hold.deadline:
@@ -399,7 +380,7 @@ class RLock(LockBase):
         sent_at = clock.monotonic()
 
         def send() -> Any:
-            return self.client._acquire(keys=call.keys, args=call.args, client=via)
+            return self.client.send_acquire(keys=call.keys, args=call.args, client=via)
 
         try:
             # RedLock (`via`) bounds each server to one short attempt: no resend.
@@ -411,11 +392,20 @@ class RLock(LockBase):
             self._local.lost = False
         return wait
 
+    def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
+        """One acquire call for ``owner``, no waiting: True when granted.
+
+        For lock groups (:class:`~django_rlock.core.multilock.RedLock`), which
+        try each member once on its own short-timeout connection ``via``.
+        Raises what the call raised: the group decides what an error means.
+        """
+        return self._attempt(owner, lease, via=via) is None
+
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
         call = abandon_call(self.keys, waiter_id, self.client.publish_command)
         try:
-            self.client._scripts.abandon(keys=call.keys, args=call.args)
+            self.client.scripts.abandon(keys=call.keys, args=call.args)
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
@@ -448,7 +438,7 @@ class RLock(LockBase):
         with self._reachable("release"):
             try:
                 left = int(
-                    resend_once(lambda: client._scripts.release(keys=call.keys, args=call.args))
+                    resend_once(lambda: client.scripts.release(keys=call.keys, args=call.args))
                 )
             except BaseException as error:
                 self._release_failed(hold, error, owner, call)
@@ -466,7 +456,7 @@ class RLock(LockBase):
         """
         call = force_release_call(self.keys, self.client.publish_command)
         with self._reachable("force-release"):
-            return bool(self.client._scripts.force_release(keys=call.keys, args=call.args))
+            return bool(self.client.scripts.force_release(keys=call.keys, args=call.args))
 
     # -- inspecting ---------------------------------------------------------------
 
@@ -531,7 +521,7 @@ class _Waiting:
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
 
     def listen(self) -> None:
-        listener = self.lock.client._listener
+        listener = self.lock.client.listener
         self.subscription = self._stack.enter_context(listener.listen(self.lock.keys.channel))
 
     def close(self, *, registered: bool) -> None:

@@ -64,10 +64,10 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
 )
-from django_rlock.core.hold import key_deadline
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
+from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
     from django_rlock.core.hold import Hold
@@ -184,8 +184,9 @@ class _GroupLock:
         owner = thread_owner()
         holds = []
         for member in members:
-            with member.client._lock:
-                holds.append(member.client._holds_of(member.keys.hash, owner)[-1])
+            hold = member.client.holds.newest(member.keys.hash, owner)
+            assert hold is not None, "a member just granted has a hold"
+            holds.append(hold)
         return _Acquisition(tuple(members), tuple(holds), validity)
 
     def __enter__(self) -> Self:
@@ -413,24 +414,21 @@ class MultiLock(_GroupLock):
         owner = thread_owner()
         for member in taken:
             client = member.client
-            with client._lock:
-                stack = client._holds_of(member.keys.hash, owner)
-                hold = stack[-1] if stack else None
+            hold = client.holds.newest(member.keys.hash, owner)
             if hold is None or hold.count != 1:
                 continue  # a re-entry never shortens the hold it re-enters
             sent_at = clock.monotonic()
             # '1': set this expiry even though it is shorter than the grant's.
-            with member._reachable("acquire"):
-                left = client._scripts.renew(
+            with reported_unavailable(client.server, "acquire", member.name):
+                left = client.scripts.renew(
                     keys=[member.keys.hash, member.keys.fence],
                     args=[milliseconds(lease), 1, owner],
                 )
             pttl_ms = int(left[0])
             if pttl_ms <= 0:
                 return False
-            with client._lock:
-                # Set anew, not extended: this call shortened the key on purpose.
-                hold.deadline = key_deadline(sent_at, pttl_ms)
+            # Set anew, not extended: this call shortened the key on purpose.
+            client.holds.set_deadline(hold, sent_at, pttl_ms)
         return True
 
     def locked(self) -> bool:
@@ -534,7 +532,7 @@ class RedLock(_GroupLock):
         unknown: list[RLock] = []
         for member in self.locks:
             try:
-                if member._attempt(owner, lease, via=member.client._bounded(call_timeout)) is None:
+                if member.attempt_as(owner, lease, via=member.client.bounded(call_timeout)):
                     taken.append(member)
             except LockNotReplicatedError:
                 continue  # granted, too few replicas confirmed, undone: not taken
@@ -558,15 +556,14 @@ class RedLock(_GroupLock):
         older hold would take away a hold that is still wanted.
         """
         client = member.client
-        with client._lock:
-            if client._holds_of(member.keys.hash, owner):
-                return
+        if client.holds.newest(member.keys.hash, owner) is not None:
+            return
         # Still unreachable: a grant there expires with its lease.
         with contextlib.suppress(redis.RedisError):
-            client._scripts.release(
+            client.scripts.release(
                 keys=[member.keys.hash, member.keys.channel, member.keys.waiters],
                 args=[owner, client.publish_command],
-                client=client._bounded(call_timeout),
+                client=client.bounded(call_timeout),
             )
 
     def locked(self) -> bool:

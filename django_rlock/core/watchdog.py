@@ -68,6 +68,10 @@ class Renewer(Protocol):
         """Record that ``hold`` is lost and tell its listeners."""
         ...
 
+    def renewed(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
+        """Record that a renewal sent at ``sent_at`` left ``hold``'s key ``pttl_ms`` to live."""
+        ...
+
 
 @dataclass(eq=False)
 class _Schedule:
@@ -181,7 +185,7 @@ class Watchdog:
                 logger.info("watchdog: renewals succeed again")
             for hold, pttl_ms in zip(batch, renewed, strict=True):
                 if pttl_ms > 0:
-                    hold.extend(sent_at, pttl_ms)
+                    renewer.renewed(hold, sent_at, pttl_ms)
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
 

@@ -51,7 +51,7 @@ def test_two_hundred_tasks_update_a_counter_exactly(redis_url: str, r: redis.Red
 
         await asyncio.gather(*(work() for _ in range(200)))
         await counter.aclose()
-        assert client._listener.subscribed_channels() == set()
+        assert client.listener.subscribed_channels() == set()
 
     run(redis_url, scenario)
     assert int(r.get("count") or 0) == 1000

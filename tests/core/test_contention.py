@@ -74,7 +74,7 @@ def test_contended_threads_leave_no_subscription_and_no_thread(
         worker.join(timeout=240)
     assert counter["value"] == threads * rounds
     assert counter["overlaps"] == 0
-    assert lock_client._listener.subscribed_channels() == set()
+    assert lock_client.listener.subscribed_channels() == set()
     deadline = time.monotonic() + 5
     while r.pubsub_channels() and time.monotonic() < deadline:
         time.sleep(0.01)  # the last UNSUBSCRIBE is asynchronous
@@ -192,4 +192,4 @@ def test_a_waiter_that_gives_up_leaves_the_waiting_set(
     holder.join()
     assert lock.acquire(timeout=0.3) is False
     assert not r.exists("test:{impatient}:waiters")
-    assert lock_client._listener.subscribed_channels() == set()
+    assert lock_client.listener.subscribed_channels() == set()

@@ -243,7 +243,7 @@ def test_unreachable_redis_fails_fast_naming_the_server_and_keeps_no_state() -> 
         lock.acquire()
     assert isinstance(caught.value.__cause__, redis.ConnectionError)
     assert time.monotonic() - started < 10
-    assert client._holds == {}
+    assert client.watched_holds() == []
     assert lock.token is None and not lock.lost
     client.close()
 
@@ -317,7 +317,7 @@ def test_a_failed_release_stops_renewal_so_the_lock_expires() -> None:
                 lock.release()
         finally:
             server.process.send_signal(signal.SIGCONT)
-        assert client._holds == {}  # nothing left to renew
+        assert client.watched_holds() == []  # nothing left to renew
         deadline = time.monotonic() + 5
         while raw.exists("test:{unreleasable}"):
             assert time.monotonic() < deadline, "the watchdog kept a failed release alive"

@@ -17,9 +17,9 @@ __all__ = ["LockWatch", "current_hold"]
 
 def current_hold(lock: RLock, owner: str | None = None) -> Hold:
     """The calling thread's (or ``owner``'s) newest hold on ``lock``, as its client records it."""
-    client = lock.client
-    with client._lock:
-        return client._holds_of(lock.keys.hash, owner or thread_owner())[-1]
+    hold = lock.client.holds.newest(lock.keys.hash, owner or thread_owner())
+    assert hold is not None, "the owner holds the lock"
+    return hold
 
 
 @dataclass

@@ -82,7 +82,7 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
     busy = client.lock("busy")
     admin.zadd(busy.keys.waiters, {"other-waiter": time.time() * 1000 + 60_000})
     assert (
-        client._scripts.abandon(
+        client.scripts.abandon(
             keys=[busy.keys.hash, busy.keys.channel, busy.keys.waiters], args=["gone", "publish"]
         )
         == 1

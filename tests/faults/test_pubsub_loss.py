@@ -63,7 +63,7 @@ def test_waiter_gets_the_lock_within_the_holders_ttl_with_pubsub_killed(
         print(f"FIGURES pubsub: granted {granted_at - expires_at:+.3f}s after the lease ended")
         assert granted_at - expires_at <= 0.25
         waiting.lock("ttl").release()
-        assert waiting._listener.subscribed_channels() == set()
+        assert waiting.listener.subscribed_channels() == set()
     admin.close()
 
 
@@ -125,7 +125,7 @@ def test_ten_thousand_contended_operations_under_pubsub_kills_leave_nothing_subs
         done.set()
         killer.join(5)
         assert sum(counts.values()) == threads * per_thread
-        assert client._listener.subscribed_channels() == set()
+        assert client.listener.subscribed_channels() == set()
         deadline = time.monotonic() + 2
         while admin.pubsub_channels("f:*"):
             assert time.monotonic() < deadline, admin.pubsub_channels("f:*")
@@ -173,7 +173,7 @@ def test_repeated_pubsub_kills_leak_no_connection_and_the_waiter_keeps_waiting(
             admin.client_kill_filter(_type="pubsub")
         assert waiter.is_alive() and not outcome, outcome
         after = len(admin.client_list())
-        listener = waiting._listener
+        listener = waiting.listener
         assert isinstance(listener, ReleaseListener)
         pool = listener._pool
         print(

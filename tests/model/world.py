@@ -314,8 +314,7 @@ class ThreadOwner(Owner):
 
     def holds(self, name: str) -> list[Hold]:
         lock = self.lock(name)
-        with lock.client._lock:
-            return list(lock.client._holds_of(lock.keys.hash, self.owner_id))
+        return lock.client.holds.holds_of(lock.keys.hash, self.owner_id)
 
     def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
         self.ops.put((op, done))
@@ -389,9 +388,7 @@ class TaskOwner(Owner):
 
     def holds(self, name: str) -> list[Hold]:
         lock = self.lock(name)
-        engine = lock.client._engine
-        with engine._lock:
-            return list(engine._holds_of(lock.keys.hash, self.owner_id))
+        return lock.client.engine.holds.holds_of(lock.keys.hash, self.owner_id)
 
     def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
         self.world.loop.call_soon_threadsafe(self.ops.put_nowait, (op, done))
@@ -523,7 +520,7 @@ class World:
             )
         else:
             links.aio = self._run(self._async_client(self._url(index)))
-            self._instrument(links.aio._engine)
+            self._instrument(links.aio.engine)
 
     async def _async_client(self, url: str) -> AsyncLockClient:
         return AsyncLockClient(
@@ -532,7 +529,10 @@ class World:
 
     def _instrument(self, client: LockClient) -> LockClient:
         """Note when the library starts declaring a hold lost (before the flag is set)."""
-        declare = client.declare_lost
+        # Every loss goes through the registry's declare_lost (the watchdog's, via
+        # the client, too): wrapping it on the instance sees them all.
+        registry = client.holds
+        declare = registry.declare_lost
         history = self.history
 
         def declare_lost(hold: Hold, reason: str, *, by_owner: bool = False) -> None:
@@ -542,7 +542,7 @@ class World:
             if hold.lost and not was_lost:
                 history.declaring_lost(hold, at)
 
-        client.declare_lost = declare_lost  # type: ignore[method-assign]
+        registry.declare_lost = declare_lost  # type: ignore[method-assign]
         return client
 
     def sync_lock(self, index: int, name: str) -> RLock:

@@ -59,7 +59,7 @@ def test_a_cluster_url_gives_a_sharded_cluster_client(
 ) -> None:
     assert isinstance(lock_client.cluster, RedisCluster)
     assert lock_client.publish_command == ("spublish" if sharded else "publish")
-    assert isinstance(lock_client._listener, ShardedReleaseListener) == sharded
+    assert isinstance(lock_client.listener, ShardedReleaseListener) == sharded
     assert lock_client.slot_of is slot_of
 
 

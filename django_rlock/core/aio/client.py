@@ -48,19 +48,21 @@ class AsyncLockClient:
         server: str | None = None,
     ) -> None:
         self.redis, self._owns_redis = connect_async(connection)
-        # The sync engine keeps the registry of holds and renews them.
-        self._engine = LockClient(
+        #: The sync engine: its registry records the holds, its watchdog renews them.
+        self.engine = LockClient(
             sync_twin(self.redis),
             key_prefix=key_prefix,
             watchdog_timeout=watchdog_timeout,
             server=server or (redact_url(connection) if isinstance(connection, str) else None),
         )
         #: How errors name the server: never with its credentials.
-        self.server = self._engine.server
-        self.key_prefix = self._engine.key_prefix
-        self.watchdog_timeout = self._engine.watchdog_timeout
-        self._scripts = LockScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
-        self._listener = AsyncReleaseListener(self.redis)
+        self.server = self.engine.server
+        self.key_prefix = self.engine.key_prefix
+        self.watchdog_timeout = self.engine.watchdog_timeout
+        #: The lock scripts, on the asyncio connection.
+        self.scripts = LockScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
+        #: Wakes waiters when a lock they wait for is released.
+        self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
@@ -83,7 +85,7 @@ class AsyncLockClient:
 
     def on_lost(self, callback: Callable[[Any], object]) -> None:
         """Call ``callback(lock)`` (on a thread of its own) when any hold of this client is lost."""
-        self._engine.on_lost(callback)
+        self.engine.on_lost(callback)
 
     async def settle(self) -> None:
         """Wait until the background work of cancelled calls has finished."""
@@ -92,7 +94,7 @@ class AsyncLockClient:
         # yielding to the loop, so that callback would never run (a busy loop).
         while pending := [task for task in self._tasks if not task.done()]:
             await asyncio.gather(*pending, return_exceptions=True)
-        await self._listener.settle()
+        await self.listener.settle()
 
     async def aclose(self) -> None:
         """Finish background work, stop listening and close what this client opened.
@@ -100,14 +102,14 @@ class AsyncLockClient:
         Locks still held are not released: they expire as if the process died.
         """
         await self.settle()
-        await self._listener.aclose()
-        self._engine.close()
+        await self.listener.aclose()
+        self.engine.close()
         # Both pools were built here; a client given a pool leaves it open on close.
-        self._engine.redis.connection_pool.disconnect()
+        self.engine.redis.connection_pool.disconnect()
         if self._owns_redis:
             await self.redis.aclose(close_connection_pool=True)
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run work that must finish even if its caller is cancelled."""
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)

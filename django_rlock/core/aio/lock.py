@@ -43,7 +43,7 @@ class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
     def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
-        super().__init__(client._engine, name, **options)
+        super().__init__(client.engine, name, **options)
         self.client = client
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
@@ -79,7 +79,7 @@ class AsyncRLock(LockBase):
         If the caller is cancelled while the call is in flight, the call still
         completes, and a grant it brings is given back at once.
         """
-        call = self.client._spawn(
+        call = self.client.spawn(
             self._acquire_script(owner, lease, waiter_id, sleep, asyncio.current_task())
         )
         try:
@@ -100,7 +100,7 @@ class AsyncRLock(LockBase):
         sent_at = clock.monotonic()
         try:
             reply = await _resend_once(
-                lambda: self.client._scripts.acquire(keys=call.keys, args=call.args)
+                lambda: self.client.scripts.acquire(keys=call.keys, args=call.args)
             )
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
@@ -112,11 +112,11 @@ class AsyncRLock(LockBase):
     def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
         if call.cancelled() or call.exception() is not None or call.result() is not None:
             return
-        self.client._spawn(self._release_as(owner))
+        self.client.spawn(self._release_as(owner))
 
     async def _abandon(self, waiter_id: str) -> None:
-        call = abandon_call(self.keys, waiter_id, self.client._engine.publish_command)
-        await self.client._scripts.abandon(keys=call.keys, args=call.args)
+        call = abandon_call(self.keys, waiter_id, self.client.engine.publish_command)
+        await self.client.scripts.abandon(keys=call.keys, args=call.args)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -139,7 +139,7 @@ class AsyncRLock(LockBase):
         Shielded: if the caller is cancelled meanwhile, the release completes
         anyway (and the cancellation still propagates).
         """
-        call = self.client._spawn(self._release_as(task_owner(), asyncio.current_task()))
+        call = self.client.spawn(self._release_as(task_owner(), asyncio.current_task()))
         with self._reachable("release"):
             await asyncio.shield(call)
 
@@ -153,7 +153,7 @@ class AsyncRLock(LockBase):
         try:
             left = int(
                 await _resend_once(
-                    lambda: self.client._scripts.release(keys=call.keys, args=call.args)
+                    lambda: self.client.scripts.release(keys=call.keys, args=call.args)
                 )
             )
         except BaseException as error:
@@ -163,9 +163,9 @@ class AsyncRLock(LockBase):
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
-        call = force_release_call(self.keys, self.client._engine.publish_command)
+        call = force_release_call(self.keys, self.client.engine.publish_command)
         with self._reachable("force-release"):
-            return bool(await self.client._scripts.force_release(keys=call.keys, args=call.args))
+            return bool(await self.client.scripts.force_release(keys=call.keys, args=call.args))
 
     # -- inspecting ---------------------------------------------------------------
 
@@ -234,14 +234,14 @@ class _AsyncWaiting:
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
 
     def listen(self) -> None:
-        self.subscription = self.lock.client._listener.subscribe(self.lock.keys.channel)
+        self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is None:
             return
-        self.lock.client._listener.unsubscribe(self.subscription)
+        self.lock.client.listener.unsubscribe(self.subscription)
         if registered:
-            self.lock.client._spawn(self.lock._abandon(self.subscription.waiter_id))
+            self.lock.client.spawn(self.lock._abandon(self.subscription.waiter_id))
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
