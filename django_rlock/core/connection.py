@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -130,10 +131,25 @@ def _options_of(kind: str) -> Mapping[str, object]:
                 parameter.KEYWORD_ONLY,
                 parameter.POSITIONAL_OR_KEYWORD,
             ):
-                options.setdefault(name, parameter.default)
+                default = parameter.default
+                if default is None and _numeric(parameter.annotation):
+                    # Older redis-py (5.x) defaults e.g. socket_timeout to None where
+                    # newer ones give a number: its type still says what it takes.
+                    default = 0.0
+                if options.get(name) in (None, inspect.Parameter.empty):
+                    options[name] = default
     if kind == "sentinel":
         options.update(dict.fromkeys(_SENTINEL_ONLY))
     return MappingProxyType(options)
+
+
+_NUMERIC = re.compile(r"Optional\[(float|int)\]|(float|int)( \| None)?|None \| (float|int)")
+
+
+def _numeric(annotation: object) -> bool:
+    """Whether an annotation reads ``Optional[float]`` / ``int | None`` (a number or None)."""
+    text = (annotation if isinstance(annotation, str) else repr(annotation)).replace("typing.", "")
+    return bool(_NUMERIC.fullmatch(text))
 
 
 def check_url(url: str) -> None:
