@@ -43,6 +43,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "GET_CONNECTION_ARGS",
     "SENTINEL_SCHEMES",
     "RedisClient",
     "any_node_client",
@@ -150,6 +151,16 @@ def _numeric(annotation: object) -> bool:
     """Whether an annotation reads ``Optional[float]`` / ``int | None`` (a number or None)."""
     text = (annotation if isinstance(annotation, str) else repr(annotation)).replace("typing.", "")
     return bool(_NUMERIC.fullmatch(text))
+
+
+def _requires_command_name() -> bool:
+    parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"]
+    return parameter.default is inspect.Parameter.empty
+
+
+#: What ``pool.get_connection()`` is called with: redis-py before 5.3 requires a
+#: command name (it ignores it); later ones deprecate passing one.
+GET_CONNECTION_ARGS: tuple[str, ...] = ("PING",) if _requires_command_name() else ()
 
 
 def check_url(url: str) -> None:

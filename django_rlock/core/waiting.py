@@ -44,7 +44,7 @@ import redis
 
 from django_rlock.core import clock
 from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
-from django_rlock.core.connection import derive_pool
+from django_rlock.core.connection import GET_CONNECTION_ARGS, derive_pool
 
 __all__ = ["RECONNECT_BACKOFF", "ReleaseListener", "Subscription", "log_refusal"]
 
@@ -227,7 +227,8 @@ class ReleaseListener:
         # forever, so every reconnect would leak one until the pool refuses
         # ("Too many connections") and the error escapes the waiters' acquire.
         try:
-            connection: Any = self._pool.get_connection()  # redis-py's Connection is untyped
+            # Any: redis-py's Connection is untyped.
+            connection: Any = self._pool.get_connection(*GET_CONNECTION_ARGS)
         except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
             # get_connection() gave the connection back itself.
             self._connect_failures += 1

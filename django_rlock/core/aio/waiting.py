@@ -27,6 +27,7 @@ import redis.asyncio
 
 from django_rlock.core.aio.connection import derive_async_pool
 from django_rlock.core.channels import Channel, ChannelTable, ReadError, WakeCount
+from django_rlock.core.connection import GET_CONNECTION_ARGS
 from django_rlock.core.waiting import RECONNECT_BACKOFF, log_refusal
 
 __all__ = ["AsyncReleaseListener", "AsyncSubscription"]
@@ -180,7 +181,7 @@ class AsyncReleaseListener:
         # Through the pool's get/release, as the sync listener does: every
         # connection is counted by the pool and its slot comes back with it.
         try:
-            connection: Any = await self._pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py's is untyped
+            connection: Any = await self._pool.get_connection(*GET_CONNECTION_ARGS)  # type: ignore[no-untyped-call]  # redis-py's is untyped
         except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
             # get_connection() gave the connection back itself.
             logger.debug("pub/sub connect failed: %s", error)
