@@ -163,7 +163,7 @@ CELERY_ONLY = ("tests/celery", "tests/django")
 #: Fields: python, Django, Celery, redis-py, server, pytest paths (empty: all).
 LINES = [
     nox.param(
-        "3.11", "Django~=4.2.0", "celery==5.3.0", "redis[hiredis]==5.0.1", "redis-6.2", (),
+        "3.11", "Django~=4.2.0", "celery==5.3.0", "redis[hiredis]==5.2.1", "redis-6.2", (),
         id="oldest", tags=["edges"],
     ),
     nox.param(
