@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +11,22 @@ import redis
 
 from django_rlock.core import LockClient
 from tests.servers import RedisServer
+
+#: Seconds after which a test (setup, call and teardown together) ends the run,
+#: with every thread's stack printed. pytest-timeout's 120 s (setup.cfg) fails
+#: the test first; this catches what that cannot end: a teardown still stuck
+#: after it fired, or a thread that keeps the process from exiting. A hung run
+#: must fail with its stacks in CI's log, not sit until CI's own limit.
+HARD_STOP = 300
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    faulthandler.dump_traceback_later(HARD_STOP, exit=True, file=sys.stderr)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -97,6 +98,9 @@ class ReleaseListener:
         self._followers: set[Subscription] = set()
         self._reading = False
         self._connection: Any = None
+        # The connection's socket, written to directly by subscribing threads
+        # (see _send_locked); None whenever _connection is.
+        self._socket: socket.socket | None = None
         self._connect_failures = 0
         self._closed = False
         self._id = secrets.token_hex(8)
@@ -136,7 +140,7 @@ class ReleaseListener:
         """Close the connection. Threads still waiting fall back to their PTTL waits."""
         with self._lock:
             self._closed = True
-            connection, self._connection = self._connection, None
+            connection, self._connection, self._socket = self._connection, None, None
             self._table.on_disconnect()
         if connection is not None:
             self._give_back(connection)
@@ -209,11 +213,19 @@ class ReleaseListener:
     # -- called with self._lock held -------------------------------------------------
 
     def _send_locked(self, channel: Channel[Subscription], command: str) -> None:
+        # Straight onto the socket, never through redis-py's send_command: the
+        # reader may be inside a read that fails at this moment, and redis-py
+        # then drops the socket without our lock; send_command would see no
+        # socket and reconnect on the spot, reading the handshake reply while
+        # holding our lock, a reply the reader thread can take first. That was
+        # a deadlock (every waiter stuck, found on redis-py 5.2 under pub/sub
+        # kills). A write to a socket the reader has closed just fails here.
+        if self._socket is None:
+            return  # the reader subscribes every wanted channel when it connects
+        packed = self._connection.pack_command(self._wire.get(command, command), channel.name)
         try:
-            self._connection.send_command(
-                self._wire.get(command, command), channel.name, check_health=False
-            )
-        except (redis.RedisError, OSError):
+            self._socket.sendall(b"".join(packed))
+        except OSError:
             # The reader sees the broken connection on its next read and resets.
             return
         if command == "SUBSCRIBE":
@@ -240,6 +252,7 @@ class ReleaseListener:
                 return False
             self._connect_failures = 0
             self._connection = connection
+            self._socket = connection._sock
             for channel in self._table.on_connect():
                 self._send_locked(channel, "SUBSCRIBE")
         return True
@@ -247,7 +260,7 @@ class ReleaseListener:
     def _reset(self, broken: Any) -> None:
         with self._lock:
             if self._connection is broken:
-                self._connection = None
+                self._connection, self._socket = None, None
                 self._table.on_disconnect()
         self._give_back(broken)
 

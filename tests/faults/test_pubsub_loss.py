@@ -111,19 +111,30 @@ def test_ten_thousand_contended_operations_under_pubsub_kills_leave_nothing_subs
         killer = threading.Thread(target=_kill_pubsub_until, args=(admin, done, 0.2))
         killer.start()
 
+        stuck: list[str] = []
+
         def work(seed: int) -> None:
             for step in range(per_thread):
                 name = f"n{(seed + step) % names}"
-                with client.lock(name):
-                    counts[name] += 1  # not atomic: a second owner inside would lose updates
+                lock = client.lock(name)
+                # Bounded: a waiter that is never woken fails the test, not the run.
+                if not lock.acquire(timeout=30):
+                    stuck.append(f"worker {seed}, step {step}, {name}")
+                    return
+                counts[name] += 1  # not atomic: a second owner inside would lose updates
+                lock.release()
 
-        workers = [threading.Thread(target=work, args=(seed,)) for seed in range(threads)]
+        workers = [
+            threading.Thread(target=work, args=(seed,), daemon=True) for seed in range(threads)
+        ]
         for worker in workers:
             worker.start()
         for worker in workers:
-            worker.join(120)
+            worker.join(100)
         done.set()
         killer.join(5)
+        assert stuck == []
+        assert not any(worker.is_alive() for worker in workers)
         assert sum(counts.values()) == threads * per_thread
         assert client.listener.subscribed_channels() == set()
         deadline = time.monotonic() + 2

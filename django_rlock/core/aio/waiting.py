@@ -144,6 +144,12 @@ class AsyncReleaseListener:
         task.add_done_callback(self._tasks.discard)
 
     async def _send_now(self, connection: Any, command: str, name: bytes) -> None:
+        # Only on the connection still in use, and only while it is up: redis-py's
+        # send_command reconnects a dropped connection on the spot, which would
+        # revive one the reader has already given back. Nothing is awaited
+        # between this check and send_command's own, so it cannot go stale.
+        if connection is not self._connection or not connection.is_connected:
+            return  # the reader subscribes every wanted channel when it reconnects
         try:
             await connection.send_command(command, name, check_health=False)
         except (redis.RedisError, OSError) as error:
