@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/locks.py
+	$(BIN)/python -m benchmarks.locks
 
 # Faults injected at random into 8 contending processes on loopback, then the
 # lock model (tests/model: threads and asyncio tasks, faults, invariants checked

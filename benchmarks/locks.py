@@ -1,22 +1,37 @@
-"""Side-by-side lock benchmark: django-rlock vs redis-py's Lock vs python-redis-lock.
+"""Side-by-side lock benchmark: django-rlock against the Python Redis locks people use.
 
-Run with ``make bench`` (or ``python -m benchmarks.locks``). Every library runs
-against the same freshly started redis-server on loopback, in one run, with its
-default waiting strategy (redis-py's Lock polls every 0.1 s; python-redis-lock
-blocks on BLPOP; django-rlock waits on pub/sub). Results are printed as a
-markdown table with ratios, ours / peer.
+Run with ``make bench`` (or ``python -m benchmarks.locks``); docs/benchmark.md
+shows a run and explains it. Every library runs against the same freshly started
+redis-server on loopback, in one run, with its default waiting strategy
+(redis-py's Lock polls every 0.1 s; python-redis-lock blocks on BLPOP; pottery's
+Redlock retries after a random pause; django-rlock waits on pub/sub). pottery
+joins when it is importable.
+
+Robust on a noisy machine: each comparison is a series of *pairs*, one block of
+django-rlock and one block of the peer run back to back, the order alternating
+from pair to pair; a pair gives one ratio (ours / peer), and the result is the
+median of those ratios. A neighbour's burst of work then lands in one pair and
+moves one ratio, not the result; no library is credited with its luckiest round.
+
+Prints a markdown table (ratios ours / peer, and each library's absolute median)
+and where the time goes (round trips and the server's own cost per cycle, from
+INFO commandstats), and writes a chart of the ratios (SVG) to ``--chart``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import multiprocessing
+import os
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier, Event
+from pathlib import Path
 from typing import Any, Protocol
 
 import redis
@@ -33,63 +48,152 @@ class Mutex(Protocol):
     def release(self) -> Any: ...
 
 
-#: name -> factory(url, lock name) returning a blocking mutex.
+class AsyncMutex(Protocol):
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> Any: ...
+
+
+OURS = "django-rlock"
+HAS_POTTERY = importlib.util.find_spec("pottery") is not None
+
+
+def _pottery_lock(url: str, name: str) -> Mutex:
+    from pottery import Redlock  # noqa: PLC0415 -- optional peer
+
+    return Redlock(key=name, masters={redis.Redis.from_url(url)}, auto_release_time=30)
+
+
+#: name -> factory(url, lock name) returning a blocking mutex. Every factory
+#: builds its own client: a forked worker calls it after the fork.
 LIBRARIES: dict[str, Callable[[str, str], Mutex]] = {
-    "django-rlock": lambda url, name: LockClient(url, key_prefix="bench").lock(name),
+    OURS: lambda url, name: LockClient(url, key_prefix="bench").lock(name),
     "redis-py Lock": lambda url, name: redis.Redis.from_url(url).lock(name, timeout=30),
     "python-redis-lock": lambda url, name: redis_lock.Lock(
         redis.Redis.from_url(url), name, expire=30
     ),
 }
-OURS = "django-rlock"
+if HAS_POTTERY:
+    LIBRARIES["pottery Redlock"] = _pottery_lock
+PEERS = [library for library in LIBRARIES if library != OURS]
+
+
+def _async_pottery(url: str) -> Callable[[str], AsyncMutex]:
+    from pottery import AIORedlock  # noqa: PLC0415 -- optional peer
+
+    client = redis.asyncio.Redis.from_url(url)
+    return lambda name: AIORedlock(key=name, masters={client}, auto_release_time=30)
+
+
+def _async_redis_py(url: str) -> Callable[[str], AsyncMutex]:
+    client = redis.asyncio.Redis.from_url(url)
+    return lambda name: client.lock(name, timeout=30)
+
+
+def _async_ours(url: str) -> Callable[[str], AsyncMutex]:
+    return AsyncLockClient(url, key_prefix="bench").lock
+
+
+#: Column name -> factory(url) returning a maker of asyncio mutexes (``async with``).
+ASYNC_LIBRARIES: dict[str, Callable[[str], Callable[[str], AsyncMutex]]] = {
+    OURS: _async_ours,
+    "redis-py Lock": _async_redis_py,
+}
+if HAS_POTTERY:
+    ASYNC_LIBRARIES["pottery Redlock"] = _async_pottery
 
 
 @dataclass
-class Row:
-    uncontended: float = 0.0
-    contended: float = 0.0
-    lost_updates: int = 0
-    wake_p50_ms: float = 0.0
-    wake_p99_ms: float = 0.0
+class Paired:
+    """One comparison: the per-pair ratios (ours / peer) and each side's block values."""
+
+    ratios: list[float] = field(default_factory=list)
+    ours: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
 
 
-def raw_evalsha_rate(url: str, calls: int) -> float:
-    client = redis.Redis.from_url(url)
-    script = client.register_script("return 1")
-    script()
+def paired(run: Callable[[str], float], peer: str, pairs: int) -> Paired:
+    """``pairs`` back-to-back blocks of ours and ``peer``, the order alternating."""
+    result = Paired()
+    for index in range(pairs):
+        order = (OURS, peer) if index % 2 == 0 else (peer, OURS)
+        values = {library: run(library) for library in order}
+        result.ours.append(values[OURS])
+        result.peer.append(values[peer])
+        result.ratios.append(values[OURS] / values[peer])
+    return result
+
+
+async def paired_async(run: Callable[[str], Awaitable[float]], peer: str, pairs: int) -> Paired:
+    """:func:`paired` for asyncio blocks."""
+    result = Paired()
+    for index in range(pairs):
+        order = (OURS, peer) if index % 2 == 0 else (peer, OURS)
+        values = {library: await run(library) for library in order}
+        result.ours.append(values[OURS])
+        result.peer.append(values[peer])
+        result.ratios.append(values[OURS] / values[peer])
+    return result
+
+
+# -- uncontended ----------------------------------------------------------------------
+
+
+def uncontended_block(mutex: Mutex, cycles: int) -> float:
+    """Acquire+release cycles per second over ``cycles`` cycles."""
     started = time.perf_counter()
-    for _ in range(calls):
-        script()
-    return calls / (time.perf_counter() - started)
+    for _ in range(cycles):
+        mutex.acquire()
+        mutex.release()
+    return cycles / (time.perf_counter() - started)
 
 
-#: Uncontended rates are measured in this many rounds, the libraries taking turns,
-#: and each keeps its best round: a noisy neighbour then costs every library alike.
-ROUNDS = 5
-
-
-def uncontended_rates(url: str, cycles: int) -> dict[str, float]:
+def uncontended(url: str, pairs: int, cycles: int) -> dict[str, Paired]:
     mutexes = {library: make(url, f"uncontended:{library}") for library, make in LIBRARIES.items()}
-    best = dict.fromkeys(mutexes, 0.0)
-    for _ in range(ROUNDS):
-        for library, mutex in mutexes.items():
-            mutex.acquire()
-            mutex.release()
-            started = time.perf_counter()
-            for _ in range(cycles // ROUNDS):
-                mutex.acquire()
-                mutex.release()
-            best[library] = max(best[library], cycles // ROUNDS / (time.perf_counter() - started))
-    return best
+    for mutex in mutexes.values():
+        uncontended_block(mutex, 20)  # connections made, scripts loaded
+    return {
+        peer: paired(lambda library: uncontended_block(mutexes[library], cycles), peer, pairs)
+        for peer in PEERS
+    }
+
+
+async def async_uncontended_block(lock: AsyncMutex, cycles: int) -> float:
+    started = time.perf_counter()
+    for _ in range(cycles):
+        async with lock:
+            pass
+    return cycles / (time.perf_counter() - started)
+
+
+async def async_uncontended(url: str, pairs: int, cycles: int) -> dict[str, Paired]:
+    locks = {
+        library: make(url)(f"async-uncontended:{library}")
+        for library, make in ASYNC_LIBRARIES.items()
+    }
+    for lock in locks.values():
+        await async_uncontended_block(lock, 20)
+    return {
+        peer: await paired_async(
+            lambda library: async_uncontended_block(locks[library], cycles), peer, pairs
+        )
+        for peer in ASYNC_LIBRARIES
+        if peer != OURS
+    }
+
+
+# -- contended ------------------------------------------------------------------------
 
 
 def _contend(
-    *, library: str, url: str, seconds: float, barrier: Barrier, results: Any, index: int
+    *, library: str, url: str, counter: str, seconds: float, barrier: Barrier, done: Any
 ) -> None:
     mutex = LIBRARIES[library](url, f"contended:{library}")
     raw = redis.Redis.from_url(url)
-    counter = f"bench:count:{library}"
-    done = 0
+    cycles = 0
     barrier.wait(60)
     stop_at = time.monotonic() + seconds
     while time.monotonic() < stop_at:
@@ -97,40 +201,57 @@ def _contend(
         value = int(raw.get(counter) or 0)  # non-atomic on purpose: the lock must protect it
         raw.set(counter, value + 1)
         mutex.release()
-        done += 1
-    results[index] = done
+        cycles += 1
+    with done.get_lock():
+        done.value += cycles
 
 
-def contended(library: str, url: str, processes: int, seconds: float) -> tuple[float, int]:
-    context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(processes)
-    results = context.Array("l", processes)
-    workers = [
-        context.Process(
-            target=_contend,
-            kwargs={
-                "library": library,
-                "url": url,
-                "seconds": seconds,
-                "barrier": barrier,
-                "results": results,
-                "index": index,
-            },
-        )
-        for index in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=seconds + 120)
-    total = int(sum(results[:]))
-    stored = int(redis.Redis.from_url(url).get(f"bench:count:{library}") or 0)
-    return total / seconds, total - stored
+class Contended:
+    """Blocks of ``processes`` processes contending for one lock; counts lost updates."""
+
+    def __init__(self, url: str, processes: int, seconds: float) -> None:
+        self.url, self.processes, self.seconds = url, processes, seconds
+        self.lost: dict[str, int] = {}
+        self._blocks = 0
+
+    def block(self, library: str) -> float:
+        """Cycles per second of all processes together over one block."""
+        context = multiprocessing.get_context("fork")
+        barrier = context.Barrier(self.processes + 1)
+        done: Synchronized[int] = context.Value("l", 0)
+        self._blocks += 1
+        counter = f"bench:count:{self._blocks}"
+        workers = [
+            context.Process(
+                target=_contend,
+                kwargs={
+                    "library": library,
+                    "url": self.url,
+                    "counter": counter,
+                    "seconds": self.seconds,
+                    "barrier": barrier,
+                    "done": done,
+                },
+            )
+            for _ in range(self.processes)
+        ]
+        for worker in workers:
+            worker.start()
+        barrier.wait(60)  # every worker is connected: the clock starts with all of them
+        started = time.monotonic()
+        for worker in workers:
+            worker.join(timeout=self.seconds + 60)
+        elapsed = time.monotonic() - started
+        total = int(done.value)
+        stored = int(redis.Redis.from_url(self.url).get(counter) or 0)
+        self.lost[library] = self.lost.get(library, 0) + total - stored
+        return total / elapsed
 
 
-def _waiter(
-    *, library: str, url: str, rounds: int, ready: Event, go: Event, done: Event, samples: Any
-) -> None:
+# -- wake-up latency ------------------------------------------------------------------
+
+
+def _waiter(*, library: str, url: str, rounds: int, ready: Event, go: Event, samples: Any) -> None:
     mutex = LIBRARIES[library](url, f"wake:{library}")
     for index in range(rounds):
         go.wait(30)
@@ -139,12 +260,12 @@ def _waiter(
         mutex.acquire()
         samples[index] = time.monotonic()  # CLOCK_MONOTONIC is shared by all processes
         mutex.release()
-        done.set()
 
 
-def wake_latency(library: str, url: str, rounds: int) -> tuple[float, float]:
+def wake_block(library: str, url: str, rounds: int) -> float:
+    """Median ms of ``rounds`` wake-ups: the holder's release() -> the waiter holds."""
     context = multiprocessing.get_context("fork")
-    ready, go, done = context.Event(), context.Event(), context.Event()
+    ready, go = context.Event(), context.Event()
     acquired_at = context.Array("d", rounds)
     waiter = context.Process(
         target=_waiter,
@@ -154,13 +275,12 @@ def wake_latency(library: str, url: str, rounds: int) -> tuple[float, float]:
             "rounds": rounds,
             "ready": ready,
             "go": go,
-            "done": done,
             "samples": acquired_at,
         },
     )
-    waiter.start()
     mutex = LIBRARIES[library](url, f"wake:{library}")
-    latencies = []
+    waiter.start()
+    latencies: list[float] = []
     for index in range(rounds):
         mutex.acquire()
         go.set()
@@ -169,137 +289,228 @@ def wake_latency(library: str, url: str, rounds: int) -> tuple[float, float]:
         time.sleep(0.02)  # let the waiter block inside acquire()
         released_at = time.monotonic()
         mutex.release()
-        done.wait(30)
-        done.clear()
+        # The waiter holds, then releases; taking the lock again waits for that.
+        deadline = time.monotonic() + 30
+        while acquired_at[index] == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
         latencies.append(acquired_at[index] - released_at)
     waiter.join(timeout=30)
-    latencies.sort()
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    return statistics.median(latencies) * 1000, p99 * 1000
+    return statistics.median(latencies) * 1000
 
 
-#: name -> factory(url, lock name) returning an asyncio mutex (``async with``).
-ASYNC_LIBRARIES: dict[str, Callable[[str], Callable[[str], Any]]] = {
-    "django-rlock (asyncio)": lambda url: AsyncLockClient(url, key_prefix="bench").lock,
-    "redis-py asyncio Lock": lambda url: _redis_py_async_locks(url),  # noqa: PLW0108 -- reads as a table
-}
+# -- where the time goes --------------------------------------------------------------
 
 
-def _redis_py_async_locks(url: str) -> Callable[[str], Any]:
-    client = redis.asyncio.Redis.from_url(url)
-    return lambda name: client.lock(name, timeout=30)
+@dataclass
+class ServerCost:
+    """What one uncontended acquire+release costs the server, and the whole cycle."""
+
+    commands: float  # every command the server ran, those inside scripts included
+    server_cpu_us: float  # the server's CPU time (user + system, socket I/O included)
+    evalsha_us: float  # INFO commandstats' usec_per_call of EVALSHA (0: none sent)
+    cycle_us: float  # the cycle as the client sees it
 
 
-async def async_uncontended_rates(url: str, cycles: int) -> dict[str, float]:
-    locks = {
-        library: make(url)(f"async-uncontended:{library}")
-        for library, make in ASYNC_LIBRARIES.items()
-    }
-    best = dict.fromkeys(locks, 0.0)
-    for _ in range(ROUNDS):
-        for library, lock in locks.items():
-            async with lock:
-                pass
-            started = time.perf_counter()
-            for _ in range(cycles // ROUNDS):
-                async with lock:
-                    pass
-            best[library] = max(best[library], cycles // ROUNDS / (time.perf_counter() - started))
-    return best
+def _server_cpu(admin: redis.Redis) -> float:
+    cpu = admin.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-async def async_contended(library: str, url: str, tasks: int, seconds: float) -> tuple[float, int]:
-    make = ASYNC_LIBRARIES[library](url)
-    counter_client = redis.asyncio.Redis.from_url(url, max_connections=tasks + 10)
-    counter = f"bench:async-count:{library}"
-    done = [0]
-    stop_at = time.monotonic() + seconds
+def server_cost(url: str, library: str, cycles: int) -> ServerCost:
+    """INFO commandstats and cpu around ``cycles`` uncontended cycles of ``library``."""
+    admin = redis.Redis.from_url(url)
+    mutex = LIBRARIES[library](url, f"cost:{library}")
+    uncontended_block(mutex, 20)
+    admin.config_resetstat()
+    cpu_before = _server_cpu(admin)
+    rate = uncontended_block(mutex, cycles)
+    cpu = _server_cpu(admin) - cpu_before
+    stats = admin.info("commandstats")
+    # The admin's own INFO and CONFIG calls are not the lock's.
+    calls = sum(
+        int(stat["calls"])
+        for name, stat in stats.items()
+        if not name.startswith(("cmdstat_info", "cmdstat_config"))
+    )
+    evalsha = stats.get("cmdstat_evalsha", {})
+    return ServerCost(
+        commands=calls / cycles,
+        server_cpu_us=cpu * 1e6 / cycles,
+        evalsha_us=float(evalsha.get("usec_per_call", 0.0)),
+        cycle_us=1e6 / rate,
+    )
 
-    async def work() -> None:
-        lock = make(f"async-contended:{library}")  # one object per task: redis-py needs it
-        while time.monotonic() < stop_at:
-            async with lock:
-                value = int(await counter_client.get(counter) or 0)
-                await counter_client.set(counter, value + 1)
-            done[0] += 1
 
-    await asyncio.gather(*(work() for _ in range(tasks)))
-    stored = int(await counter_client.get(counter) or 0)
-    await counter_client.aclose()
-    return done[0] / seconds, done[0] - stored
+def round_trip_us(url: str, calls: int) -> dict[str, float]:
+    """The floor: one round trip of PING and of a trivial EVALSHA through redis-py, in µs."""
+    client = redis.Redis.from_url(url)
+    script = client.register_script("return 1")
+    script()
+    started = time.perf_counter()
+    for _ in range(calls):
+        client.ping()
+    ping = (time.perf_counter() - started) / calls
+    started = time.perf_counter()
+    for _ in range(calls):
+        script()
+    evalsha = (time.perf_counter() - started) / calls
+    return {"PING": ping * 1e6, "EVALSHA of `return 1`": evalsha * 1e6}
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    uncontended: dict[str, Paired]
+    asyncio: dict[str, Paired]
+    contended: dict[str, Paired]
+    wake: dict[str, Paired]
+    lost: dict[str, int]
+    costs: dict[str, ServerCost]
+    floor: dict[str, float]
+
+
+def run(args: argparse.Namespace) -> Results:
+    with RedisServer() as server:
+        url = server.url
+        floor = round_trip_us(url, 2000)
+        unc = uncontended(url, args.pairs, args.cycles)
+        aio = asyncio.run(async_uncontended(url, args.pairs, args.cycles))
+        contention = Contended(url, args.processes, args.seconds)
+        contended = {peer: paired(contention.block, peer, args.contended_pairs) for peer in PEERS}
+        wake = {
+            peer: paired(
+                lambda library: wake_block(library, url, args.rounds), peer, args.wake_pairs
+            )
+            for peer in PEERS
+        }
+        costs = {library: server_cost(url, library, 1000) for library in LIBRARIES}
+    return Results(unc, aio, contended, wake, contention.lost, costs, floor)
+
+
+def _ours(results: dict[str, Paired]) -> float:
+    return statistics.median([value for pair in results.values() for value in pair.ours])
+
+
+def table(results: Results, args: argparse.Namespace) -> str:
+    """The markdown table: each cell is ours / peer (the peer's absolute median)."""
+    peers = PEERS
+    lines = [
+        "| | " + " | ".join([OURS, *peers]) + " |",
+        "|---|" + "---:|" * (len(peers) + 1),
+    ]
+
+    def row(
+        label: str, data: dict[str, Paired], unit: Callable[[float], str], extra: str = ""
+    ) -> None:
+        cells = [unit(_ours(data)) + extra.format(lost=results.lost.get(OURS, 0))]
+        for peer in peers:
+            pair = data.get(peer)
+            if pair is None:
+                cells.append("n/a")
+                continue
+            lost = extra.format(lost=results.lost.get(peer, 0))
+            cells.append(f"**{pair.ratio:.2f}x** ({unit(statistics.median(pair.peer))}{lost})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    def rate(value: float) -> str:
+        return f"{value:,.0f}/s"
+
+    def millis(value: float) -> str:
+        return f"{value:.2f} ms"
+
+    row("uncontended acquire+release", results.uncontended, rate)
+    row(
+        f"{args.processes}-process contended, read-modify-write inside",
+        results.contended,
+        rate,
+        ", {lost} lost",
+    )
+    row("wake-up p50, release -> waiter holds (lower is better)", results.wake, millis)
+    row("asyncio uncontended (each library's asyncio lock)", results.asyncio, rate)
+    return "\n".join(lines)
+
+
+def cost_table(results: Results) -> str:
+    lines = [
+        "| one uncontended acquire+release | commands run (scripts' included) "
+        "| EVALSHA µs/call | server CPU µs | µs at the client |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for library, cost in results.costs.items():
+        evalsha = f"{cost.evalsha_us:.1f}" if cost.evalsha_us else "-"
+        lines.append(
+            f"| {library} | {cost.commands:.1f} | {evalsha} | {cost.server_cpu_us:.0f} "
+            f"| {cost.cycle_us:.0f} |"
+        )
+    floor = ", ".join(f"{name} {value:.0f} µs" for name, value in results.floor.items())
+    lines.append(f"\nOne round trip through redis-py on this machine: {floor}.")
+    return "\n".join(lines)
+
+
+def chart(results: Results, args: argparse.Namespace, path: Path) -> None:
+    """Bars of django-rlock's advantage over each peer (log scale, 1.0 = even)."""
+    import matplotlib  # noqa: PLC0415 -- only the chart needs it
+
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    groups = [
+        ("uncontended", results.uncontended, False),
+        (f"{args.processes}-process\ncontended", results.contended, False),
+        ("wake-up p50\n(latency)", results.wake, True),
+        ("asyncio\nuncontended", results.asyncio, False),
+    ]
+    figure, axes = plt.subplots(figsize=(9, 4.8))
+    width = 0.8 / len(PEERS)
+    for offset, peer in enumerate(PEERS):
+        xs, heights = [], []
+        for index, (_, data, latency) in enumerate(groups):
+            if peer in data:
+                xs.append(index + (offset - (len(PEERS) - 1) / 2) * width)
+                # Higher is better on every bar: a latency ratio is turned over.
+                ratio = data[peer].ratio
+                heights.append(1 / ratio if latency else ratio)
+        bars = axes.bar(xs, heights, width, label=f"vs {peer}")
+        axes.bar_label(bars, labels=[f"{height:.2f}x" for height in heights], fontsize=8)
+    axes.axhline(1.0, color="black", linewidth=1)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(groups)), [label for label, _, _ in groups])
+    axes.set_ylabel("django-rlock / peer  (>1: django-rlock is better)")
+    axes.set_title(
+        "django-rlock against other Python Redis locks "
+        f"(median of paired ratios, {os.cpu_count()}-core machine)"
+    )
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(figure)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=5000, help="uncontended cycles per library")
-    parser.add_argument("--processes", type=int, default=8, help="contending processes")
-    parser.add_argument("--seconds", type=float, default=5.0, help="contended run length")
-    parser.add_argument("--rounds", type=int, default=100, help="wake-up latency samples")
-    parser.add_argument("--tasks", type=int, default=100, help="contending asyncio tasks")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=15, help="uncontended pairs per peer")
+    parser.add_argument("--cycles", type=int, default=300, help="cycles per uncontended block")
+    parser.add_argument("--processes", type=int, default=4, help="contending processes")
+    parser.add_argument("--seconds", type=float, default=1.5, help="length of a contended block")
+    parser.add_argument("--contended-pairs", type=int, default=3, help="contended pairs per peer")
+    parser.add_argument("--rounds", type=int, default=15, help="wake-ups per latency block")
+    parser.add_argument("--wake-pairs", type=int, default=4, help="wake-up pairs per peer")
+    parser.add_argument(
+        "--chart", type=Path, default=Path("docs/benchmark.svg"), help="where to write the chart"
+    )
     args = parser.parse_args()
-    with RedisServer() as server:
-        url = server.url
-        floor = raw_evalsha_rate(url, args.cycles)
-        rows = {}
-        uncontended = uncontended_rates(url, args.cycles)
-        for library in LIBRARIES:
-            row = Row()
-            row.uncontended = uncontended[library]
-            row.contended, row.lost_updates = contended(library, url, args.processes, args.seconds)
-            row.wake_p50_ms, row.wake_p99_ms = wake_latency(library, url, args.rounds)
-            rows[library] = row
-        async_uncontended = asyncio.run(async_uncontended_rates(url, args.cycles))
-        async_rows = {
-            library: (
-                async_uncontended[library],
-                *asyncio.run(async_contended(library, url, args.tasks, args.seconds)),
-            )
-            for library in ASYNC_LIBRARIES
-        }
-    print_table(rows, floor, args)
-    print_async_table(async_rows, args)
-
-
-def print_table(rows: dict[str, Row], floor: float, args: argparse.Namespace) -> None:
-    ours = rows[OURS]
-    print(f"\nRaw client floor: {floor:,.0f} EVALSHA/s (one connection, `return 1`)\n")
-    print(
-        f"| library | uncontended cycles/s | {args.processes}-process contended cycles/s "
-        "| lost updates | wake-up p50 ms | wake-up p99 ms |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
-    for library, row in rows.items():
-        print(
-            f"| {library} | {row.uncontended:,.0f} | {row.contended:,.0f} | {row.lost_updates} "
-            f"| {row.wake_p50_ms:.2f} | {row.wake_p99_ms:.2f} |"
-        )
-    print("\nRatios, django-rlock / peer (higher is better for rates, lower for latency):\n")
-    print("| peer | uncontended | contended | wake-up p50 | wake-up p99 |")
-    print("|---|---:|---:|---:|---:|")
-    for library, row in rows.items():
-        if library == OURS:
-            continue
-        print(
-            f"| {library} | {ours.uncontended / row.uncontended:.2f}x "
-            f"| {ours.contended / row.contended:.2f}x "
-            f"| {ours.wake_p50_ms / row.wake_p50_ms:.2f}x "
-            f"| {ours.wake_p99_ms / row.wake_p99_ms:.2f}x |"
-        )
-
-
-def print_async_table(rows: dict[str, tuple[float, float, int]], args: argparse.Namespace) -> None:
-    print(
-        f"\n| asyncio library | uncontended cycles/s | {args.tasks}-task contended cycles/s "
-        "| lost updates |"
-    )
-    print("|---|---:|---:|---:|")
-    for library, (uncontended, contended, lost) in rows.items():
-        print(f"| {library} | {uncontended:,.0f} | {contended:,.0f} | {lost} |")
-    (ours_u, ours_c, _), (peer_u, peer_c, _) = rows.values()
-    print(
-        f"\nRatios, django-rlock / redis-py asyncio Lock: uncontended {ours_u / peer_u:.2f}x, "
-        f"contended {ours_c / peer_c:.2f}x"
-    )
+    started = time.monotonic()
+    results = run(args)
+    print(table(results, args))
+    print()
+    print(cost_table(results))
+    chart(results, args, args.chart)
+    print(f"\nChart: {args.chart}; the run took {time.monotonic() - started:.0f} s.")
+    if results.lost.get(OURS, 0):
+        raise SystemExit(f"django-rlock lost {results.lost[OURS]} updates under contention")
 
 
 if __name__ == "__main__":

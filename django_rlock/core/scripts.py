@@ -182,12 +182,43 @@ return pttl
 # ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
 # ARGV[3] (with KEYS[4]) this call's request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
-#   owner's holds left. At 0 the lock is free, and the release is published
-#   naming the waiter to wake: the registered waiter whose sleep ends first
-#   (expired registrations are dropped), or '' (everyone) when none is left.
+#   owner's holds left. At 0 the lock is free, and when a registered waiter is
+#   left (expired registrations are dropped) the release is published naming
+#   the one to wake: the waiter whose sleep ends first. With no waiter left,
+#   nothing is published (a PUBLISH costs the server a channel lookup, and the
+#   client a bigger script, on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since).
+#
+# Why publishing only to a registered waiter wakes everyone who needs it. A
+#   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
+#   the "wait" step). A waiter sleeps only after an attempt as a registered
+#   waiter that found the lock held: that attempt, in ACQUIRE, entered it in
+#   the waiting set in the same atomic script that saw the holder, with a
+#   score (server time + its sleep + 500 ms) past the end of the sleep it is
+#   about to take. So for any release, either it ran before that attempt (the
+#   attempt sees the lock free, or held by a newer holder whose own release
+#   comes later), or after it: then the waiter's entry is in the set and this
+#   script names a registered waiter. The first, unregistered attempt never
+#   sleeps on the channel: the waiter subscribes, has the subscription
+#   confirmed, and attempts again as a registered waiter before it sleeps, so
+#   a release between its two attempts is seen by the second one.
+#   Every caller of this script (release, the replica-sync undo in client.py,
+#   MultiLock's members, RedLock's undo of an unanswered grant) releases a
+#   plain lock hash, and every sleeper of those locks is an RLock acquire plan
+#   (MultiLock waits through its members' plans; RedLock never sleeps on a
+#   channel, it retries after a random pause). On a cluster, the set, the hash
+#   and the channel share one slot, so this check and SPUBLISH run on the node
+#   the waiter's SSUBSCRIBE is on.
+#   The one waiter this misses is one whose entry expired while it still
+#   sleeps: its client paused for more than 500 ms, or the server's clock
+#   jumped forward. Before, a release with no live entry woke everyone; that
+#   waiter now sleeps out its own bound (the holder's PTTL, at most the
+#   watchdog timeout), exactly as a lost message costs it, and as it already
+#   did whenever another live waiter was named instead. force_release still
+#   wakes every waiter (an operator's recovery tool, not a hot path), and
+#   ABANDON hands a wake-up on only while the set has members.
 RELEASE = (
     """
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
@@ -204,18 +235,17 @@ if holds > 0 then
     return holds
 end
 redis.call('del', KEYS[1])
-local target = ''
-if redis.call('exists', KEYS[3]) == 1 then
+if redis.call('exists', KEYS[3]) == 0 then
+    return 0
+end
 """
     + _NOW_MS
     + """
-    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-    local first = redis.call('zrange', KEYS[3], 0, 0)
-    if first[1] then
-        target = first[1]
-    end
+redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+local first = redis.call('zrange', KEYS[3], 0, 0)
+if first[1] then
+    redis.call(ARGV[2], KEYS[2], first[1])
 end
-redis.call(ARGV[2], KEYS[2], target)
 return 0
 """
 ).replace("LATCH_MS", str(REQUEST_LATCH_MS))
