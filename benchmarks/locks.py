@@ -1,6 +1,6 @@
 """Side-by-side lock benchmark: django-rlock against the Python Redis locks people use.
 
-Run with ``make bench`` (or ``python -m benchmarks.locks``); docs/benchmark.md
+Run with ``make bench`` (or ``python -m benchmarks.locks``); docs/benchmarks.md
 shows a run and explains it. Every library runs against the same freshly started
 redis-server on loopback, in one run, with its default waiting strategy
 (redis-py's Lock polls every 0.1 s; python-redis-lock blocks on BLPOP; pottery's
