@@ -20,9 +20,10 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import rlock
 from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.core import LockClient
-from django_rlock.core.connection import derive_client
 from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.connection import derive_client
 from django_rlock.handler import locks
 from tests.conformance.drivers import (
     AsyncHandle,
@@ -183,8 +184,11 @@ def _django_driver(
         "default": {**alias, "KEY_PREFIX": key_prefix, "WATCHDOG_TIMEOUT": watchdog_timeout}
     }
     if "locmem" in engine.id and admin is None:
-        admin = derive_client(locks["default"].client.redis)  # the private server's
-        assert isinstance(admin, redis.Redis)
+        backend = locks["default"]
+        assert isinstance(backend, LocMemLockBackend)
+        private = derive_client(backend.client.redis)  # a client of its private server
+        assert isinstance(private, redis.Redis)
+        admin = private
         admin.flushall()
         closers.append(admin.close)
     if not engine.is_async:

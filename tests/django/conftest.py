@@ -10,6 +10,7 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.handler import locks
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
@@ -23,8 +24,11 @@ def rlocks(settings: SettingsWrapper, redis_url: str, r: redis.Redis) -> Iterato
         "default": {"LOCATION": redis_url, "KEY_PREFIX": "t", "WATCHDOG_TIMEOUT": 5},
         "mem": {"BACKEND": LOCMEM, "KEY_PREFIX": "t", "WATCHDOG_TIMEOUT": 5},
     }
-    # The store (this process's private server) outlives its aliases: empty it.
-    locks["mem"].client.redis.flushall()
+    # The store (this process's private server) outlives its aliases: empty it,
+    # through a backend of its own (the handler builds ``mem`` only when used).
+    emptier = LocMemLockBackend("mem", settings.RLOCKS["mem"])
+    emptier.client.redis.flushall()
+    emptier.close()
     yield settings.RLOCKS
     locks.close_all()
 

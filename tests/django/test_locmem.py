@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
@@ -41,10 +42,18 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def locmem(alias: str) -> LocMemLockBackend:
+    """The LocMem backend of ``alias``."""
+    backend = locks[alias]
+    assert isinstance(backend, LocMemLockBackend)
+    return backend
+
+
 def socket_directory(alias: str) -> Path:
     """The directory of the server an alias talks to (its unix socket is there)."""
-    kwargs = locks[alias].client.redis.connection_pool.connection_kwargs
-    return Path(kwargs["path"]).parent
+    client = locmem(alias).client.redis
+    assert isinstance(client, redis.Redis)
+    return Path(client.connection_pool.connection_kwargs["path"]).parent
 
 
 def gone(path: Path) -> bool:
@@ -64,8 +73,8 @@ def test_aliases_with_one_location_share_locks_and_others_do_not(
         "also-one": {"BACKEND": LOCMEM, "LOCATION": "shared", "KEY_PREFIX": "t"},
         "two": {"BACKEND": LOCMEM, "LOCATION": "apart", "KEY_PREFIX": "t"},
     }
-    locks["two"].client.redis.flushall()
-    locks["one"].client.redis.flushall()
+    locmem("two").client.redis.flushall()
+    locmem("one").client.redis.flushall()
     hold_elsewhere("report", using="one")
     assert locks["also-one"].lock("report").acquire(blocking=False) is False
     assert list(locks["also-one"].names()) == ["report"]
@@ -83,8 +92,7 @@ def test_the_store_outlives_closing_its_aliases(hold_elsewhere: Holders) -> None
 
 def test_another_process_with_the_same_location_has_its_own_locks() -> None:
     code = CONFIGURE + (
-        "lock = locks['default'].lock('mine')\n"
-        "print(lock.locked(), lock.acquire(blocking=False))\n"
+        "lock = locks['default'].lock('mine')\nprint(lock.locked(), lock.acquire(blocking=False))\n"
     )
     with locks["mem"].lock("mine"):
         result = run_python(code)
@@ -134,9 +142,7 @@ def test_nothing_is_left_once_the_process_is_gone(end: str) -> None:
         "if sys.argv[1] == 'kill':\n"
         "    time.sleep(60)\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, end], stdout=subprocess.PIPE, text=True
-    )
+    process = subprocess.Popen([sys.executable, "-c", code, end], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         socket = Path(process.stdout.readline().strip())
