@@ -39,8 +39,9 @@ The default ``timeout=None`` waits as long as it takes; views usually want a
 small timeout.
 
 An async function uses the backend's asyncio lock natively (its owner is the
-request's task; no thread hop on the Redis backend); a backend without one
-(LocMem) enters and releases the lock on one worker thread of its own per call.
+request's task; no thread hop on the Redis, embedded and LocMem backends); an
+alias without one (a cache alias, Sentinel, Cluster) enters and releases the
+lock on one worker thread of its own per call.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""An async face for a backend whose locks are owned by threads (LocMem, cache aliases...).
+"""An async face for a backend whose locks are owned by threads (cache aliases...).
 
-Backends with a native asyncio lock (Redis) hand out
+Backends with a native asyncio lock (Redis, embedded, LocMem) hand out
 :class:`~django_rlock.core.aio.AsyncRLock` objects; the others get this
 adapter, which runs the sync lock's calls on a worker thread so the event loop
 never blocks.

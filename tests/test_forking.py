@@ -90,13 +90,9 @@ def _loop_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], objec
     return lambda: clients._lock, lambda: None
 
 
-def _locmem_stores(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
-    return lambda: locmem._stores_lock, lambda: locmem._store("fork")
-
-
-def _locmem_store(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
-    store = locmem._store("fork-store")
-    return lambda: store.cond, lambda: None
+def _locmem_servers(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    # The child starts a private server of its own (stopped once the child exits).
+    return lambda: locmem._servers_lock, lambda: locmem._private_server("fork")
 
 
 def _cache_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
@@ -127,8 +123,7 @@ CASES: dict[str, Case] = {
     "backend build lock": _backend,
     "HoldTracker": _hold_tracker,
     "LoopClients": _loop_clients,
-    "locmem stores": _locmem_stores,
-    "locmem store condition": _locmem_store,
+    "locmem servers": _locmem_servers,
     "cache shared clients": _cache_clients,
     "celery clients": _celery_clients,
     "thread-owned tasks": _thread_owned,

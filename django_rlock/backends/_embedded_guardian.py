@@ -1,7 +1,7 @@
 """The guardian of an embedded redis-server: runs it, and stops it when nobody uses it.
 
 Started by :class:`django_rlock.backends.embedded_server.EmbeddedServer` as
-``python -I <this file> START_LOCK USERS_LOCK REDIS_SERVER CONFIG``, in a
+``python -I <this file> START_LOCK USERS_LOCK REDIS_SERVER CONFIG [DIRECTORY]``, in a
 session of its own (so a Ctrl-C or the exit of the process that started it
 does not stop a server other processes still use). Standard library only: it
 runs by file path in an isolated interpreter, whatever ``sys.path`` its starter
@@ -15,6 +15,11 @@ means nobody uses the server and nobody is joining it, so the guardian stops
 the server while holding both, and only then lets go. It also stops the
 server on SIGTERM, SIGINT and SIGHUP, and exits when the server dies. On
 Linux the server gets SIGTERM if the guardian itself is killed.
+
+With DIRECTORY (an ephemeral server), a server stopped because nobody uses it
+leaves nothing behind: the guardian removes DIRECTORY, still holding both
+locks. A server stopped any other way (a signal, a crash) keeps its directory,
+where a process still using it may start the next one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,7 +93,7 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 
 def main(argv: list[str]) -> int:
     """Run the server of ``argv`` until it is unused, asked to stop, or dead."""
-    start_lock, users_lock, redis_server, config = argv
+    start_lock, users_lock, redis_server, config, *ephemeral_directory = argv
     start_fd = os.open(start_lock, os.O_RDWR | os.O_CREAT, 0o600)
     users_fd = os.open(users_lock, os.O_RDWR | os.O_CREAT, 0o600)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -105,6 +111,8 @@ def main(argv: list[str]) -> int:
             break
         if _unused(start_fd, users_fd):
             _stop(server)
+            for directory in ephemeral_directory:
+                shutil.rmtree(directory, ignore_errors=True)
             break
         time.sleep(CHECK_INTERVAL)
     # A server that died on its own leaves its socket and pid file: the next

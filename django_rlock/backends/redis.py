@@ -179,13 +179,7 @@ class RedisLockBackend(BaseLockBackend):
         blocking: bool = True,
     ) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
-        if (
-            self.cache_alias is not None
-            or self.min_replicas
-            or not self.location.startswith(_ASYNC_SCHEMES)
-        ):
-            # A cache alias shares the cache's sync pool, which asyncio cannot use;
-            # Sentinel, Cluster and replica-synced grants have no asyncio engine yet.
+        if not self._native_async():
             return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
         lock = AsyncReportingLock(
             self._async_client(), check_name(name), timeout=timeout, lease=lease, blocking=blocking
@@ -193,14 +187,28 @@ class RedisLockBackend(BaseLockBackend):
         lock.backend = self
         return lock
 
+    def _native_async(self) -> bool:
+        """Whether this alias has the asyncio engine (if not: a lock on a worker thread)."""
+        # A cache alias shares the cache's sync pool, which asyncio cannot use;
+        # Sentinel, Cluster and replica-synced grants have no asyncio engine yet.
+        return (
+            self.cache_alias is None
+            and not self.min_replicas
+            and self.location.startswith(_ASYNC_SCHEMES)
+        )
+
     def _async_client(self) -> AsyncLockClient:
         return self._async_clients.get(self._build_async_client)
 
+    def _async_pool(self) -> redis.asyncio.BlockingConnectionPool:
+        """The connection pool of a new asyncio client (one per event loop)."""
+        return redis.asyncio.BlockingConnectionPool.from_url(
+            self.location, timeout=None, **self.options
+        )
+
     def _build_async_client(self) -> AsyncLockClient:
         try:
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
-                self.location, timeout=None, **self.options
-            )
+            pool = self._async_pool()
         except (TypeError, ValueError) as error:
             raise LockSettingError(
                 f"RLOCKS[{self.alias!r}]: cannot build an asyncio redis client from "

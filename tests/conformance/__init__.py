@@ -9,14 +9,16 @@ differs between engines fails here.
 
 What is not generated, and why (never a skip):
 
-* LocMem has no server: no key to delete under a holder, no connection to
-  kill, no ACL user, no Redis 6.2 (``engines(server=True)``).
-* ``async with rlock()`` on the embedded and LocMem backends yields a
-  thread-owned adapter that only enters and exits: those engines run the
-  ``with`` rules only (``engines(full_api=False)``).
+* An engine without a server the test reaches would get no rule that deletes
+  a key under a holder, kills a connection or needs Redis 6.2
+  (``engines(server=True)``); one whose ``async with`` yields an adapter
+  would get the ``with`` rules only (``engines(full_api=False)``). Every
+  engine has both today: LocMem is the engine on a private embedded server,
+  and the embedded and LocMem backends have the native asyncio lock.
 * Cancellation needs asyncio owners (``engines(is_async=True)``); signals
   are the Django face's (``engines(django=True)``).
-* ACL users are set on the test's own server, not on the embedded backend's.
+* ACL users are set on the test's own server, not on the embedded or LocMem
+  backend's.
 
 Known drifts are strict xfails naming the drift, so a fix flips them to
 failures that say "remove the mark".

@@ -10,7 +10,6 @@ rlock(...)``).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,11 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import rlock
-from django_rlock.backends import locmem
 from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.core import LockClient
 from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.connection import derive_client
 from django_rlock.handler import locks
 from tests.conformance.drivers import (
     AsyncHandle,
@@ -47,12 +47,10 @@ ENGINES = [
     Engine("asyncio", is_async=True, server=True),
     Engine("django-redis", is_async=False, server=True, django=True),
     Engine("django-embedded", is_async=False, server=True, django=True),
-    Engine("django-locmem", is_async=False, server=False, django=True),
+    Engine("django-locmem", is_async=False, server=True, django=True),
     Engine("django-async-redis", is_async=True, server=True, django=True),
-    # `async with rlock()` on a backend with no native asyncio lock yields a
-    # thread-owned adapter with no acquire/owned/token...: with-only rules.
-    Engine("django-async-embedded", is_async=True, server=True, full_api=False, django=True),
-    Engine("django-async-locmem", is_async=True, server=False, full_api=False, django=True),
+    Engine("django-async-embedded", is_async=True, server=True, django=True),
+    Engine("django-async-locmem", is_async=True, server=True, django=True),
 ]
 BY_ID = {engine.id: engine for engine in ENGINES}
 
@@ -67,7 +65,7 @@ def engines(
 ) -> list[Any]:
     """The engines a rule applies to, as parameters named by engine.
 
-    ``server``: the rule needs a redis-server it can reach (LocMem has none);
+    ``server``: the rule needs a redis-server it can reach;
     ``full_api``: it uses more than ``with``; ``is_async``: only asyncio owners
     (cancellation); ``django``: only the Django backends (signals). A rule
     that does not apply to an engine is not generated for it: each rule's
@@ -95,9 +93,6 @@ def embedded_location(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     keeper.detach()
 
 
-_stores = itertools.count()
-
-
 @pytest.fixture
 def connect(
     settings: SettingsWrapper,
@@ -122,7 +117,8 @@ def connect(
     ) -> Driver:
         url = location or redis_server.url
         closers: list[Callable[[], None]] = []
-        if engine.server and "embedded" not in engine.id and admin is None:
+        own_server = "embedded" in engine.id or "locmem" in engine.id
+        if engine.server and not own_server and admin is None:
             admin = redis_server.client()
             closers.append(admin.close)
         if engine.id == "sync":
@@ -156,7 +152,6 @@ def connect(
         made.append(driver)
         return driver
 
-    locmem._stores.clear()
     yield connect
     for driver in reversed(made):
         driver.close()
@@ -175,7 +170,8 @@ def _django_driver(
 ) -> Driver:
     closers: list[Callable[[], None]] = [locks.close_all]
     if "locmem" in engine.id:
-        alias: dict[str, Any] = {"BACKEND": LOCMEM, "LOCATION": f"conformance-{next(_stores)}"}
+        # One store (one private server) for the session, emptied for each test.
+        alias: dict[str, Any] = {"BACKEND": LOCMEM, "LOCATION": "conformance"}
     elif "embedded" in engine.id:
         alias = {"BACKEND": EMBEDDED, "LOCATION": embedded_location}
         if admin is None:
@@ -187,6 +183,14 @@ def _django_driver(
     settings.RLOCKS = {
         "default": {**alias, "KEY_PREFIX": key_prefix, "WATCHDOG_TIMEOUT": watchdog_timeout}
     }
+    if "locmem" in engine.id and admin is None:
+        backend = locks["default"]
+        assert isinstance(backend, LocMemLockBackend)
+        private = derive_client(backend.client.redis)  # a client of its private server
+        assert isinstance(private, redis.Redis)
+        admin = private
+        admin.flushall()
+        closers.append(admin.close)
     if not engine.is_async:
 
         def sync_lock(name: str, **defaults: Any) -> Any:

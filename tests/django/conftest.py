@@ -10,7 +10,7 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from django_rlock.backends import locmem
+from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.handler import locks
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
@@ -19,12 +19,16 @@ HANG = 10.0  # seconds: only ever reached when something hangs
 
 @pytest.fixture(autouse=True)
 def rlocks(settings: SettingsWrapper, redis_url: str, r: redis.Redis) -> Iterator[dict[str, Any]]:
-    """RLOCKS for every Django test: ``default`` on the test Redis, ``mem`` in memory."""
-    locmem._stores.clear()
+    """RLOCKS for every Django test: ``default`` on the test Redis, ``mem`` LocMem (emptied)."""
     settings.RLOCKS = {
         "default": {"LOCATION": redis_url, "KEY_PREFIX": "t", "WATCHDOG_TIMEOUT": 5},
         "mem": {"BACKEND": LOCMEM, "KEY_PREFIX": "t", "WATCHDOG_TIMEOUT": 5},
     }
+    # The store (this process's private server) outlives its aliases: empty it,
+    # through a backend of its own (the handler builds ``mem`` only when used).
+    emptier = LocMemLockBackend("mem", settings.RLOCKS["mem"])
+    emptier.client.redis.flushall()
+    emptier.close()
     yield settings.RLOCKS
     locks.close_all()
 

@@ -1,6 +1,6 @@
 """``async with rlock()`` on backends with no asyncio engine: the task is the owner.
 
-LocMem, a cache alias, MIN_REPLICAS (and Sentinel, Cluster) run the sync lock
+A cache alias, MIN_REPLICAS (and Sentinel, Cluster) run the sync lock
 on a worker thread. Nested ``async with`` in one task must re-enter (one owner,
 hold count 2), as it does on the native asyncio lock, and two tasks must still
 exclude each other.
@@ -22,7 +22,7 @@ from django_rlock.threadowned import ThreadOwnedLock, _task_threads
 from tests.django.conftest import HANG
 from tests.servers import RedisServer
 
-THREAD_OWNED = ["mem", "cached", "replicas"]
+THREAD_OWNED = ["cached", "replicas"]
 
 
 @pytest.fixture(scope="module")
