@@ -336,18 +336,17 @@ class HoldRegistry:
         At zero the hold is dropped, so the watchdog stops renewing it and the
         key expires by itself. True when it was dropped.
         """
-        with self._lock:
-            hold.releasing = False
-            hold.count -= 1
-            if hold.count > 0:
-                return False
-            self._forget(hold)
-        _notify(self._released, hold)
-        return True
+        return self._give_up_one(hold, release_ended=True)
 
     def acknowledge_lost(self, hold: Hold) -> bool:
         """The owner gives up one hold of a lost lock; True when that was its last."""
+        return self._give_up_one(hold)
+
+    def _give_up_one(self, hold: Hold, *, release_ended: bool = False) -> bool:
+        # One hold given back without a release reply: at the last, it is released.
         with self._lock:
+            if release_ended:
+                hold.releasing = False
             hold.count -= 1
             if hold.count > 0:
                 return False
