@@ -29,6 +29,7 @@ from celery.utils.log import get_task_logger
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.once import OnceMarker
+from django_rlock.aliaslocks import AliasLock
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -37,7 +38,6 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.keys import KeyTemplate, build_key, check_template
-from django_rlock.reporting import send_lost
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -333,10 +333,10 @@ def _report_lost(
         held.held,
         how,
     )
-    if not known:
-        # The core reports a loss it has seen itself; this one only the
-        # release saw, so Django's lock_lost signal is sent from here.
-        send_lost(held.lock)
+    # The core reports a loss it has seen itself; this one only the release
+    # saw, so Django's lock_lost signal is sent from here.
+    if not known and isinstance(held.lock, AliasLock):
+        held.lock.backend.reporter.report_lost(held.lock)
 
 
 def _end_marker(

@@ -53,7 +53,6 @@ from django_rlock.core import forking
 from django_rlock.core.client import LockClient
 from django_rlock.core.names import check_key_prefix, check_lease, check_name, check_timeout
 from django_rlock.exceptions import LockSettingError
-from django_rlock.reporting import send_lost
 
 __all__ = ["RedisCache", "check_lock_cache", "lock_client_for"]
 
@@ -177,7 +176,6 @@ def _shared_client(cache: DjangoRedisCache, prefix: str, watchdog_timeout: float
                     key_prefix=prefix,
                     watchdog_timeout=watchdog_timeout,
                 )
-                client.on_lost(send_lost)
                 _shared_clients[key] = client
     return client
 

@@ -58,13 +58,13 @@ from typing import Any, Final, TypeVar, cast
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
+from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
 from django_rlock.backends.base import AsyncLock
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template
-from django_rlock.reporting import AsyncReportingLock, ReportingLock
 
 __all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
@@ -110,14 +110,14 @@ def locked(
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
             lock = locks[using].lock(name, timeout=timeout, lease=lease)
-            if isinstance(lock, ReportingLock):
+            if isinstance(lock, AliasLock):
                 lock.location = location
             return lock
 
         def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
             name = build_key(template, signature_source, args, kwargs)
             lock = locks[using].async_lock(name, timeout=timeout, lease=lease)
-            if isinstance(lock, AsyncReportingLock):
+            if isinstance(lock, AsyncAliasLock):
                 lock.location = location
             return lock
 

@@ -1,8 +1,10 @@
 """What the Django face adds to every lock: signals and the slow-lock log.
 
-Every backend hands out locks of a class built on :class:`ReportingLock`, so a
-lock taken through ``locks[alias]`` reports itself however it is used
-(``with``, ``acquire()``/``release()``, a decorator, a Celery task):
+Each backend has a :class:`Reporter`, subscribed to the hold events of every
+lock client the backend builds (the engine's
+:class:`~django_rlock.core.hold.HoldRegistry`, which alone counts holds). So a
+lock taken through ``locks[alias]`` is reported however it is used (``with``,
+``acquire()``/``release()``, a decorator, a Celery task, sync or asyncio):
 
 * :data:`~django_rlock.signals.lock_acquired` when the caller goes from no hold
   to one, :data:`~django_rlock.signals.lock_released` when it gives back its
@@ -14,250 +16,136 @@ lock taken through ``locks[alias]`` reports itself however it is used
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import sys
-import sysconfig
 import threading
 import weakref
-from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.callsite import caller_location
 from django_rlock.core import clock, forking
-from django_rlock.core.aio.lock import AsyncRLock
-from django_rlock.core.exceptions import LockLostError
-from django_rlock.core.identity import task_owner, thread_owner
-from django_rlock.core.lock import RLock
+from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
 from django_rlock.signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
-    from django_rlock.backends.base import AsyncLock, BaseLockBackend
+    from django_rlock.backends.base import BaseLockBackend
 
-__all__ = [
-    "AsyncReportingLock",
-    "HoldTracker",
-    "ReportingLock",
-    "caller_location",
-    "send_lost",
-    "slow_logger",
-]
+__all__ = ["Reporter", "slow_logger"]
 
 slow_logger = logging.getLogger("django_rlock.slow")
 
-# Frames from these directories are the machinery between the user's code and
-# the lock (this library, its Celery face, the standard library's contextlib,
-# threading, asyncio...); the location reported is the first frame outside them.
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MACHINERY = (
-    os.path.join(_SOURCE_ROOT, "django_rlock") + os.sep,
-    os.path.join(_SOURCE_ROOT, "celery_rlock") + os.sep,
-    sysconfig.get_paths()["stdlib"] + os.sep,
-)
 
+class Reporter:
+    """Turns the hold events of one backend's locks into signals and slow-lock log lines.
 
-def caller_location() -> str | None:
-    """``path:line in function`` of the nearest caller outside the lock machinery."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_MACHINERY):
-            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
-    return None
-
-
-@dataclass(eq=False)
-class _Holding:
-    depth: int
-    since: float
-    location: str | None
-
-
-class HoldTracker:
-    """Which owners hold which lock names through one backend, and since when.
-
-    Holds are counted per ``(name, owner)`` rather than per lock object, as Redis
-    counts them: two lock objects of one name in one thread share their holds.
+    :meth:`attach` subscribes it to a lock client's registry; it reports only
+    the holds taken through locks of its own backend (a cache's lock client
+    may also serve ``cache.lock()`` or another alias). The one thing it keeps
+    is where each hold was taken, for the slow-hold line.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, backend: BaseLockBackend) -> None:
+        self.backend = backend
         self._mutex = threading.Lock()
         forking.renew_after_fork(self, "_mutex")
-        self._holdings: dict[tuple[str, str], _Holding] = {}
+        self._locations: weakref.WeakKeyDictionary[Hold, str | None] = weakref.WeakKeyDictionary()
 
-    def entered(self, name: str, location: str | None, owner: str) -> bool:
-        """Count one more hold of ``owner``; True for its first."""
-        key = (name, owner)
-        with self._mutex:
-            holding = self._holdings.get(key)
-            if holding is not None:
-                holding.depth += 1
-                return False
-            self._holdings[key] = _Holding(depth=1, since=clock.monotonic(), location=location)
-            return True
+    def attach(self, registry: HoldRegistry) -> None:
+        """Report the holds of ``registry`` (a lock client's) from now on."""
+        registry.on_acquired(self._acquired)
+        registry.on_released(self._released)
+        registry.on_lost(self._lost)
+        registry.on_gave_up(self._gave_up)
 
-    def left(self, name: str, owner: str) -> _Holding | None:
-        """Count one hold of ``owner`` given back; the holding when it was its last."""
-        key = (name, owner)
-        with self._mutex:
-            holding = self._holdings.get(key)
-            if holding is None:
-                return None
-            holding.depth -= 1
-            if holding.depth > 0:
-                return None
-            del self._holdings[key]
-            return holding
+    def detach(self, registry: HoldRegistry) -> None:
+        """Stop reporting the holds of ``registry`` (a client that outlives the backend)."""
+        registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
 
+    def _ours(self, lock: object) -> AliasLock | AsyncAliasLock | None:
+        if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend is self.backend:
+            return lock
+        return None
 
-class _Reporting:
-    """The reporting shared by the sync and the async lock of a backend."""
+    def _slow_reporting(self) -> bool:
+        return self.backend.slow_wait is not None or self.backend.slow_hold is not None
 
-    backend: BaseLockBackend
-    location: str | None = None
-    name: str
-
-    def _report_acquired(self, *, acquired: bool, waited: float, owner: str) -> None:
-        backend = self.backend
-        location = self.location
-        if location is None and (backend.slow_wait is not None or backend.slow_hold is not None):
+    def _acquired(self, hold: Hold) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is None:
+            return
+        # On the acquiring thread (or task): the call stack is the caller's.
+        location = lock.location
+        if location is None and self._slow_reporting():
             location = caller_location()
+        self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
+        with self._mutex:
+            self._locations[hold] = location
+        backend = self.backend
+        lock_acquired.send(
+            sender=type(backend), name=lock.name, alias=backend.alias, lock=lock, waited=hold.waited
+        )
+
+    def _gave_up(self, event: GaveUp) -> None:
+        lock = self._ours(event.lock)
+        if lock is None:
+            return
+        location = lock.location
+        if location is None and self.backend.slow_wait is not None:
+            location = caller_location()
+        self._log_slow_wait(lock.name, event.waited, location, acquired=False)
+
+    def _released(self, hold: Hold) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is None:
+            return
+        with self._mutex:
+            location = self._locations.pop(hold, None)
+        backend = self.backend
+        held = clock.monotonic() - hold.acquired_at
+        if backend.slow_hold is not None and held > backend.slow_hold:
+            slow_logger.warning(
+                "slow lock hold: %r (alias %r) held %.3fs, taken at %s",
+                lock.name,
+                backend.alias,
+                held,
+                location or "an unknown location",
+                extra={"lock_name": lock.name, "alias": backend.alias, "seconds": held},
+            )
+        lock_released.send(
+            sender=type(backend),
+            name=lock.name,
+            alias=backend.alias,
+            lock=lock,
+            held=held,
+            lost=hold.lost,
+        )
+
+    def _lost(self, hold: Hold) -> None:
+        if hold.locks:
+            self.report_lost(hold.locks[0])
+
+    def report_lost(self, lock: object) -> None:
+        """Send :data:`lock_lost` for ``lock`` (if it is this backend's).
+
+        The engine reports every loss it sees; this is for one only its caller
+        saw (a release retried after a lost reply that finds nothing held).
+        """
+        ours = self._ours(lock)
+        if ours is not None:
+            backend = self.backend
+            lock_lost.send(sender=type(backend), name=ours.name, alias=backend.alias, lock=ours)
+
+    def _log_slow_wait(
+        self, name: str, waited: float, location: str | None, *, acquired: bool
+    ) -> None:
+        backend = self.backend
         if backend.slow_wait is not None and waited > backend.slow_wait:
             slow_logger.warning(
                 "slow lock wait: %r (alias %r) waited %.3fs%s at %s",
-                self.name,
+                name,
                 backend.alias,
                 waited,
                 "" if acquired else " and timed out",
                 location or "an unknown location",
-                extra={"lock_name": self.name, "alias": backend.alias, "seconds": waited},
+                extra={"lock_name": name, "alias": backend.alias, "seconds": waited},
             )
-        if acquired and backend.tracker.entered(self.name, location, owner):
-            lock_acquired.send(
-                sender=type(backend), name=self.name, alias=backend.alias, lock=self, waited=waited
-            )
-
-    def _report_released(self, *, lost: bool, owner: str) -> None:
-        backend = self.backend
-        holding = backend.tracker.left(self.name, owner)
-        if holding is None:
-            return
-        held = clock.monotonic() - holding.since
-        if backend.slow_hold is not None and held > backend.slow_hold:
-            slow_logger.warning(
-                "slow lock hold: %r (alias %r) held %.3fs, taken at %s",
-                self.name,
-                backend.alias,
-                held,
-                holding.location or "an unknown location",
-                extra={"lock_name": self.name, "alias": backend.alias, "seconds": held},
-            )
-        lock_released.send(
-            sender=type(backend),
-            name=self.name,
-            alias=backend.alias,
-            lock=self,
-            held=held,
-            lost=lost,
-        )
-
-
-class ReportingLock(_Reporting, RLock):
-    """An :class:`RLock` that sends the lock signals and writes the slow-lock log.
-
-    Backends mix it in front of their lock implementation; ``backend`` is set
-    by the backend that made the lock. ``location`` may be set by the caller
-    (``@locked`` sets the decorated function's) to name the code that takes
-    the lock in the slow-lock log; otherwise it is read from the call stack.
-
-    ``async with`` on it takes the backend's asyncio twin of the lock (owned
-    by the current task) and yields that.
-    """
-
-    def acquire(
-        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
-    ) -> bool:
-        """Take the lock as :meth:`RLock.acquire` does, then report it."""
-        started = clock.monotonic()
-        acquired = super().acquire(blocking, timeout, lease)
-        waited = clock.monotonic() - started
-        self._report_acquired(acquired=acquired, waited=waited, owner=thread_owner())
-        return acquired
-
-    def release(self) -> None:
-        """Give back one hold as :meth:`RLock.release` does, then report it."""
-        try:
-            super().release()
-        except LockLostError:
-            self._report_released(lost=True, owner=thread_owner())
-            raise
-        self._report_released(lost=False, owner=thread_owner())
-
-    async def __aenter__(self) -> AsyncLock:
-        twin = self.backend.async_lock(
-            self.name, timeout=self.timeout, lease=self.lease, blocking=self.blocking
-        )
-        entered = await twin.__aenter__()
-        self._twins().setdefault(_current_task(), []).append(twin)
-        return entered
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        twins = self._twins()
-        task = _current_task()
-        stack = twins[task]
-        twin = stack.pop()
-        if not stack:
-            del twins[task]
-        await twin.__aexit__(exc_type, exc, traceback)
-
-    def _twins(self) -> weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]]:
-        # Per task, the async locks entered through this object (nested: a stack).
-        twins = self.__dict__.get("_async_twins")
-        if twins is None:
-            twins = self.__dict__["_async_twins"] = weakref.WeakKeyDictionary()
-        return twins
-
-
-class AsyncReportingLock(_Reporting, AsyncRLock):
-    """An :class:`AsyncRLock` that sends the lock signals and writes the slow-lock log."""
-
-    async def acquire(
-        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
-    ) -> bool:
-        """Take the lock as :meth:`AsyncRLock.acquire` does, then report it."""
-        started = clock.monotonic()
-        acquired = await super().acquire(blocking, timeout, lease)
-        waited = clock.monotonic() - started
-        self._report_acquired(acquired=acquired, waited=waited, owner=task_owner())
-        return acquired
-
-    async def release(self) -> None:
-        """Give back one hold as :meth:`AsyncRLock.release` does, then report it."""
-        owner = task_owner()
-        try:
-            await super().release()
-        except LockLostError:
-            self._report_released(lost=True, owner=owner)
-            raise
-        self._report_released(lost=False, owner=owner)
-
-
-def _current_task() -> asyncio.Task[Any]:
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("async with on a lock must run inside an asyncio task")
-    return task
-
-
-def send_lost(lock: object) -> None:
-    """Client-wide loss callback: send :data:`lock_lost` for a lock of a backend."""
-    if isinstance(lock, _Reporting):
-        backend = lock.backend
-        lock_lost.send(sender=type(backend), name=lock.name, alias=backend.alias, lock=lock)

@@ -21,9 +21,9 @@ twin of the lock instead, owned by the current task (on the Redis backend an
 
 from __future__ import annotations
 
+from django_rlock.aliaslocks import AliasLock
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
 from django_rlock.handler import locks
-from django_rlock.reporting import ReportingLock
 
 __all__ = ["rlock"]
 
@@ -35,7 +35,7 @@ def rlock(
     timeout: float | None = None,
     lease: float | None = None,
     blocking: bool = True,
-) -> ReportingLock:
+) -> AliasLock:
     """The reentrant lock ``name`` of alias ``using``, ready for ``with`` and ``async with``.
 
     ``timeout`` is the longest wait in seconds (None: wait as long as it

@@ -27,7 +27,6 @@ from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockClient, watchdog
 from django_rlock.handler import LockHandler
 from django_rlock.loopclients import LoopClients
-from django_rlock.reporting import HoldTracker
 
 HANG = 10.0  # seconds: only ever reached when the child hangs
 
@@ -80,9 +79,16 @@ def _backend(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
     return lambda: backend._build_lock, lambda: backend.client
 
 
-def _hold_tracker(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
-    tracker = HoldTracker()
-    return lambda: tracker._mutex, lambda: tracker.entered("a", None, "owner")
+def _reporter(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    # The reporter's mutex is taken on every grant of a backend's lock.
+    backend = RedisLockBackend("default", {"LOCATION": redis_url})
+
+    def take_and_give_back() -> None:
+        lock = backend.lock("forked")
+        assert lock.acquire(lease=5)
+        lock.release()
+
+    return lambda: backend.reporter._mutex, take_and_give_back
 
 
 def _loop_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
@@ -121,7 +127,7 @@ CASES: dict[str, Case] = {
     "MultiLock": _multi_lock,
     "LockHandler": _handler,
     "backend build lock": _backend,
-    "HoldTracker": _hold_tracker,
+    "Reporter": _reporter,
     "LoopClients": _loop_clients,
     "locmem servers": _locmem_servers,
     "cache shared clients": _cache_clients,

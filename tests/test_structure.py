@@ -234,7 +234,7 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
     ("django_rlock.management.commands.rlock", "_actions"): (
         "argparse lists no parser's actions publicly; Django's call_command reads them too"
     ),
-    ("django_rlock.reporting", "_getframe"): (
+    ("django_rlock.callsite", "_getframe"): (
         "sys._getframe walks the caller's frames without inspect.stack()'s cost"
     ),
     ("celery_rlock.decorators", "_get_app"): (

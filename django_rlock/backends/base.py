@@ -17,9 +17,10 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from django_rlock import conf
+from django_rlock.aliaslocks import AliasLock
 from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
-from django_rlock.reporting import HoldTracker, ReportingLock
+from django_rlock.reporting import Reporter
 from django_rlock.threadowned import ThreadOwnedLock
 
 __all__ = ["AsyncLock", "BaseLockBackend", "InvalidLockBackendError", "LockInfo", "display_owner"]
@@ -95,7 +96,8 @@ class BaseLockBackend(ABC):
                 check_id="django_rlock.E003",
             )
         self.options: dict[str, Any] = options
-        self.tracker = HoldTracker()
+        #: Subscribed to every lock client this backend builds (see :meth:`reporting`).
+        self.reporter = Reporter(self)
         self._build_lock = threading.Lock()
         forking.renew_after_fork(self, "_build_lock")
 
@@ -118,7 +120,7 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
-    ) -> ReportingLock:
+    ) -> AliasLock:
         """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults ``with lock:``

@@ -43,7 +43,6 @@ from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import connection_options
 from django_rlock.exceptions import LockSettingError
-from django_rlock.reporting import send_lost
 
 __all__ = ["EmbeddedRedisLockBackend", "EmbeddedServerError", "default_location"]
 
@@ -141,7 +140,7 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
             watchdog_timeout=self.watchdog_timeout,
             server=self.server_label(),
         )
-        client.on_lost(send_lost)
+        self.reporter.attach(client.holds)
         return client
 
     def _native_async(self) -> bool:

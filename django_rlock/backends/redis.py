@@ -29,6 +29,7 @@ import redis
 import redis.asyncio
 
 from django_rlock import conf
+from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
 from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
 from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core.aio import AsyncLockClient
@@ -47,7 +48,6 @@ from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.exceptions import LockSettingError
 from django_rlock.loopclients import LoopClients
-from django_rlock.reporting import AsyncReportingLock, ReportingLock, send_lost
 
 __all__ = ["RedisLockBackend"]
 
@@ -129,9 +129,11 @@ class RedisLockBackend(BaseLockBackend):
     def _connect(self) -> LockClient:
         if self.cache_alias is not None:
             prefix = self.key_prefix if "KEY_PREFIX" in self.params else None
-            return lock_client_for(
+            shared = lock_client_for(
                 self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout
             )
+            self.reporter.attach(shared.holds)
+            return shared
         try:
             self._redis = from_url(self.location, **self.options)
         except (TypeError, ValueError) as error:
@@ -148,7 +150,7 @@ class RedisLockBackend(BaseLockBackend):
             replica_sync_timeout=self.replica_sync_timeout,
             server=self.server_label(),
         )
-        client.on_lost(send_lost)
+        self.reporter.attach(client.holds)
         return client
 
     def server_label(self) -> str:
@@ -162,13 +164,11 @@ class RedisLockBackend(BaseLockBackend):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
-    ) -> ReportingLock:
+    ) -> AliasLock:
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
-        lock = ReportingLock(
-            self.client, check_name(name), timeout=timeout, lease=lease, blocking=blocking
+        return AliasLock(
+            self.client, check_name(name), self, timeout=timeout, lease=lease, blocking=blocking
         )
-        lock.backend = self
-        return lock
 
     def async_lock(
         self,
@@ -181,11 +181,14 @@ class RedisLockBackend(BaseLockBackend):
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
-        lock = AsyncReportingLock(
-            self._async_client(), check_name(name), timeout=timeout, lease=lease, blocking=blocking
+        return AsyncAliasLock(
+            self._async_client(),
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
         )
-        lock.backend = self
-        return lock
 
     def _native_async(self) -> bool:
         """Whether this alias has the asyncio engine (if not: a lock on a worker thread)."""
@@ -221,7 +224,7 @@ class RedisLockBackend(BaseLockBackend):
             watchdog_timeout=self.watchdog_timeout,
             server=self.server_label(),
         )
-        client.on_lost(send_lost)
+        self.reporter.attach(client.engine.holds)
         return client
 
     def names(self, pattern: str = "*") -> Iterator[str]:
@@ -285,6 +288,8 @@ class RedisLockBackend(BaseLockBackend):
         with self._build_lock:
             client, self._client = self._client, None
             built, self._redis = self._redis, None
+        if client is not None and built is None:
+            self.reporter.detach(client.holds)  # the cache's client lives on
         if client is not None and built is not None:
             client.close()
             built.close()

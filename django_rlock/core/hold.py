@@ -27,16 +27,25 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django_rlock.core import forking, lostholds
+from django_rlock.core import clock, forking, lostholds
 
 if TYPE_CHECKING:
     from django_rlock.core.lock import LockBase
 
-__all__ = ["Hold", "HoldCallback", "HoldRegistry", "key_deadline"]
+__all__ = [
+    "GaveUp",
+    "GaveUpCallback",
+    "Hold",
+    "HoldCallback",
+    "HoldRegistry",
+    "key_deadline",
+]
 
 logger = logging.getLogger("django_rlock.lock")
+
+T = TypeVar("T")
 
 
 def key_deadline(sent_at: float, pttl_ms: int) -> float:
@@ -72,6 +81,8 @@ class Hold:
     watchdog: bool
     deadline: float
     acquired_at: float
+    #: Seconds the acquire call that got this hold waited for it.
+    waited: float = 0.0
     locks: list[LockBase] = field(default_factory=list)
     lost: bool = False
     releasing: bool = False
@@ -94,6 +105,23 @@ class Hold:
 
 #: Called with the hold an event is about (see :class:`HoldRegistry`).
 HoldCallback = Callable[[Hold], object]
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """An acquire call that ended without the lock: its wait ran out, or one attempt failed."""
+
+    name: str
+    key: str
+    owner: str
+    #: The lock object the call was made on.
+    lock: LockBase
+    #: Seconds the call waited before giving up.
+    waited: float
+
+
+#: Called with an acquire call that gave up (see :meth:`HoldRegistry.on_gave_up`).
+GaveUpCallback = Callable[[GaveUp], object]
 
 #: A lost hold's callbacks: each one and what it is called with.
 _Calls = list[tuple[Callable[[Any], object], object]]
@@ -118,7 +146,10 @@ class HoldRegistry:
       after a release whose outcome is unknown), on the releasing thread;
     - :meth:`on_lost`: a hold was lost, on a short-lived thread of its own
       after the callbacks of the locks that took it, so a slow callback cannot
-      delay the renewal of other locks.
+      delay the renewal of other locks; the owner's giving it back later is an
+      :meth:`on_released` event with ``hold.lost`` set;
+    - :meth:`on_gave_up`: an acquire call ended without the lock, on the
+      calling thread.
 
     ``watch`` is called (outside the mutex) when the first hold the watchdog
     must renew is granted, and again after :meth:`abandon_watched`.
@@ -135,6 +166,7 @@ class HoldRegistry:
         self._acquired: list[HoldCallback] = []
         self._released: list[HoldCallback] = []
         self._lost: list[HoldCallback] = []
+        self._gave_up: list[GaveUpCallback] = []
         _registries.add(self)
 
     # -- events ---------------------------------------------------------------------
@@ -150,6 +182,17 @@ class HoldRegistry:
     def on_lost(self, callback: HoldCallback) -> None:
         """Call ``callback(hold)`` whenever a hold is lost (on a thread of its own)."""
         self._lost.append(callback)
+
+    def on_gave_up(self, callback: GaveUpCallback) -> None:
+        """Call ``callback(gave_up)`` whenever an acquire call ends without the lock."""
+        self._gave_up.append(callback)
+
+    def unsubscribe(self, *callbacks: Callable[[Any], object]) -> None:
+        """Stop calling ``callbacks`` for any event they were subscribed to."""
+        self._acquired[:] = [known for known in self._acquired if known not in callbacks]
+        self._released[:] = [known for known in self._released if known not in callbacks]
+        self._lost[:] = [known for known in self._lost if known not in callbacks]
+        self._gave_up[:] = [known for known in self._gave_up if known not in callbacks]
 
     # -- reading --------------------------------------------------------------------
 
@@ -198,13 +241,15 @@ class HoldRegistry:
         lease: float | None,
         sent_at: float,
         pttl_ms: int,
+        requested_at: float | None = None,
     ) -> Hold:
         """Record a grant Redis has just made to ``owner`` through ``lock``.
 
         ``holds`` is the owner's hold count the server reported: above one it
         re-enters the newest live hold. ``sent_at`` is when the acquire call
         was sent and ``pttl_ms`` the key's life left that its reply reported
-        (see :func:`key_deadline`).
+        (see :func:`key_deadline`). ``requested_at`` is when the caller began
+        to ask (before any wait; default ``sent_at``).
         """
         keys = lock.keys
         stale: Hold | None = None
@@ -234,6 +279,7 @@ class HoldRegistry:
                     watchdog=lease is None,
                     deadline=key_deadline(sent_at, pttl_ms),
                     acquired_at=sent_at,
+                    waited=clock.monotonic() - (sent_at if requested_at is None else requested_at),
                 )
                 stack.append(hold)
                 hold.add_lock(lock)
@@ -290,8 +336,17 @@ class HoldRegistry:
         At zero the hold is dropped, so the watchdog stops renewing it and the
         key expires by itself. True when it was dropped.
         """
+        return self._give_up_one(hold, release_ended=True)
+
+    def acknowledge_lost(self, hold: Hold) -> bool:
+        """The owner gives up one hold of a lost lock; True when that was its last."""
+        return self._give_up_one(hold)
+
+    def _give_up_one(self, hold: Hold, *, release_ended: bool = False) -> bool:
+        # One hold given back without a release reply: at the last, it is released.
         with self._lock:
-            hold.releasing = False
+            if release_ended:
+                hold.releasing = False
             hold.count -= 1
             if hold.count > 0:
                 return False
@@ -299,14 +354,19 @@ class HoldRegistry:
         _notify(self._released, hold)
         return True
 
-    def acknowledge_lost(self, hold: Hold) -> bool:
-        """The owner gives up one hold of a lost lock; True when that was its last."""
-        with self._lock:
-            hold.count -= 1
-            if hold.count > 0:
-                return False
-            self._forget(hold)
-            return True
+    def gave_up(self, lock: LockBase, owner: str, requested_at: float) -> None:
+        """An acquire call of ``owner`` on ``lock``, begun at ``requested_at``, got nothing."""
+        if not self._gave_up:
+            return
+        keys = lock.keys
+        event = GaveUp(
+            name=keys.name,
+            key=keys.hash,
+            owner=owner,
+            lock=lock,
+            waited=clock.monotonic() - requested_at,
+        )
+        _notify(self._gave_up, event)
 
     def _forget(self, hold: Hold) -> None:
         # Called with the mutex held: the hold is fully given back.
@@ -364,10 +424,10 @@ class HoldRegistry:
 _registries: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
 
 
-def _notify(callbacks: list[HoldCallback], hold: Hold) -> None:
+def _notify(callbacks: list[Callable[[T], object]], subject: T) -> None:
     for callback in list(callbacks):
         try:
-            callback(hold)
+            callback(subject)
         except Exception:
             logger.exception("hold event callback %r failed", callback)
 

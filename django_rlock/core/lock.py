@@ -195,9 +195,18 @@ class LockBase:
         raise error
 
     def _acquire_reply(
-        self, reply: Any, owner: str, lease: float | None, sent_at: float
+        self,
+        reply: Any,
+        owner: str,
+        lease: float | None,
+        sent_at: float,
+        requested_at: float | None = None,
     ) -> float | None:
-        """Record a grant (None), or the seconds to wait at most before trying again."""
+        """Record a grant (None), or the seconds to wait at most before trying again.
+
+        ``requested_at`` is when the acquire call began (the grant's wait is
+        counted from it); default ``sent_at``.
+        """
         answer = acquire_reply(reply, no_expiry_wait=self._engine.watchdog_timeout)
         if isinstance(answer, Grant):
             self._registry.grant(
@@ -208,6 +217,7 @@ class LockBase:
                 lease=lease,
                 sent_at=sent_at,
                 pttl_ms=answer.pttl_ms,
+                requested_at=requested_at,
             )
             return None
         return answer
@@ -355,11 +365,15 @@ class RLock(LockBase):
             return self._acquire_waiting(plan, lease_seconds)
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        shell = _Waiting(self, thread_owner(), lease_seconds)
+        owner = thread_owner()
+        shell = _Waiting(self, owner, lease_seconds, plan.started)
         try:
-            return drive(plan, shell)
+            granted = drive(plan, shell)
         finally:
             shell.close(registered=plan.registered)
+        if not granted:
+            self._registry.gave_up(self, owner, plan.started)
+        return granted
 
     def _attempt(
         self,
@@ -367,14 +381,17 @@ class RLock(LockBase):
         lease: float | None,
         waiter_id: str = "",
         sleep: float = 0.0,
+        *,
         via: redis.Redis | None = None,
+        requested_at: float | None = None,
     ) -> float | None:
         """One acquire script call: None when granted, else seconds to wait at most.
 
         A ``waiter_id`` enters the caller in the lock's waiting set, so that a
         release can wake it alone; ``sleep`` is how long it will wait at most.
         ``via`` is another connection to the same server to send it on (RedLock
-        uses one with a short timeout).
+        uses one with a short timeout); ``requested_at`` is when the caller's
+        acquire began.
         """
         call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
@@ -387,7 +404,7 @@ class RLock(LockBase):
             reply = send() if via is not None else resend_once(send)
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
-        wait = self._acquire_reply(reply, owner, lease, sent_at)
+        wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
             self._local.lost = False
         return wait
@@ -511,14 +528,16 @@ class RLock(LockBase):
 class _Waiting:
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
-    def __init__(self, lock: RLock, owner: str, lease: float | None) -> None:
-        self.lock, self.owner, self.lease = lock, owner, lease
+    def __init__(self, lock: RLock, owner: str, lease: float | None, started: float) -> None:
+        self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
         self.subscription: Subscription | None = None
         self._stack = ExitStack()
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
-        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
+        return self.lock._attempt(
+            self.owner, self.lease, waiter_id, sleep, requested_at=self.started
+        )
 
     def listen(self) -> None:
         listener = self.lock.client.listener

@@ -15,7 +15,7 @@ import redis
 
 from django_rlock.core import LockClient, LockLostError
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.hold import Hold
+from django_rlock.core.hold import GaveUp, Hold
 from django_rlock.core.identity import thread_owner
 
 HANG = 10.0  # seconds: only ever reached when something hangs
@@ -85,3 +85,60 @@ def test_asyncio_holds_are_told_by_the_engines_registry(redis_url: str, r: redis
         return told
 
     assert asyncio.run(scenario()) == ["acquired async-events", "released async-events"]
+
+
+def test_a_lost_hold_given_back_is_a_release_event_marked_lost(lock_client: LockClient) -> None:
+    released: list[Hold] = []
+    lock_client.holds.on_released(released.append)
+    lock = lock_client.lock("lost-then-released")
+    assert lock.acquire()
+    assert lock.acquire()
+    assert lock.force_release()
+    with pytest.raises(LockLostError):
+        lock.release()  # the release finds it lost: one of two holds given back
+    assert released == []
+    with pytest.raises(LockLostError):
+        lock.release()
+    assert [(hold.name, hold.lost) for hold in released] == [("lost-then-released", True)]
+
+
+def test_a_grant_says_how_long_its_caller_waited(lock_client: LockClient) -> None:
+    acquired: list[Hold] = []
+    lock_client.holds.on_acquired(acquired.append)
+    holder = lock_client.lock("waited-for")
+    assert holder.acquire(lease=0.3)  # not released: the waiter gets it when the lease ends
+    waiter = threading.Thread(target=lambda: lock_client.lock("waited-for").acquire(timeout=HANG))
+    waiter.start()
+    waiter.join(HANG)
+    assert len(acquired) == 2
+    assert acquired[0].waited < 0.3
+    assert 0.2 <= acquired[1].waited < HANG
+
+
+def test_an_acquire_that_gets_nothing_is_told_on_both_engines(redis_url: str) -> None:
+    gave_up: list[GaveUp] = []
+    with LockClient(redis_url, key_prefix="gaveup") as client:
+        client.holds.on_gave_up(gave_up.append)
+        assert client.lock("busy").acquire(lease=5)
+
+        def contend() -> None:
+            assert client.lock("busy").acquire(timeout=0.2) is False
+            assert client.lock("busy").acquire(blocking=False) is False
+
+        thread = threading.Thread(target=contend)
+        thread.start()
+        thread.join(HANG)
+
+        async def contend_async() -> None:
+            async with AsyncLockClient(redis_url, key_prefix="gaveup") as aclient:
+                aclient.engine.holds.on_gave_up(gave_up.append)
+                assert await aclient.lock("busy").acquire(timeout=0.2) is False
+
+        asyncio.run(contend_async())
+        client.lock("busy").release()
+    assert [(event.name, event.owner != thread_owner()) for event in gave_up] == [
+        ("busy", True)
+    ] * 3
+    timed_out, one_attempt, timed_out_async = (event.waited for event in gave_up)
+    assert timed_out >= 0.2 and timed_out_async >= 0.2
+    assert one_attempt < 0.2

@@ -64,15 +64,24 @@ class AsyncRLock(LockBase):
             return await self._acquire_waiting(plan, lease_seconds)
 
     async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        shell = _AsyncWaiting(self, task_owner(), lease_seconds)
+        owner = task_owner()
+        shell = _AsyncWaiting(self, owner, lease_seconds, plan.started)
         try:
-            return await drive_async(plan, shell)
+            granted = await drive_async(plan, shell)
         finally:
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
+        if not granted:
+            self._registry.gave_up(self, owner, plan.started)
+        return granted
 
     async def _attempt(
-        self, owner: str, lease: float | None, waiter_id: str = "", sleep: float = 0.0
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str = "",
+        sleep: float = 0.0,
+        requested_at: float | None = None,
     ) -> float | None:
         """One acquire script call, shielded: None when granted, else seconds to wait.
 
@@ -80,7 +89,9 @@ class AsyncRLock(LockBase):
         completes, and a grant it brings is given back at once.
         """
         call = self.client.spawn(
-            self._acquire_script(owner, lease, waiter_id, sleep, asyncio.current_task())
+            self._acquire_script(
+                owner, lease, waiter_id, sleep, asyncio.current_task(), requested_at=requested_at
+            )
         )
         try:
             return await asyncio.shield(call)
@@ -95,6 +106,8 @@ class AsyncRLock(LockBase):
         waiter_id: str,
         sleep: float,
         caller: asyncio.Task[Any] | None,
+        *,
+        requested_at: float | None = None,
     ) -> float | None:
         call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
@@ -104,7 +117,7 @@ class AsyncRLock(LockBase):
             )
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
-        wait = self._acquire_reply(reply, owner, lease, sent_at)
+        wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None and caller is not None:
             self._lost_tasks.pop(caller, None)
         return wait
@@ -225,13 +238,13 @@ async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
 class _AsyncWaiting:
     """The asyncio shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
-    def __init__(self, lock: AsyncRLock, owner: str, lease: float | None) -> None:
-        self.lock, self.owner, self.lease = lock, owner, lease
+    def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
+        self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
         self.subscription: AsyncSubscription | None = None
 
     def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
-        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep)
+        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
 
     def listen(self) -> None:
         self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)

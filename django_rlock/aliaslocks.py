@@ -1,0 +1,105 @@
+"""The locks a backend hands out: the engine's own, with an alias attached.
+
+:class:`AliasLock` is the engine's :class:`~django_rlock.core.RLock` (it adds no
+state to a hold and overrides no acquire or release) plus what only the
+Django face knows:
+
+* ``backend``, the alias's backend, whose :class:`~django_rlock.reporting.Reporter`
+  turns the engine's hold events into signals and slow-lock log lines;
+* ``location``, the code that takes the lock, for the slow-lock log (``@locked``
+  sets the decorated function's; otherwise it is read from the call stack);
+* ``async with``, which takes the backend's asyncio twin of the lock, owned by
+  the current task, and yields that.
+
+:class:`AsyncAliasLock` is the same over the asyncio engine's
+:class:`~django_rlock.core.aio.AsyncRLock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Unpack
+
+from django_rlock.callsite import caller_location
+from django_rlock.core.aio.client import AsyncLockClient
+from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.client import LockClient
+from django_rlock.core.lock import LockOptions, RLock
+
+if TYPE_CHECKING:
+    from django_rlock.backends.base import AsyncLock, BaseLockBackend
+
+__all__ = ["AliasLock", "AsyncAliasLock"]
+
+
+class AliasLock(RLock):
+    """An :class:`RLock` of one ``RLOCKS`` alias; see the module."""
+
+    def __init__(
+        self,
+        client: LockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, name, **options)
+        self.backend = backend
+        self.location: str | None = None
+        # Per task, the asyncio twins entered through this object (nested: a stack).
+        self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def __aenter__(self) -> AsyncLock:
+        backend = self.backend
+        twin = backend.async_lock(
+            self.name, timeout=self.timeout, lease=self.lease, blocking=self.blocking
+        )
+        if isinstance(twin, AsyncAliasLock) and twin.location is None:
+            # Here, in the caller's task: the asyncio engine grants in a task of
+            # its own, whose stack no longer shows who asked.
+            twin.location = self.location
+            if twin.location is None and (
+                backend.slow_wait is not None or backend.slow_hold is not None
+            ):
+                twin.location = caller_location()
+        entered = await twin.__aenter__()
+        self._twins.setdefault(_current_task(), []).append(twin)
+        return entered
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        task = _current_task()
+        stack = self._twins[task]
+        twin = stack.pop()
+        if not stack:
+            del self._twins[task]
+        await twin.__aexit__(exc_type, exc, traceback)
+
+
+class AsyncAliasLock(AsyncRLock):
+    """An :class:`AsyncRLock` of one ``RLOCKS`` alias; see the module."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, name, **options)
+        self.backend = backend
+        self.location: str | None = None
+
+
+def _current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("async with on a lock must run inside an asyncio task")
+    return task

@@ -1,0 +1,30 @@
+"""Where user code took a lock: the slow-lock log names it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+__all__ = ["caller_location"]
+
+# Frames from these directories are the machinery between the user's code and
+# the lock (this library, its Celery face, the standard library's contextlib,
+# threading, asyncio...); the location reported is the first frame outside them.
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MACHINERY = (
+    os.path.join(_SOURCE_ROOT, "django_rlock") + os.sep,
+    os.path.join(_SOURCE_ROOT, "celery_rlock") + os.sep,
+    sysconfig.get_paths()["stdlib"] + os.sep,
+)
+
+
+def caller_location() -> str | None:
+    """``path:line in function`` of the nearest caller outside the lock machinery."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_MACHINERY):
+            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+    return None
