@@ -57,7 +57,7 @@ class LockUnavailableError(LockError, ConnectionError):
     call (acquire, release, inspection). ``server`` names the server as the
     message does: the Django alias, or the URL without its credentials. Whether
     a call whose reply never came ran on the server is unknown; retrying it is
-    safe (see the README's failure modes).
+    safe (see docs/failure-modes.md).
     """
 
     def __init__(self, message: str, *, name: str | None = None, server: str) -> None:

@@ -55,7 +55,7 @@ __all__ = [
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
 #: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
-#: client sends itself (README: "Minimal ACL").
+#: client sends itself (docs/acl-and-tls.md: "Minimal ACL").
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
@@ -326,7 +326,8 @@ def permission_error(error: ResponseError) -> NoPermissionError | None:
     return NoPermissionError(
         "NOPERM: the Redis ACL user may not run a command the lock scripts need "
         f"({message.strip()}). The scripts run: {' '.join(SCRIPT_COMMANDS)}; "
-        "grant them with the lock key prefix and its channels (README: Minimal ACL)."
+        "grant them with the lock key prefix and its channels "
+        '(docs/acl-and-tls.md, "Minimal ACL").'
     )
 
 
