@@ -46,7 +46,7 @@ def test_every_module_and_marker_of_the_source_tree_is_in_the_wheel() -> None:
         path.relative_to(tree).as_posix()
         for package in PACKAGES
         for path in (tree / package).rglob("*")
-        if path.suffix == ".py" or path.name == "py.typed"
+        if path.suffix in (".py", ".html") or path.name == "py.typed"
         if "__pycache__" not in path.parts
     }
     assert len(wanted) > 40  # the tree was found, not an empty folder

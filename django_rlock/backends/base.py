@@ -54,13 +54,15 @@ class LockInfo:
 
     ``holders`` maps a display form of each owner (see :func:`display_owner`) to
     its hold count; ``ttl`` is in seconds (``inf`` for no expiry); ``token`` is
-    the last fencing token granted for the name.
+    the last fencing token granted for the name; ``waiters`` how many callers
+    are registered as waiting for it.
     """
 
     name: str
     holders: dict[str, int] = field(default_factory=dict)
     ttl: float | None = None
     token: int | None = None
+    waiters: int = 0
 
 
 def display_owner(owner: str) -> str:

@@ -250,8 +250,9 @@ class RedisLockBackend(BaseLockBackend):
         pipe.hgetall(keys.hash)
         pipe.pttl(keys.hash)
         pipe.get(keys.fence)
+        pipe.zcard(keys.waiters)
         with reported_unavailable(client.server, "inspect", keys.name):
-            owners, pttl, fence = pipe.execute()
+            owners, pttl, fence, waiters = pipe.execute()
         if not owners:
             return None
         holders = {
@@ -260,7 +261,11 @@ class RedisLockBackend(BaseLockBackend):
         }
         ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
         return LockInfo(
-            name=name, holders=holders, ttl=ttl, token=None if fence is None else int(fence)
+            name=name,
+            holders=holders,
+            ttl=ttl,
+            token=None if fence is None else int(fence),
+            waiters=int(waiters),
         )
 
     def maxmemory_policy(self) -> str | None:

@@ -1,12 +1,14 @@
-"""URLs of the decorator tests."""
+"""URLs of the decorator tests and of the admin page's browser test."""
 
 from __future__ import annotations
 
+from django.contrib import admin
 from django.urls import path
 
 from tests.django import views
 
 urlpatterns = [
+    path("admin/", admin.site.urls),
     path("pay/<int:order_id>/", views.pay),
     path("quick/<int:order_id>/", views.quick),
     path("quick-423/<int:order_id>/", views.quick_423),

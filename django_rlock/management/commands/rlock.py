@@ -45,6 +45,7 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
         "holds": sum(info.holders.values()),
         "ttl": None if ttl is None or math.isinf(ttl) else round(ttl, 3),
         "token": info.token,
+        "waiters": info.waiters,
     }
 
 
