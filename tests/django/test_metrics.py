@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locked, locks, rlock
+from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.checks import check_lock_settings
 from django_rlock.core import watchdog
 from django_rlock.core.exceptions import LockLostError, LockTimeout
@@ -39,7 +41,7 @@ def metrics_on(settings: SettingsWrapper) -> None:
     settings.RLOCK_METRICS = "prometheus"
 
 
-def value(name: str, registry: CollectorRegistry = REGISTRY, **labels: str) -> float:
+def value(name: str, labels: dict[str, str], registry: CollectorRegistry = REGISTRY) -> float:
     """A sample's value, 0 when the series does not exist yet."""
     found = registry.get_sample_value(name, labels)
     return 0.0 if found is None else found
@@ -54,17 +56,17 @@ class Reading:
 
     def now(self) -> dict[str, float]:
         per_lock = {
-            "wait": value("django_rlock_wait_seconds_count", **self.labels),
-            "hold": value("django_rlock_hold_seconds_count", **self.labels),
-            "lost": value("django_rlock_lost_total", **self.labels),
-            "held": value("django_rlock_held", **self.labels),
+            "wait": value("django_rlock_wait_seconds_count", self.labels),
+            "hold": value("django_rlock_hold_seconds_count", self.labels),
+            "lost": value("django_rlock_lost_total", self.labels),
+            "held": value("django_rlock_held", self.labels),
         }
         for outcome in ("acquired", "timeout", "busy"):
-            per_lock[outcome] = value(
-                "django_rlock_acquisitions_total", **self.labels, outcome=outcome
-            )
+            labels = {**self.labels, "outcome": outcome}
+            per_lock[outcome] = value("django_rlock_acquisitions_total", labels)
         for outcome in ("ok", "failed", "lost"):
-            per_lock[f"renewal {outcome}"] = value("django_rlock_renewals_total", outcome=outcome)
+            renewals = value("django_rlock_renewals_total", {"outcome": outcome})
+            per_lock[f"renewal {outcome}"] = renewals
         return per_lock
 
     def moved(self) -> dict[str, float]:
@@ -155,7 +157,9 @@ def test_a_key_deleted_behind_the_holder_counts_a_renewal_and_a_loss(
     r: redis.Redis, renewed_ok: threading.Event
 ) -> None:
     lock = rlock("watched")
-    registry = locks["default"].client.holds
+    backend = locks["default"]
+    assert isinstance(backend, RedisLockBackend)
+    registry = backend.client.holds
     lost = threading.Event()
     registry.on_lost(lambda hold: lost.set())  # after the metrics' own callback
     reading = Reading("default", PLAIN)
@@ -232,7 +236,12 @@ def test_rlock_metrics_without_prometheus_client_names_the_extra(tmp_path: Path)
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert "django_rlock.E008" in out.stdout
@@ -240,28 +249,27 @@ def test_rlock_metrics_without_prometheus_client_names_the_extra(tmp_path: Path)
     assert "pip install 'django-rlock[prometheus]'" in out.stdout
 
 
-class holder:  # noqa: N801 -- used as a context manager, like open()
+@contextmanager
+def holder(
+    url: str, order_id: str, metrics: str, env: dict[str, str]
+) -> Iterator[subprocess.Popen[str]]:
     """A ``tests.django.metrics_holder`` process, ended (its lock released) on exit."""
-
-    def __init__(self, url: str, order_id: str, metrics: str, env: dict[str, str]) -> None:
-        inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.django.metrics_holder", url, order_id, metrics],
-            cwd=ROOT,
-            env={**inherited, "PYTHONPATH": str(ROOT), **env},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def __enter__(self) -> subprocess.Popen[str]:
-        return self.process
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(HANG)
-        for stream in (self.process.stdin, self.process.stdout):
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.django.metrics_holder", url, order_id, metrics],
+        cwd=ROOT,
+        env={**inherited, "PYTHONPATH": str(ROOT), **env},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(HANG)
+        for stream in (process.stdin, process.stdout):
             if stream is not None:
                 stream.close()
 
@@ -281,12 +289,13 @@ def test_two_processes_sum_in_multiprocess_mode(redis_url: str, tmp_path: Path) 
 
     def read(name: str, **labels: str) -> float:
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=str(tmp_path))
-        return value(name, registry, **template, **labels)
+        MultiProcessCollector(registry, path=str(tmp_path))  # type: ignore[no-untyped-call]  # untyped upstream
+        return value(name, {**template, **labels}, registry)
 
-    with holder(redis_url, "1", "prometheus", env) as one, holder(
-        redis_url, "2", "prometheus", env
-    ) as two:
+    with (
+        holder(redis_url, "1", "prometheus", env) as one,
+        holder(redis_url, "2", "prometheus", env) as two,
+    ):
         for process in (one, two):
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "held True"
@@ -300,6 +309,6 @@ def test_two_processes_sum_in_multiprocess_mode(redis_url: str, tmp_path: Path) 
         two.kill()
         assert two.wait(HANG) != 0
         assert read("django_rlock_held") == 1
-        mark_process_dead(two.pid, str(tmp_path))
+        mark_process_dead(two.pid, str(tmp_path))  # type: ignore[no-untyped-call]  # untyped upstream
         assert read("django_rlock_held") == 0
         assert read("django_rlock_acquisitions_total", outcome="acquired") == 2
