@@ -37,7 +37,7 @@ from django_rlock.core.exceptions import (
     LockUnavailableError,
 )
 from django_rlock.core.names import check_lease, check_timeout
-from django_rlock.keys import KeyTemplate, build_key, check_template
+from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -193,6 +193,8 @@ def run_locked(
     """
     name = build_key(options.key, func, args, kwargs)
     lock = get_lock(app, options.using, name, lease=options.lease)
+    if isinstance(lock, AliasLock):
+        lock.key_template = template_label(options.key)  # the metrics' bounded lock label
     # The top of the request stack is this run's own request (the task's
     # fallback request, used when nothing is pushed, is shared: never touch it).
     request = task.request_stack.top if task is not None else None

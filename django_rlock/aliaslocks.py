@@ -8,6 +8,9 @@ Django face knows:
   turns the engine's hold events into signals and slow-lock log lines;
 * ``location``, the code that takes the lock, for the slow-lock log (``@locked``
   sets the decorated function's; otherwise it is read from the call stack);
+* ``key_template``, the template the name was built from (``"order:{order_id}"``,
+  set by ``@locked`` and Celery's locked tasks; None for a name given as it
+  is), the ``lock`` label of the metrics (:mod:`django_rlock.metrics`);
 * ``async with``, which takes the backend's asyncio twin of the lock, owned by
   the current task, and yields that.
 
@@ -47,6 +50,7 @@ class AliasLock(RLock):
         super().__init__(client, name, **options)
         self.backend = backend
         self.location: str | None = None
+        self.key_template: str | None = None
         # Per task, the asyncio twins entered through this object (nested: a stack).
         self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
             weakref.WeakKeyDictionary()
@@ -61,6 +65,7 @@ class AliasLock(RLock):
             # Here, in the caller's task: the asyncio engine grants in a task of
             # its own, whose stack no longer shows who asked.
             twin.location = self.location
+            twin.key_template = self.key_template
             if twin.location is None and (
                 backend.slow_wait is not None or backend.slow_hold is not None
             ):
@@ -96,6 +101,7 @@ class AsyncAliasLock(AsyncRLock):
         super().__init__(client, name, **options)
         self.backend = backend
         self.location: str | None = None
+        self.key_template: str | None = None
 
 
 def _current_task() -> asyncio.Task[Any]:

@@ -13,6 +13,8 @@
 ``django_rlock.E006``  ``BUSY_RESPONSE`` is not a status, ``"raise"`` or a callable.
 ``django_rlock.E007``  An alias, or its ``OPTIONS``, has a key nothing reads (a
                        typo such as ``LOCATON`` would otherwise be ignored).
+``django_rlock.E008``  ``RLOCK_METRICS`` is neither None nor ``"prometheus"``,
+                       or prometheus_client is not installed.
 ``django_rlock.W001``  The LocMem backend is used with ``DEBUG = False``: it
                        does not lock across processes.
 ``django_rlock.W003``  (deploy) Redis's ``maxmemory-policy`` can evict keys with
@@ -52,6 +54,10 @@ def check_lock_settings(
     except LockSettingError as error:
         return [Error(str(error), id=error.check_id)]
     messages: list[CheckMessage] = []
+    try:
+        conf.metrics()
+    except LockSettingError as error:
+        messages.append(Error(str(error), id=error.check_id))
     for alias, params in configured.items():
         where = f"RLOCKS[{alias!r}]"
         try:
@@ -61,7 +67,9 @@ def check_lock_settings(
         try:
             backend = create_backend(alias, params)
         except LockSettingError as error:
-            messages.append(Error(str(error), id=error.check_id))
+            message = Error(str(error), id=error.check_id)
+            if message not in messages:  # a process-wide setting fails every alias alike
+                messages.append(message)
         else:
             if isinstance(backend, LocMemLockBackend) and not settings.DEBUG:
                 messages.append(

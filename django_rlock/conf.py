@@ -8,7 +8,8 @@ Lookup order, for a setting ``NAME`` of lock alias ``alias``:
 4. the default in :data:`DEFAULTS`.
 
 ``BACKEND``, ``LOCATION``, ``CACHE`` and ``OPTIONS`` describe one alias's
-server and exist only inside ``RLOCKS[alias]``. With no ``RLOCKS`` setting at
+server and exist only inside ``RLOCKS[alias]``. ``RLOCK_METRICS`` concerns the
+whole process and exists only as that global setting. With no ``RLOCKS`` setting at
 all, the ``default`` alias is Redis at ``redis://127.0.0.1:6379/0``.
 
 Every reader checks the value it returns and raises :class:`LockSettingError`
@@ -19,6 +20,7 @@ the system checks in :mod:`django_rlock.checks` call the same readers.
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -43,6 +45,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "DEFAULT_LOCATION",
     "DEFAULT_LOCK_ALIAS",
+    "METRICS_CHOICES",
     "UNSET",
     "BusyResponse",
     "alias_params",
@@ -54,6 +57,7 @@ __all__ = [
     "key_prefix",
     "lock_settings",
     "lookup",
+    "metrics",
     "seconds_or_none",
     "watchdog_timeout",
 ]
@@ -83,6 +87,9 @@ DEFAULTS: Final[Mapping[str, object]] = {
 
 #: Every key an ``RLOCKS`` alias may contain.
 ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAULTS})
+
+#: The values ``RLOCK_METRICS`` takes besides None (no metrics, the default).
+METRICS_CHOICES: Final = ("prometheus",)
 
 #: What a view answers when its lock stays busy: an HTTP status, ``"raise"``, or
 #: a callable ``(request, LockTimeout) -> HttpResponse`` (or its dotted path).
@@ -218,6 +225,32 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
             f"{source} must be >= 0 seconds or None, got {value!r}", check_id="django_rlock.E004"
         )
     return float(value)
+
+
+def metrics() -> str | None:
+    """``RLOCK_METRICS``: None (the default: no metrics) or ``"prometheus"``.
+
+    ``"prometheus"`` needs prometheus_client (the ``django-rlock[prometheus]``
+    extra); without it this raises, naming the extra.
+    """
+    value = getattr(settings, "RLOCK_METRICS", None)
+    if value is None:
+        return None
+    if value not in METRICS_CHOICES:
+        raise LockSettingError(
+            f"RLOCK_METRICS must be None or one of {', '.join(map(repr, METRICS_CHOICES))}, "
+            f"got {value!r}",
+            check_id="django_rlock.E008",
+        )
+    try:
+        importlib.import_module("prometheus_client")
+    except ImportError:
+        raise LockSettingError(
+            f"RLOCK_METRICS = {value!r} needs prometheus_client, which is not installed: "
+            "pip install 'django-rlock[prometheus]'",
+            check_id="django_rlock.E008",
+        ) from None
+    return str(value)
 
 
 def watchdog_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float:

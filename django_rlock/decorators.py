@@ -64,7 +64,8 @@ from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.handler import locks
-from django_rlock.keys import KeyTemplate, build_key, check_template
+from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock.threadowned import ThreadOwnedLock
 
 __all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
@@ -105,6 +106,7 @@ def locked(
         signature_source = _signature_source(func)
         template = check_template(key_template, signature_source)
         location = _definition(func)
+        label = template_label(template)
         spec = LockedSpec(template, signature_source, using, timeout, lease)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
@@ -112,13 +114,17 @@ def locked(
             lock = locks[using].lock(name, timeout=timeout, lease=lease)
             if isinstance(lock, AliasLock):
                 lock.location = location
+                lock.key_template = label
             return lock
 
         def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
             name = build_key(template, signature_source, args, kwargs)
             lock = locks[using].async_lock(name, timeout=timeout, lease=lease)
-            if isinstance(lock, AsyncAliasLock):
-                lock.location = location
+            # An alias with no native asyncio lock runs its sync lock on a thread.
+            inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
+            if isinstance(inner, AliasLock | AsyncAliasLock):
+                inner.location = location
+                inner.key_template = label
             return lock
 
         def busy(args: tuple[Any, ...], error: LockTimeout | LockUnavailableError) -> HttpResponse:

@@ -17,7 +17,7 @@ from typing import Any
 
 from django_rlock.core.names import MAX_NAME_BYTES, check_name
 
-__all__ = ["KeyTemplate", "build_key", "check_template"]
+__all__ = ["KeyTemplate", "build_key", "check_template", "template_label"]
 
 #: A format string naming the function's parameters, or a callable with its signature.
 KeyTemplate = str | Callable[..., str]
@@ -68,6 +68,20 @@ def check_template(template: object, func: Callable[..., Any]) -> KeyTemplate:
                 f"{inspect.signature(func)} has no parameter {root!r}"
             )
     return template
+
+
+def template_label(template: KeyTemplate) -> str:
+    """A name for ``template`` that does not change from call to call (a metrics label).
+
+    The template itself for a format string (``"order:{order_id}"``); for a
+    callable, where it is defined (``module.qualname``).
+    """
+    if isinstance(template, str):
+        return template
+    target: Any = getattr(template, "__func__", template)
+    module = getattr(target, "__module__", None) or "?"
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}.{qualname}"
 
 
 def build_key(

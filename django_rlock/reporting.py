@@ -12,6 +12,9 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
 * a WARNING on the ``django_rlock.slow`` logger when a wait took longer than
   ``SLOW_WAIT`` seconds or a hold lasted longer than ``SLOW_HOLD``, naming the
   lock, its alias, the seconds and the code location that took the lock.
+
+With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
+:class:`~django_rlock.metrics.LockMetrics` wherever it is attached itself.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
 from django_rlock.callsite import caller_location
 from django_rlock.core import clock, forking
 from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
+from django_rlock.metrics import LockMetrics, for_backend
 from django_rlock.signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
@@ -49,6 +53,8 @@ class Reporter:
         self._mutex = threading.Lock()
         forking.renew_after_fork(self, "_mutex")
         self._locations: weakref.WeakKeyDictionary[Hold, str | None] = weakref.WeakKeyDictionary()
+        #: The backend's Prometheus metrics; None when ``RLOCK_METRICS`` is unset.
+        self.metrics: LockMetrics | None = for_backend(backend)
 
     def attach(self, registry: HoldRegistry) -> None:
         """Report the holds of ``registry`` (a lock client's) from now on."""
@@ -56,10 +62,14 @@ class Reporter:
         registry.on_released(self._released)
         registry.on_lost(self._lost)
         registry.on_gave_up(self._gave_up)
+        if self.metrics is not None:
+            self.metrics.attach(registry)
 
     def detach(self, registry: HoldRegistry) -> None:
         """Stop reporting the holds of ``registry`` (a client that outlives the backend)."""
         registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
+        if self.metrics is not None:
+            self.metrics.detach(registry)
 
     def _ours(self, lock: object) -> AliasLock | AsyncAliasLock | None:
         if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend is self.backend:

@@ -118,6 +118,9 @@ class GaveUp:
     lock: LockBase
     #: Seconds the call waited before giving up.
     waited: float
+    #: False when the call made one attempt only (``blocking=False`` or a zero
+    #: timeout): the lock was busy. True when a wait for it ran out.
+    would_wait: bool = True
 
 
 #: Called with an acquire call that gave up (see :meth:`HoldRegistry.on_gave_up`).
@@ -354,8 +357,13 @@ class HoldRegistry:
         _notify(self._released, hold)
         return True
 
-    def gave_up(self, lock: LockBase, owner: str, requested_at: float) -> None:
-        """An acquire call of ``owner`` on ``lock``, begun at ``requested_at``, got nothing."""
+    def gave_up(
+        self, lock: LockBase, owner: str, requested_at: float, *, would_wait: bool = True
+    ) -> None:
+        """An acquire call of ``owner`` on ``lock``, begun at ``requested_at``, got nothing.
+
+        ``would_wait`` is False for a call that made one attempt only (see :class:`GaveUp`).
+        """
         if not self._gave_up:
             return
         keys = lock.keys
@@ -365,6 +373,7 @@ class HoldRegistry:
             owner=owner,
             lock=lock,
             waited=clock.monotonic() - requested_at,
+            would_wait=would_wait,
         )
         _notify(self._gave_up, event)
 

@@ -372,7 +372,9 @@ class RLock(LockBase):
         finally:
             shell.close(registered=plan.registered)
         if not granted:
-            self._registry.gave_up(self, owner, plan.started)
+            self._registry.gave_up(
+                self, owner, plan.started, would_wait=plan.blocking and not plan.zero_wait
+            )
         return granted
 
     def _attempt(

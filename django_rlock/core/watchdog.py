@@ -23,6 +23,12 @@ too the hold is declared lost then. The holder thus hears of the loss about
 half an interval (timeout / 6) before its key can expire on the server, with
 that much room for the callbacks' thread and any scheduling delay.
 
+Each renewal's outcome, per hold, goes to the callbacks given to
+:func:`on_renewal` (the Django face's metrics count them): ``"ok"`` (the key
+was extended), ``"failed"`` (the call failed; tried again next tick) or
+``"lost"`` (the key was gone or another owner's, or the deadline came before a
+renewal could be sent). With no callback the watchdog does no extra work.
+
 The thread never dies on an error: it logs it on ``django_rlock.watchdog`` and
 carries on. A forked child starts with no watchdog; its first hold starts one.
 """
@@ -34,19 +40,59 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from django_rlock.core import clock, forking
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
-__all__ = ["BATCH_SIZE", "Renewer", "Watchdog", "get_watchdog"]
+__all__ = [
+    "BATCH_SIZE",
+    "RenewalCallback",
+    "RenewalOutcome",
+    "Renewer",
+    "Watchdog",
+    "get_watchdog",
+    "on_renewal",
+    "remove_on_renewal",
+]
 
 logger = logging.getLogger("django_rlock.watchdog")
 
 #: Locks renewed by one EVAL. Large enough to amortise round trips, small
 #: enough that one script never stalls the server for long.
 BATCH_SIZE = 100
+
+#: What one renewal of one hold came to (see the module's docstring).
+RenewalOutcome = Literal["ok", "failed", "lost"]
+
+#: Called with the hold and the outcome of each renewal (see :func:`on_renewal`).
+RenewalCallback = Callable[[Hold, RenewalOutcome], object]
+
+# Process-wide, kept across fork: a forked child's watchdog reports to the same callbacks.
+_renewal_callbacks: list[RenewalCallback] = []
+
+
+def on_renewal(callback: RenewalCallback) -> None:
+    """Call ``callback(hold, outcome)`` for each hold's renewal from now on, on the watchdog thread.
+
+    It must be quick and must not block: the watchdog renews every lock of the
+    process. One that raises is logged and the others still run.
+    """
+    _renewal_callbacks.append(callback)
+
+
+def remove_on_renewal(callback: RenewalCallback) -> None:
+    """Stop calling ``callback`` (given to :func:`on_renewal`)."""
+    _renewal_callbacks[:] = [known for known in _renewal_callbacks if known is not callback]
+
+
+def _report(hold: Hold, outcome: RenewalOutcome) -> None:
+    for callback in list(_renewal_callbacks):
+        try:
+            callback(hold, outcome)
+        except Exception:
+            logger.exception("renewal callback %r failed", callback)
 
 
 class Renewer(Protocol):
@@ -170,6 +216,8 @@ class Watchdog:
                 # A call now could end past the deadline (the thread was late):
                 # say so now, not after a call.
                 renewer.declare_lost(hold, "its deadline came before it could be renewed")
+                if _renewal_callbacks:
+                    _report(hold, "lost")
             else:
                 due.append(hold)
         for batch in _batches(due, renewer.slot_of):
@@ -188,11 +236,16 @@ class Watchdog:
                     renewer.renewed(hold, sent_at, pttl_ms)
                 else:
                     renewer.declare_lost(hold, "its key expired or another owner took it")
+                if _renewal_callbacks:
+                    _report(hold, "ok" if pttl_ms > 0 else "lost")
 
     def _renewal_failed(
         self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
     ) -> None:
         self.renewal_failures += 1
+        if _renewal_callbacks:
+            for hold in batch:
+                _report(hold, "failed")
         if not schedule.failing:
             schedule.failing = True
             logger.warning("watchdog: renewal failed, retrying next tick: %s", error)

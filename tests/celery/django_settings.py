@@ -18,3 +18,5 @@ RLOCKS = {
         "WATCHDOG_TIMEOUT": 1,
     }
 }
+# "prometheus" when a test asks for metrics (tests/celery/test_metrics.py).
+RLOCK_METRICS = os.environ.get("RLOCK_TEST_METRICS")

@@ -133,12 +133,15 @@ def test_an_acquire_that_gets_nothing_is_told_on_both_engines(redis_url: str) ->
             async with AsyncLockClient(redis_url, key_prefix="gaveup") as aclient:
                 aclient.engine.holds.on_gave_up(gave_up.append)
                 assert await aclient.lock("busy").acquire(timeout=0.2) is False
+                assert await aclient.lock("busy").acquire(timeout=0) is False
 
         asyncio.run(contend_async())
         client.lock("busy").release()
     assert [(event.name, event.owner != thread_owner()) for event in gave_up] == [
         ("busy", True)
-    ] * 3
-    timed_out, one_attempt, timed_out_async = (event.waited for event in gave_up)
+    ] * 4
+    timed_out, one_attempt, timed_out_async, zero_wait_async = (event.waited for event in gave_up)
     assert timed_out >= 0.2 and timed_out_async >= 0.2
-    assert one_attempt < 0.2
+    assert one_attempt < 0.2 and zero_wait_async < 0.2
+    # A wait that ran out, or a single attempt (blocking=False, timeout=0): the metrics' outcomes.
+    assert [event.would_wait for event in gave_up] == [True, False, True, False]

@@ -17,7 +17,14 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
-from django_rlock.core.watchdog import BATCH_SIZE, get_watchdog
+from django_rlock.core.hold import Hold
+from django_rlock.core.watchdog import (
+    BATCH_SIZE,
+    RenewalOutcome,
+    get_watchdog,
+    on_renewal,
+    remove_on_renewal,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +113,35 @@ def test_a_paused_holder_learns_it_lost_the_lock(redis_url: str, r: redis.Redis)
         assert first_token < new_token
         assert lock.owned()
         lock.release()
+
+
+def test_each_renewal_outcome_is_told_to_the_renewal_callbacks(
+    redis_url: str, r: redis.Redis
+) -> None:
+    outcomes: list[tuple[str, RenewalOutcome]] = []
+    seen = {outcome: threading.Event() for outcome in ("ok", "failed", "lost")}
+
+    def record(hold: Hold, outcome: RenewalOutcome) -> None:
+        if hold.name.startswith("told-"):
+            outcomes.append((hold.name, outcome))
+            seen[outcome].set()
+
+    on_renewal(record)
+    try:
+        with LockClient(redis_url, key_prefix="told", watchdog_timeout=0.6) as client:
+            lock = client.lock("told-a")
+            lock.acquire()
+            assert seen["ok"].wait(5)
+            r.client_pause(400)  # the renewal call times out (a fraction of 0.2 s)
+            assert seen["failed"].wait(5)
+            r.delete("told:{told-a}")  # runs once the pause ends
+            assert seen["lost"].wait(5)
+            with pytest.raises(LockLostError):
+                lock.release()
+    finally:
+        remove_on_renewal(record)
+    assert {outcome for _, outcome in outcomes} == {"ok", "failed", "lost"}
+    assert outcomes[-1] == ("told-a", "lost")
 
 
 def test_a_key_deleted_behind_the_holders_back_is_detected_within_one_interval(

@@ -72,7 +72,9 @@ class AsyncRLock(LockBase):
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
         if not granted:
-            self._registry.gave_up(self, owner, plan.started)
+            self._registry.gave_up(
+                self, owner, plan.started, would_wait=plan.blocking and not plan.zero_wait
+            )
         return granted
 
     async def _attempt(

@@ -1,0 +1,246 @@
+"""Prometheus metrics of the locks, with ``RLOCK_METRICS = "prometheus"``.
+
+Install the extra (``pip install 'django-rlock[prometheus]'``, which brings
+prometheus_client) and set ``RLOCK_METRICS = "prometheus"``. The metrics are
+registered on prometheus_client's default registry (``REGISTRY``): expose it
+as the project already does (``prometheus_client.make_wsgi_app()``,
+django-prometheus's ``/metrics`` view, ``start_http_server``...).
+
+==========================================  =========  ==============================
+``django_rlock_acquisitions_total``         counter    ``alias``, ``lock``, ``outcome``
+``django_rlock_wait_seconds``               histogram  ``alias``, ``lock``
+``django_rlock_hold_seconds``               histogram  ``alias``, ``lock``
+``django_rlock_lost_total``                 counter    ``alias``, ``lock``
+``django_rlock_renewals_total``             counter    ``outcome``
+``django_rlock_held``                       gauge      ``alias``, ``lock``
+==========================================  =========  ==============================
+
+* ``outcome`` of an acquire call: ``acquired``; ``timeout`` (its wait ran
+  out); ``busy`` (it made one attempt only, ``blocking=False`` or a zero
+  timeout, and the lock was held). A re-entry is not an acquisition.
+* ``django_rlock_wait_seconds``: how long each acquire call waited, whether it
+  got the lock or not; ``django_rlock_hold_seconds``: how long each hold
+  lasted, from its grant to its owner's last release (a lost hold too).
+* ``outcome`` of a watchdog renewal, per lock: ``ok``, ``failed`` (the call
+  failed; retried on the next tick), ``lost`` (the key was gone or another
+  owner's).
+* ``django_rlock_held``: the holds this process has now (one per owner and
+  lock, however often re-entered).
+* ``lock`` is the key template the name was built from (``order:{order_id}``
+  for ``@locked("order:{order_id}")`` and Celery's ``lock="order:{order_id}"``;
+  ``module.qualname`` for a callable template), never the name itself: one
+  series per order would grow without bound. A lock named directly
+  (``rlock("order:42")``, ``locks["default"].lock(...)``) is counted under
+  :data:`NO_TEMPLATE`, ``"-"``.
+
+The counting hangs on the same hold events as the signals and the slow-lock
+log (:mod:`django_rlock.reporting`): each backend's :class:`LockMetrics` is
+subscribed beside its reporter, and renewals come from the watchdog's
+:func:`~django_rlock.core.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
+nothing is subscribed and prometheus_client is not imported.
+
+Several processes (gunicorn workers, Celery prefork children) each count
+their own: use prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``
+set before the processes start, a ``MultiProcessCollector`` serving the sum,
+``mark_process_dead`` when a worker exits). The gauge sums the live processes
+(``multiprocess_mode="livesum"``). See docs/django.md, "Metrics".
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from django_rlock import conf
+from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.core import clock, forking, watchdog
+from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from django_rlock.backends.base import BaseLockBackend
+
+__all__ = ["BUCKETS", "NO_TEMPLATE", "LockMetrics", "for_backend"]
+
+#: The ``lock`` label of a lock named directly rather than built from a template.
+NO_TEMPLATE: Final = "-"
+
+#: Histogram buckets in seconds: lock waits and holds run from milliseconds
+#: (a short critical section) to minutes (a Celery task), wider than the default's 10 s.
+BUCKETS: Final = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    math.inf,
+)
+
+
+@dataclass(frozen=True)
+class _Series:
+    """The metric families, registered once per process on the default registry."""
+
+    acquisitions: Counter
+    wait: Histogram
+    hold: Histogram
+    lost: Counter
+    renewals: Counter
+    held: Gauge
+
+
+_series: _Series | None = None
+_series_lock = threading.Lock()
+
+
+def _get_series() -> _Series:
+    global _series  # noqa: PLW0603 -- a metric name registers once per registry and process
+    with _series_lock:
+        if _series is None:
+            _series = _create_series()
+            watchdog.on_renewal(_count_renewal)
+        return _series
+
+
+def _create_series() -> _Series:
+    from prometheus_client import Counter, Gauge, Histogram  # noqa: PLC0415 -- an optional extra
+
+    per_lock = ["alias", "lock"]
+    return _Series(
+        acquisitions=Counter(
+            "django_rlock_acquisitions",
+            "Lock acquire calls, by outcome: acquired, timeout (the wait ran out), "
+            "busy (one attempt, the lock was held).",
+            [*per_lock, "outcome"],
+        ),
+        wait=Histogram(
+            "django_rlock_wait_seconds",
+            "Seconds each lock acquire call waited, granted or not.",
+            per_lock,
+            buckets=BUCKETS,
+        ),
+        hold=Histogram(
+            "django_rlock_hold_seconds",
+            "Seconds each lock hold lasted, from its grant to its last release.",
+            per_lock,
+            buckets=BUCKETS,
+        ),
+        lost=Counter("django_rlock_lost", "Lock holds lost while held.", per_lock),
+        renewals=Counter(
+            "django_rlock_renewals",
+            "Watchdog renewals of held locks, by outcome: ok, failed, lost.",
+            ["outcome"],
+        ),
+        held=Gauge(
+            "django_rlock_held",
+            "Locks held by this process now.",
+            per_lock,
+            multiprocess_mode="livesum",
+        ),
+    )
+
+
+def for_backend(backend: BaseLockBackend) -> LockMetrics | None:
+    """The metrics of ``backend``'s locks; None when ``RLOCK_METRICS`` is unset.
+
+    Raises :class:`~django_rlock.exceptions.LockSettingError` for a bad
+    ``RLOCK_METRICS`` or a missing prometheus_client.
+    """
+    if conf.metrics() is None:
+        return None
+    return LockMetrics(backend)
+
+
+def _label(lock: AliasLock | AsyncAliasLock) -> str:
+    return lock.key_template or NO_TEMPLATE
+
+
+class LockMetrics:
+    """Counts the hold events of one backend's locks into the Prometheus series.
+
+    Subscribed beside the backend's :class:`~django_rlock.reporting.Reporter`
+    to every lock client it builds, and like it counting only the holds taken
+    through locks of its own backend (a client may also serve other aliases).
+    """
+
+    def __init__(self, backend: BaseLockBackend) -> None:
+        self.backend = backend
+        self._series = _get_series()
+
+    def attach(self, registry: HoldRegistry) -> None:
+        """Count the holds of ``registry`` (a lock client's) from now on."""
+        registry.on_acquired(self._acquired)
+        registry.on_released(self._released)
+        registry.on_lost(self._lost)
+        registry.on_gave_up(self._gave_up)
+
+    def detach(self, registry: HoldRegistry) -> None:
+        """Stop counting the holds of ``registry``."""
+        registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
+
+    def _ours(self, lock: object) -> AliasLock | AsyncAliasLock | None:
+        if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend is self.backend:
+            return lock
+        return None
+
+    def _acquired(self, hold: Hold) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is None:
+            return
+        alias, label, series = self.backend.alias, _label(lock), self._series
+        series.acquisitions.labels(alias, label, "acquired").inc()
+        series.wait.labels(alias, label).observe(hold.waited)
+        series.held.labels(alias, label).inc()
+
+    def _gave_up(self, event: GaveUp) -> None:
+        lock = self._ours(event.lock)
+        if lock is None:
+            return
+        alias, label, series = self.backend.alias, _label(lock), self._series
+        outcome = "timeout" if event.would_wait else "busy"
+        series.acquisitions.labels(alias, label, outcome).inc()
+        series.wait.labels(alias, label).observe(event.waited)
+
+    def _released(self, hold: Hold) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is None:
+            return
+        alias, label, series = self.backend.alias, _label(lock), self._series
+        series.hold.labels(alias, label).observe(clock.monotonic() - hold.acquired_at)
+        series.held.labels(alias, label).dec()
+
+    def _lost(self, hold: Hold) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is not None:
+            self._series.lost.labels(self.backend.alias, _label(lock)).inc()
+
+
+def _count_renewal(hold: Hold, outcome: watchdog.RenewalOutcome) -> None:
+    # Process-wide (the watchdog renews every client's holds): count the
+    # renewals of the locks whose backend has metrics on.
+    lock = hold.locks[0] if hold.locks else None
+    if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend.reporter.metrics is not None:
+        series = _series
+        if series is not None:
+            series.renewals.labels(outcome).inc()
+
+
+@forking.after_fork_in_child
+def _renew_lock_after_fork() -> None:
+    # The series themselves carry on in the child (multiprocess mode writes
+    # them to the child's own files); only a lock another thread held is reset.
+    global _series_lock  # noqa: PLW0603
+    _series_lock = threading.Lock()
