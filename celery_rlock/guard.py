@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, Typ
 
 from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
+from celery.utils.time import get_exponential_backoff_interval
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.once import OnceMarker
@@ -263,9 +264,9 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
     if options.on_busy == "raise" or task is None:
         logger.info("lock %r busy after waiting %.3fs%s: failing", lock.name, waited, lease)
         raise error
-    # "retry", and "wait" after lock_timeout: re-queue for when the lease ends
-    # (the holder's release may come sooner; the lease is the latest it can end).
-    countdown = 0.0 if remaining is None else remaining
+    # "retry", and "wait" after lock_timeout: re-queue for when the lock is
+    # likely free (see retry_countdown).
+    countdown = retry_countdown(task, lock, remaining)
     logger.info(
         "lock %r busy after waiting %.3fs%s: retrying in %.3fs",
         lock.name,
@@ -275,6 +276,34 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
     )
     # retry() raises Retry, or `error` itself once max_retries is exhausted.
     raise task.retry(exc=error, countdown=countdown)
+
+
+def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
+    """Seconds before a busy run's retry: when its lock is likely free.
+
+    How long this lock (or its key template) is really held, as this process
+    saw recently, bounded by the holder's lease left and at least 1 s
+    (:class:`~django_rlock.holdtimes.HoldTimes`); the lease left for a lock of
+    no alias. A task with Celery's ``retry_backoff`` waits at least the
+    exponential back-off Celery itself would use (``retry_backoff_max``,
+    ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.
+    """
+    if isinstance(lock, AliasLock):
+        seconds = lock.backend.hold_times.retry_after(lock.name, lock.key_template, lease_left)
+    else:
+        seconds = 0.0 if lease_left is None else lease_left
+    backoff = getattr(task, "retry_backoff", False)
+    if backoff:
+        seconds = max(
+            seconds,
+            get_exponential_backoff_interval(
+                factor=int(max(1.0, float(backoff))),
+                retries=task.request.retries,
+                maximum=int(getattr(task, "retry_backoff_max", 600)),
+                full_jitter=bool(getattr(task, "retry_jitter", True)),
+            ),
+        )
+    return seconds
 
 
 def _release(held: TaskLock) -> None:

@@ -23,8 +23,8 @@ template naming a parameter the function lacks fails when decorating.
 
 When the lock is still busy after ``timeout`` seconds, a view (a function
 whose first argument is an ``HttpRequest``) answers ``409 Conflict`` with a
-``Retry-After`` header (the holder's remaining lease in whole seconds, at
-least 1) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
+``Retry-After`` header (how long the lock is really held, recently: see
+:mod:`django_rlock.holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
@@ -128,7 +128,7 @@ def locked(
             return lock
 
         def busy(args: tuple[Any, ...], error: LockTimeout | LockUnavailableError) -> HttpResponse:
-            return _answer_busy(args, error, using, busy_response)
+            return _answer_busy(args, _honest(error, using, label), using, busy_response)
 
         if inspect.iscoroutinefunction(func):
 
@@ -199,6 +199,17 @@ def unavailable_response(error: LockUnavailableError) -> HttpResponse:
     )
     response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
     return response
+
+
+def _honest(
+    error: LockTimeout | LockUnavailableError, using: str, label: str
+) -> LockTimeout | LockUnavailableError:
+    """``error`` with the Retry-After of how long the lock is really held, not its lease."""
+    if isinstance(error, LockTimeout) and error.name is not None:
+        error.retry_after = locks[using].hold_times.retry_after(
+            error.name, label, error.retry_after
+        )
+    return error
 
 
 def _answer_busy(

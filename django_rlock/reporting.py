@@ -112,6 +112,8 @@ class Reporter:
             location = self._locations.pop(hold, None)
         backend = self.backend
         held = clock.monotonic() - hold.acquired_at
+        if not hold.lost:
+            backend.hold_times.observe(lock.name, lock.key_template, held)
         if backend.slow_hold is not None and held > backend.slow_hold:
             slow_logger.warning(
                 "slow lock hold: %r (alias %r) held %.3fs, taken at %s",

@@ -20,6 +20,7 @@ from django_rlock import conf
 from django_rlock.aliaslocks import AliasLock
 from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
+from django_rlock.holdtimes import HoldTimes
 from django_rlock.reporting import Reporter
 from django_rlock.threadowned import ThreadOwnedLock
 
@@ -100,6 +101,8 @@ class BaseLockBackend(ABC):
         self.options: dict[str, Any] = options
         #: Subscribed to every lock client this backend builds (see :meth:`reporting`).
         self.reporter = Reporter(self)
+        #: Recent hold durations: the honest Retry-After of a busy view or task.
+        self.hold_times = HoldTimes()
         self._build_lock = threading.Lock()
         forking.renew_after_fork(self, "_build_lock")
 
