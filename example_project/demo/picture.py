@@ -41,6 +41,13 @@ MARK_STYLE: dict[MarkKind, tuple[str, str, str]] = {
     "lost": ("s", "#8c564b", "release() raised LockLostError"),
 }
 
+#: Labels start this many points from the lane's middle, clear of its bar, and a label
+#: closer than LABEL_ROOM (a fraction of the panel's width) to another on the same side
+#: goes LABEL_STEP points further out.
+LABEL_OFFSET = 13.0
+LABEL_STEP = 10.0
+LABEL_ROOM = 0.15
+
 #: Lanes of these locks cover the whole run; the others are zoomed on their holds.
 WHOLE_RUN_PREFIX = "report:"
 
@@ -92,22 +99,21 @@ def draw_panel(ax: Axes, grants: Sequence[Grant], duration: float) -> None:
         lock: f"C{index % 10}" for index, lock in enumerate(dict.fromkeys(g.lock for g in grants))
     }
     lane = {id(grant): len(grants) - 1 - index for index, grant in enumerate(grants)}
+    # The limits first: labels are placed by how close they are across the panel.
+    start = min(grant.start for grant in grants)
+    end = max(last_moment(grant, duration) for grant in grants)
+    pad = max(0.3, (end - start) * 0.06)
+    whole_run = grants[0].lock.startswith(WHOLE_RUN_PREFIX)
+    ax.set_xlim(max(0.0, start - pad) if whole_run else start - pad, end + pad)
+    ax.set_ylim(-0.8, len(grants) - 0.2)
     for grant in grants:
         draw_grant(ax, grant, lane[id(grant)], colours[grant.lock], duration)
     for grant in grants:
-        connect_next_holder(ax, grant, grants, lane, duration)
+        connect_next_holder(ax, grant, grants, lane)
     ax.set_yticks(
         [lane[id(grant)] for grant in grants],
         [f"{grant.lock}  {grant.holder}" for grant in grants],
         fontsize=8,
-    )
-    ax.set_ylim(-0.8, len(grants) - 0.2)
-    start = min(grant.start for grant in grants)
-    end = max(last_moment(grant, duration) for grant in grants)
-    pad = max(0.3, (end - start) * 0.03)
-    ax.set_xlim(
-        max(0.0, start - pad) if grants[0].lock.startswith(WHOLE_RUN_PREFIX) else start - pad,
-        end + pad,
     )
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
 
@@ -141,38 +147,54 @@ def draw_grant(ax: Axes, grant: Grant, y: int, colour: str, duration: float) -> 
     if renewals:
         ax.vlines(renewals, y - 0.3, y + 0.3, color="black", linewidth=0.9)
     labelled = [m for m in grant.marks if m.kind != "renewal"]
+    span = max(ax.get_xlim()[1] - ax.get_xlim()[0], 1e-9)
+    placed: list[tuple[float, int]] = []  # (x, signed level) of the labels drawn
     for index, mark in enumerate(labelled):
-        draw_mark(ax, mark, y, above=index % 2 == 0)
+        side = 1 if index % 2 == 0 else -1
+        # Labels close together on one side are stacked, away from the bar.
+        level = sum(
+            1 for x, lvl in placed if lvl * side > 0 and abs(x - mark.at) < LABEL_ROOM * span
+        )
+        placed.append((mark.at, side * (level + 1)))
+        draw_mark(ax, mark, y, offset=side * (LABEL_OFFSET + LABEL_STEP * level))
 
 
-def draw_mark(ax: Axes, mark: Mark, y: int, *, above: bool) -> None:
-
+def draw_mark(ax: Axes, mark: Mark, y: int, *, offset: float) -> None:
+    """A labelled marker; its label ``offset`` points above (or, negative, below) the lane."""
     marker, colour, _ = MARK_STYLE[mark.kind]
+    # release() fails right after the refused write: drawn larger, beneath it.
+    size, z = (12.0, 2.5) if mark.kind == "lost" else (8.0, 3.0)
     ax.plot(
         [mark.at],
         [y],
         marker=marker,
         color=colour,
-        markersize=8,
+        markersize=size,
         linestyle="none",
         markeredgecolor="black",
         markeredgewidth=0.5,
-        zorder=3,
+        zorder=z,
     )
     ax.annotate(
         mark.label,
         (mark.at, y),
-        xytext=(0, 9 if above else -9),
+        xytext=(0, offset),
         textcoords="offset points",
         ha="center",
-        va="bottom" if above else "top",
+        va="bottom" if offset > 0 else "top",
         fontsize=7.5,
+        bbox={
+            "boxstyle": "square,pad=0.1",
+            "facecolor": "white",
+            "edgecolor": "none",
+            "alpha": 0.8,
+        },
         color=colour,
     )
 
 
 def connect_next_holder(
-    ax: Axes, grant: Grant, grants: Sequence[Grant], lane: dict[int, int], duration: float
+    ax: Axes, grant: Grant, grants: Sequence[Grant], lane: dict[int, int]
 ) -> None:
     """A dotted arrow from where ``grant``'s lock was freed (or expired) to its next holder."""
     freed = next((m.at for m in grant.marks if m.kind in ("freed", "expired")), None)
