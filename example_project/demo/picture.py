@@ -2,7 +2,7 @@
 
 One lane per holder (a grant of a lock: a worker process's task run, the demo's
 paused thread, a web request), grouped by lock, in two panels: the report locks
-over the whole run, and the order lock of the paused holder around its pause.
+from the start of the run, and the order lock of the paused holder zoomed on its pause.
 A bar is a hold; ticks on it are renewals seen by the monitor; the hatched end
 of a bar is the lock outliving its SIGKILLed holder until it expires; a dashed
 line is a holder paused past its lease, no longer holding the lock it believes
