@@ -86,7 +86,9 @@ def draw_timeline(recorded: Recorded, directory: Path) -> Picture:
     try:
         # matplotlib (the dev extra) is imported only for the drawing.
         from demo.picture import draw  # noqa: PLC0415
-
+    except ImportError as error:
+        return Picture(error=f"cannot draw the timeline ({error}): pip install 'matplotlib>=3.8'")
+    try:
         return draw(recorded, directory, title="django-rlock demo: who held which lock when")
     except Exception as error:  # noqa: BLE001 -- reported as a failed check
         return Picture(error=f"{type(error).__name__}: {error}")
