@@ -1,12 +1,13 @@
-"""Run the demo from ``example_project/``: ``python -m demo [--quick] [--json PATH] [--keep]``.
+"""Run the demo from ``example_project/``: ``python -m demo`` (``--help`` lists the options).
 
 The phases, in order, each in a module of its own and each handing on a frozen
 outcome (:mod:`demo.outcomes`): ``environment`` (Redis, Django), ``start``
 (database, worker, server), ``drive`` (the load, with the ``kill`` and ``pause``
 scenarios, watched by the renewal ``monitor``), ``tasks`` (every task waited
-for), ``ledger`` (the database checked). Whatever happens, the ``session`` then
-stops everything the run started; ``checks`` and ``report`` turn the outcomes
-into the table, the ``--json`` file and the exit code.
+for), ``ledger`` (the database checked), ``picture`` (the ``timeline`` of who
+held which lock when, drawn). Whatever happens, the ``session`` then stops
+everything the run started; ``checks`` and ``report`` turn the outcomes into
+the table, the ``--json`` file and the exit code.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ from demo.checks import render, report_checks
 from demo.console import Console
 from demo.environment import configure
 from demo.monitor import RenewalMonitor, report_lock
-from demo.outcomes import Measured
+from demo.outcomes import Measured, Picture
 from demo.plan import FULL, QUICK, Plan
 from demo.report import is_ok, json_report
 from demo.session import Session
+from demo.timeline import Recorded, Timeline
+
+#: Where the timeline's SVG and HTML page go by default (under example_project/, ignored by git).
+TIMELINE_DIR = Path("var")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,26 +44,54 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="seconds of load (default 60)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     parser.add_argument("--keep", action="store_true", help="keep the database and logs")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        default=TIMELINE_DIR,
+        metavar="DIR",
+        help=f"write demo-timeline.svg and .html here (default {TIMELINE_DIR}/)",
+    )
     return parser.parse_args(argv)
 
 
-def run(session: Session, plan: Plan, console: Console) -> Measured:
+def run(session: Session, plan: Plan, console: Console, timeline_dir: Path) -> Measured:
     """The phases of one run, in order: what they measured."""
     env = configure(session, plan, console)
     # These phases import the shop's models at their top, which Django allows
     # only once it is set up: by configure(), just above.
     from demo.drive import drive  # noqa: PLC0415
+    from demo.holders import name_report_holders  # noqa: PLC0415
     from demo.ledger import check_ledger  # noqa: PLC0415
     from demo.start import start_shop  # noqa: PLC0415
     from demo.tasks import wait_for_tasks  # noqa: PLC0415
 
     shop = start_shop(session, env, plan, console)
-    with RenewalMonitor(report_lock(customer) for customer in shop.customers) as monitor:
+    timeline = Timeline()
+    reports = [report_lock(customer) for customer in shop.customers]
+    with RenewalMonitor(reports, timeline) as monitor:
         load = drive(shop, monitor, session, plan, console)
         # Meanwhile the reports in flight go on holding, and renewing, their locks.
         tasks = wait_for_tasks(load, plan, console)
     renewals = monitor.summary(killed_token=load.kill.token)
-    return Measured(shop, load, tasks, renewals, check_ledger(shop, load.kill))
+    ledger = check_ledger(shop, load.kill)
+    name_report_holders(timeline)
+    recorded = timeline.recorded()
+    return Measured(
+        shop, load, tasks, renewals, ledger, recorded, draw_timeline(recorded, timeline_dir)
+    )
+
+
+def draw_timeline(recorded: Recorded, directory: Path) -> Picture:
+    """The timeline drawn in ``directory``; a failure to draw it is a failed check, not a crash."""
+    try:
+        # matplotlib (the dev extra) is imported only for the drawing.
+        from demo.picture import draw  # noqa: PLC0415
+    except ImportError as error:
+        return Picture(error=f"cannot draw the timeline ({error}): pip install 'matplotlib>=3.8'")
+    try:
+        return draw(recorded, directory, title="django-rlock demo: who held which lock when")
+    except Exception as error:  # noqa: BLE001 -- reported as a failed check
+        return Picture(error=f"{type(error).__name__}: {error}")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -78,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     error = ""
     interrupted = False
     try:
-        measured = run(session, plan, console)
+        measured = run(session, plan, console, args.timeline)
     except KeyboardInterrupt:
         interrupted = True
         console.end_progress()
@@ -99,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if checks:
         print()
         print(render(checks))
+    if measured is not None and not measured.picture.error:
+        print(f"\ntimeline: {measured.picture.svg}\n          {measured.picture.html}")
     verdict = "all checks passed" if ok else "FAILED: " + (error or "see above")
     print(f"\n{verdict} in {elapsed:.0f}s ({session.redis})")
     if args.json:

@@ -13,11 +13,15 @@ from demo.outcomes import (
     Kill,
     Measured,
     Pause,
+    Picture,
     Renewals,
     ReportTotals,
     Stopped,
 )
 from demo.plan import Plan
+
+#: The labelled marks the timeline must show: the kill scenario's and the pause scenario's.
+TIMELINE_MARKS = ("expired", "freed", "lost", "paused", "refused", "sigkill")
 
 #: Slack allowed between a lock's expiry and the demo seeing it free (seconds).
 EXPIRY_SLACK = 0.5
@@ -119,6 +123,7 @@ def report_checks(plan: Plan, measured: Measured, stopped: Stopped) -> list[Chec
             f"{ledger.orders - len(ledger.inconsistent_orders)} of {ledger.orders}",
             ledger.orders > 0 and not ledger.inconsistent_orders,
         ),
+        timeline_check(measured.picture),
         Check(
             "processes left running",
             str(len(stopped.left_running))
@@ -196,4 +201,18 @@ def pause_check(pause: Pause) -> Check:
         "paused holder's stale write",
         pause.error or detail,
         pause.refused and pause.release_raised == "LockLostError",
+    )
+
+
+def timeline_check(picture: Picture) -> Check:
+    missing = [kind for kind in TIMELINE_MARKS if kind not in picture.marked]
+    if picture.error:
+        detail = picture.error
+    else:
+        detail = f"{picture.svg} (+ .html): {picture.holds} holds, {picture.renewals} renewals"
+        detail += f", no {', '.join(missing)}" if missing else ""
+    return Check(
+        "timeline picture",
+        detail,
+        not picture.error and not missing and picture.renewals > 0,
     )

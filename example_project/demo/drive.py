@@ -107,7 +107,9 @@ def drive(
 
     def start_pause() -> None:
         pause_run.start(
-            lambda: pause_holder(paused_order, port=shop.port, plan=plan, console=console)
+            lambda: pause_holder(
+                paused_order, port=shop.port, plan=plan, timeline=monitor.timeline, console=console
+            )
         )
 
     schedule: list[tuple[float, Callable[[], object]]] = [

@@ -49,6 +49,9 @@ def kill_report_holder(
             held_before_kill=held,
             killed_at=time.monotonic(),
         )
+        timeline = monitor.timeline
+        killed = timeline.at_monotonic(kill.killed_at)
+        timeline.mark(name, kill.token, "sigkill", f"SIGKILL pid {kill.pid}", killed)
         console.say(
             f"SIGKILL -> worker process {kill.pid}, holding {name} (token {kill.token}) "
             f"for {kill.held_before_kill:.1f}s"
@@ -58,6 +61,9 @@ def kill_report_holder(
         if kill.freed_after is None:
             console.say(f"{name} still held {limit:g}s after the kill")
         else:
+            freed = killed + kill.freed_after
+            timeline.mark(name, kill.token, "freed", f"freed +{kill.freed_after:.2f}s", freed)
+            timeline.ended(name, kill.token, freed)
             console.say(
                 f"{name} freed {kill.freed_after:.2f}s after the kill "
                 f"(watchdog timeout {plan.watchdog:g}s); the task goes round again"

@@ -1,7 +1,8 @@
 """The report locks seen from outside: their TTL read every 50 ms, renewals counted.
 
 It reads them with ``locks["default"].inspect()``, as ``manage.py rlock inspect``
-does: each time a lock's TTL goes back up, its holder's watchdog renewed it.
+does: each time a lock's TTL goes back up, its holder's watchdog renewed it. Every
+grant it sees, and every renewal, goes on the run's :class:`~demo.timeline.Timeline`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.db import connection
 from django_rlock import locks
 
 from demo.outcomes import Renewals
+from demo.timeline import Timeline
 
 #: How often the monitor reads the locks (seconds).
 INTERVAL = 0.05
@@ -43,8 +45,9 @@ class LockWatch:
 class RenewalMonitor:
     """A thread watching the given locks while the ``with`` block runs."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], timeline: Timeline) -> None:
         self.names = list(names)
+        self.timeline = timeline
         self.watches: dict[tuple[str, int], LockWatch] = {}
         self.mutex = threading.Lock()
         self.stopping = threading.Event()
@@ -78,6 +81,7 @@ class RenewalMonitor:
 
     def observe(self, name: str, token: int, ttl: float) -> None:
         now = time.monotonic()
+        self.timeline.seen(name, token, self.timeline.at_monotonic(now))
         with self.mutex:
             watch = self.watches.get((name, token))
             if watch is None:
@@ -86,6 +90,9 @@ class RenewalMonitor:
             # A renewal sets the TTL back to the full timeout: it goes up.
             if ttl > watch.last_ttl + 0.05:
                 watch.renewals += 1
+                self.timeline.mark(
+                    name, token, "renewal", f"TTL {ttl:.2f}s", self.timeline.at_monotonic(now)
+                )
             watch.last_ttl = ttl
             watch.last_seen = now
             watch.lowest_ttl = min(watch.lowest_ttl, ttl)

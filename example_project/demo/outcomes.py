@@ -2,13 +2,16 @@
 
 ``start_shop`` gives a :class:`Shop`; the load phase a :class:`Load` (with the two
 scenarios' :class:`Kill` and :class:`Pause`); waiting for the tasks :class:`Tasks`;
-the renewal monitor :class:`Renewals`; the ledger check :class:`Ledger`; stopping
-everything :class:`Stopped`. Their fields are the ``--json`` report's.
+the renewal monitor :class:`Renewals`; the ledger check :class:`Ledger`; the
+timeline drawn :class:`Picture` (with the :class:`~demo.timeline.Recorded` it
+drew); stopping everything :class:`Stopped`. Their fields are the ``--json`` report's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from demo.timeline import Recorded
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,18 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """The timeline's files, and what they show: holds, renewals, the kinds of labelled marks."""
+
+    svg: str = ""  # absolute paths
+    html: str = ""
+    holds: int = 0
+    renewals: int = 0
+    marked: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Measured:
     """Everything a complete run measured, phase by phase."""
 
@@ -136,6 +151,8 @@ class Measured:
     tasks: Tasks
     renewals: Renewals
     ledger: Ledger
+    timeline: Recorded
+    picture: Picture
 
 
 @dataclass(frozen=True)

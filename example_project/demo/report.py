@@ -25,6 +25,8 @@ NOT_MEASURED: Mapping[str, Any] = MappingProxyType(
         "violations": [],
         "orders": 0,
         "inconsistent_orders": [],
+        "picture": {},
+        "timeline": {},
     }
 )
 
@@ -63,6 +65,8 @@ def measures(measured: Measured) -> dict[str, Any]:
         "violations": list(ledger.violations),
         "orders": ledger.orders,
         "inconsistent_orders": list(ledger.inconsistent_orders),
+        "picture": asdict(measured.picture),
+        "timeline": asdict(measured.timeline),  # every hold and mark drawn
     }
 
 

@@ -7,6 +7,7 @@ development server, all started and stopped by the driver.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -33,6 +34,7 @@ EXPECTED_CHECKS = [
     "paused holder's stale write",
     "mutual-exclusion violations",
     "order balances consistent",
+    "timeline picture",
     "processes left running",
 ]
 
@@ -58,8 +60,9 @@ def gone(pid: int) -> bool:
 
 def test_quick_demo_passes_every_check(tmp_path: Path) -> None:
     report_file = tmp_path / "report.json"
+    pictures = tmp_path / "timeline"
     done = subprocess.run(
-        [PYTHON, "-m", "demo", "--quick", "--json", str(report_file)],
+        [PYTHON, "-m", "demo", "--quick", "--json", str(report_file), "--timeline", str(pictures)],
         cwd=PROJECT_DIR,
         env=project_env(),
         capture_output=True,
@@ -89,6 +92,35 @@ def test_quick_demo_passes_every_check(tmp_path: Path) -> None:
     assert report["orders"] == 12 and report["left_running"] == []
     pids = started_pids(done.stdout)
     assert len(pids) >= 3 and all(gone(pid) for pid in pids)
+    check_timeline(report, pictures, done.stdout)
+
+
+def check_timeline(report: dict[str, Any], directory: Path, output: str) -> None:
+    """The picture shows what the run recorded: its holders, the kill, the pause, the renewals."""
+    svg_file, html_file = directory / "demo-timeline.svg", directory / "demo-timeline.html"
+    assert report["picture"]["svg"] == str(svg_file.resolve())
+    assert f"timeline: {svg_file.resolve()}" in output  # printed under the table
+    svg, page = svg_file.read_text(), html_file.read_text()
+    assert svg[svg.index("<svg") :] in page  # the page embeds the very picture
+    grants = report["timeline"]["grants"]
+    kill, pause = report["kill"], report["pause"]
+    killed = next(g for g in grants if g["token"] == kill["token"])
+    labels = {mark["kind"]: mark["label"] for mark in killed["marks"]}
+    assert labels["sigkill"] == f"SIGKILL pid {kill['pid']}"
+    assert labels["freed"] == f"freed +{kill['freed_after']:.2f}s"
+    paused = next(g for g in grants if g["token"] == pause["token"])
+    labels = {mark["kind"]: mark["label"] for mark in paused["marks"]}
+    assert labels["refused"] == f"write refused (token {pause['token']})"
+    assert labels["lost"] == "release(): LockLostError"
+    for label in [*labels.values(), f"SIGKILL pid {kill['pid']}"]:
+        assert f">{label}<" in svg and html.escape(label) in page
+    # One lane per holder, named: each report run by its worker process and task id.
+    for grant in grants:
+        assert f"{grant['lock']}  {html.escape(grant['holder'])}" in svg
+    assert sum(1 for g in grants if g["holder"].startswith("worker pid ")) == 5
+    assert any(g["token"] == pause["overtaken_by"] for g in grants)
+    renewals = sum(1 for g in grants for mark in g["marks"] if mark["kind"] == "renewal")
+    assert renewals == report["renewals"] == report["picture"]["renewals"]
 
 
 def test_ctrl_c_stops_everything_the_demo_started() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from demo.checks import Check, Section, balance_errors, render, report_checks, violations
+from demo.checks import (
+    TIMELINE_MARKS,
+    Check,
+    Section,
+    balance_errors,
+    render,
+    report_checks,
+    violations,
+)
 from demo.outcomes import (
     CaptureTotals,
     HttpTotals,
@@ -14,6 +22,7 @@ from demo.outcomes import (
     Load,
     Measured,
     Pause,
+    Picture,
     Renewals,
     ReportTotals,
     Shop,
@@ -21,6 +30,7 @@ from demo.outcomes import (
     Tasks,
 )
 from demo.plan import QUICK
+from demo.timeline import Recorded
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -86,6 +96,8 @@ GOOD = Measured(
     ),
     renewals=Renewals(renewals=20, longest_hold=6.0, lowest_ttl=1.0),
     ledger=Ledger(orders=12, violations=(), inconsistent_orders=()),
+    timeline=Recorded(started_wall=0.0, duration=20.0, grants=()),
+    picture=Picture("/d/demo-timeline.svg", "/d/demo-timeline.html", 7, 20, TIMELINE_MARKS),
 )
 
 
@@ -98,7 +110,7 @@ def failed_rows(measured: Measured, stopped: Stopped = NOTHING_LEFT) -> list[str
 
 def test_a_good_run_passes_every_row_of_the_report() -> None:
     rows = report_checks(QUICK, GOOD, NOTHING_LEFT)
-    assert len(rows) == 10 and all(check.ok for check in rows)
+    assert len(rows) == 11 and all(check.ok for check in rows)
     assert rows[5].detail == "1.20s (timeout 1.5s); rerun finished"
 
 
@@ -115,3 +127,15 @@ def test_an_accepted_stale_write_and_a_process_left_running_fail_their_rows() ->
         "paused holder's stale write",
         "processes left running",
     ]
+
+
+def test_a_timeline_without_the_refused_write_or_not_drawn_fails_its_row() -> None:
+    unrefused = dataclasses.replace(
+        GOOD.picture, marked=tuple(k for k in TIMELINE_MARKS if k != "refused")
+    )
+    rows = report_checks(QUICK, dataclasses.replace(GOOD, picture=unrefused), NOTHING_LEFT)
+    assert [row.detail for row in rows if not row.ok] == [
+        "/d/demo-timeline.svg (+ .html): 7 holds, 20 renewals, no refused"
+    ]
+    undrawn = dataclasses.replace(GOOD, picture=Picture(error="ModuleNotFoundError: matplotlib"))
+    assert failed_rows(undrawn) == ["timeline picture"]
