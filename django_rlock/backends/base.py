@@ -56,7 +56,9 @@ class LockInfo:
     ``holders`` maps a display form of each owner (see :func:`display_owner`) to
     its hold count; ``ttl`` is in seconds (``inf`` for no expiry); ``token`` is
     the last fencing token granted for the name; ``waiters`` how many callers
-    are registered as waiting for it.
+    are registered as waiting for it; ``holder`` who holds it, as the grant
+    described it (:mod:`django_rlock.core.holder`: host, pid, thread,
+    task_id, task_name, acquired_at), None for a grant that did not.
     """
 
     name: str
@@ -64,6 +66,7 @@ class LockInfo:
     ttl: float | None = None
     token: int | None = None
     waiters: int = 0
+    holder: dict[str, Any] | None = None
 
 
 def display_owner(owner: str) -> str:

@@ -44,6 +44,7 @@ from django_rlock.core.connection import (
     from_url,
     redact_url,
 )
+from django_rlock.core.holder import is_holder_field, read_holder
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.exceptions import LockSettingError
@@ -60,6 +61,10 @@ _SCHEMES = (
 _ASYNC_SCHEMES = ("redis://", "rediss://", "unix://")
 _SCAN_BATCH = 1000
 _PROBE_SECONDS = 5.0
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _glob_escape(text: str) -> str:
@@ -253,12 +258,14 @@ class RedisLockBackend(BaseLockBackend):
         pipe.zcard(keys.waiters)
         with reported_unavailable(client.server, "inspect", keys.name):
             owners, pttl, fence, waiters = pipe.execute()
-        if not owners:
-            return None
+        fields = {_text(key): _text(value) for key, value in owners.items()}
         holders = {
-            display_owner(owner.decode() if isinstance(owner, bytes) else owner): int(count)
-            for owner, count in owners.items()
+            display_owner(owner): int(count)
+            for owner, count in fields.items()
+            if not is_holder_field(owner)
         }
+        if not holders:
+            return None
         ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
         return LockInfo(
             name=name,
@@ -266,6 +273,7 @@ class RedisLockBackend(BaseLockBackend):
             ttl=ttl,
             token=None if fence is None else int(fence),
             waiters=int(waiters),
+            holder=read_holder(fields),
         )
 
     def maxmemory_policy(self) -> str | None:

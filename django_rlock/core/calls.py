@@ -54,16 +54,27 @@ def acquire_call(
     sleep: float,
     rid: str,
     lost: tuple[int, int] | None = None,
+    holder: str = "",
 ) -> ScriptCall:
     """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
 
     ``lost``: (token, holds) of the owner's holds its client has declared lost,
-    which the server may still count (see scripts.ACQUIRE).
+    which the server may still count (see scripts.ACQUIRE). ``holder``: who
+    asks, stored by a new grant (:func:`django_rlock.core.holder.describe`).
     """
     token, holds = lost or (0, 0)
     return ScriptCall(
         keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-        args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid, holds, str(token)],
+        args=[
+            owner,
+            milliseconds(ttl),
+            waiter_id,
+            milliseconds(sleep),
+            rid,
+            holds,
+            str(token),
+            holder,
+        ],
         rid=rid,
     )
 

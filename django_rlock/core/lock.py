@@ -49,6 +49,7 @@ from django_rlock.core.exceptions import (
     LockOutOfMemoryError,
     LockTimeout,
 )
+from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.names import LockKeys, check_lease, check_timeout
 from django_rlock.core.plan import AcquirePlan, drive
@@ -179,7 +180,14 @@ class LockBase:
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
         return acquire_call(
-            self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost
+            self.keys,
+            owner,
+            ttl=ttl,
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=rid,
+            lost=lost,
+            holder=describe(),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:

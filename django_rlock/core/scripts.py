@@ -95,7 +95,11 @@ end
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
 # ARGV[5] (with KEYS[4]) this call's request id,
 # ARGV[6] the owner's holds of this lock that its client has declared lost
-#   (0: none), ARGV[7] the token of those holds
+#   (0: none), ARGV[7] the token of those holds,
+# ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
+#   '' for none): a new grant stores it in the hash as '~holder', with the
+#   server's clock in ms as '~since' (owner ids never start with '~'), so it
+#   is renewed, expires and is deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
 #   the branch. A new grant's token is max(last token + 1, the server's clock
@@ -129,7 +133,8 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     local lost = tonumber(ARGV[6] or '0') or 0
     if lost > 0 and redis.call('get', KEYS[2]) == ARGV[7]
             and redis.call('hincrby', KEYS[1], ARGV[1], -lost) <= 0 then
-        redis.call('hdel', KEYS[1], ARGV[1])
+        -- The lock is exclusive: its description was this owner's (an emptied hash is deleted).
+        redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
     end
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
@@ -143,7 +148,16 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
 end
 if redis.call('exists', KEYS[1]) == 0 then
-    redis.call('hset', KEYS[1], ARGV[1], 1)
+"""
+    + _NEXT_TOKEN
+    + """
+    if ARGV[8] and ARGV[8] ~= '' then
+        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
+                   '~since', string.format('%.0f', since))
+    else
+        redis.call('hset', KEYS[1], ARGV[1], 1)
+    end
     redis.call('pexpire', KEYS[1], ttl)
     if ARGV[3] ~= '' then
         redis.call('zrem', KEYS[3], ARGV[3])
@@ -151,9 +165,6 @@ if redis.call('exists', KEYS[1]) == 0 then
     if KEYS[4] then
         redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
     end
-"""
-    + _NEXT_TOKEN
-    + """
     redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
     return {token, 1, ttl}
 end

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from django.core.management.base import CommandError
 
 from django_rlock import locks
 from tests.django.conftest import Holders
+from tests.lockhash import owner_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,9 +36,10 @@ def test_list_and_inspect_held_and_free_locks(hold_elsewhere: Holders, alias: st
     hold_elsewhere("order:2", using=alias, lease=None)
     hold_elsewhere("user:{9}", using=alias, lease=30)
     listing = rlock_command("list", "order:*", "--using", alias).splitlines()
-    assert listing[0].split() == ["NAME", "HOLDERS", "HOLDS", "TTL", "TOKEN"]
+    assert listing[0].split() == ["NAME", "HOLDER", "HOLDS", "TTL", "TOKEN"]
     assert [line.split()[0] for line in listing[1:]] == ["order:1", "order:2"]
-    holds, _ttl, token = listing[1].split()[2:]
+    assert f"{socket.gethostname()} pid {os.getpid()} " in listing[1]
+    holds, _ttl, token = listing[1].split()[-3:]
     assert holds == "1" and int(token) >= 1
     data = json.loads(rlock_command("list", "--json", "--using", alias))
     assert [entry["name"] for entry in data] == ["order:1", "order:2", "user:{9}"]
@@ -50,10 +54,25 @@ def test_list_and_inspect_held_and_free_locks(hold_elsewhere: Holders, alias: st
     }
 
 
+def test_inspect_says_who_holds_it_and_since_when(hold_elsewhere: Holders) -> None:
+    before = datetime.now(UTC)
+    hold_elsewhere("who:1", lease=30)
+    data = json.loads(rlock_command("inspect", "who:1", "--json"))
+    holder = data["holder"]
+    assert sorted(holder) == ["acquired_at", "host", "pid", "task_id", "task_name", "thread"]
+    assert (holder["host"], holder["pid"]) == (socket.gethostname(), os.getpid())
+    assert holder["thread"].startswith("Thread-")  # the holding thread, not this one
+    assert holder["task_id"] is None and holder["task_name"] is None
+    acquired_at = datetime.fromisoformat(holder["acquired_at"])
+    assert before - timedelta(seconds=2) <= acquired_at <= datetime.now(UTC) + timedelta(seconds=2)
+    assert data["waiters"] == 0
+    text = rlock_command("inspect", "who:1")
+    assert f"holder: {socket.gethostname()} pid {os.getpid()} Thread-" in text
+
+
 def test_owner_ids_are_never_printed(hold_elsewhere: Holders, r: redis.Redis) -> None:
     hold_elsewhere("secret")
-    (owner,) = r.hgetall("t:{secret}")
-    owner_id = owner.decode() if isinstance(owner, bytes) else owner
+    (owner_id,) = owner_counts(r, "t:{secret}")
     process_id = owner_id.rsplit(":", 1)[0]
     output = rlock_command("list") + rlock_command("inspect", "secret", "--json")
     assert process_id not in output

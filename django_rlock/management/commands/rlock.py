@@ -36,6 +36,17 @@ def _ttl_text(ttl: float | None) -> str:
     return f"{ttl:.1f}s"
 
 
+def holder_text(info: LockInfo) -> str:
+    """Who holds the lock, in one line: host, pid, thread or task, Celery task if any."""
+    holder = info.holder
+    if holder is None:  # a grant that described no holder: its owner's digest
+        return ", ".join(info.holders)
+    text = f"{holder['host']} pid {holder['pid']} {holder['thread']}"
+    if holder.get("task_name") or holder.get("task_id"):
+        text += f" (task {holder.get('task_name') or '?'} {holder.get('task_id') or ''})".rstrip()
+    return text
+
+
 def _as_json(info: LockInfo) -> dict[str, Any]:
     ttl = info.ttl
     return {
@@ -46,6 +57,7 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
         "ttl": None if ttl is None or math.isinf(ttl) else round(ttl, 3),
         "token": info.token,
         "waiters": info.waiters,
+        "holder": info.holder,
     }
 
 
@@ -141,10 +153,10 @@ class Command(BaseCommand):
         if not infos:
             self.stdout.write(f"No held locks match {options['pattern']!r}.")
             return
-        rows = [("NAME", "HOLDERS", "HOLDS", "TTL", "TOKEN")] + [
+        rows = [("NAME", "HOLDER", "HOLDS", "TTL", "TOKEN")] + [
             (
                 info.name,
-                ", ".join(info.holders),
+                holder_text(info),
                 str(sum(info.holders.values())),
                 _ttl_text(info.ttl),
                 "-" if info.token is None else str(info.token),
@@ -169,7 +181,10 @@ class Command(BaseCommand):
         self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}")
         self.stdout.write(f"  token:  {'-' if info.token is None else info.token}")
         for holder, count in info.holders.items():
-            self.stdout.write(f"  holder: {holder} ({count} hold{'s' if count != 1 else ''})")
+            self.stdout.write(f"  owner:  {holder} ({count} hold{'s' if count != 1 else ''})")
+        if info.holder is not None:
+            self.stdout.write(f"  holder: {holder_text(info)}")
+            self.stdout.write(f"  since:  {info.holder['acquired_at']}")
 
     def _release(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
         name = options["name"]
