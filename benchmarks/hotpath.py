@@ -14,7 +14,6 @@ import asyncio
 import cProfile
 import pstats
 import statistics
-from collections.abc import Callable
 
 import redis
 
