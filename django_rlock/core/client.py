@@ -158,7 +158,15 @@ class LockClient:
         #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
         self.send_acquire = self.scripts.acquire if min_replicas == 0 else self._acquire_synced
         self._bounded_clients: dict[float, redis.Redis] = {}
-        self._lock = threading.Lock()  # guards the bounded connections
+        self._lock = threading.Lock()  # guards the bounded and the held connections
+        forking.renew_after_fork(self, "_lock")
+        # Per thread, a client holding one connection of the pool (see `held`).
+        # A forked child starts with none: a held socket is its parent's.
+        self._held = threading.local()
+        forking.renew_after_fork(self, "_held", threading.local)
+        self._held_clients: weakref.WeakSet[redis.Redis] = weakref.WeakSet()
+        forking.renew_after_fork(self, "_held_clients", weakref.WeakSet)
+        self._held_limit = self._held_connection_limit(min_replicas)
         #: This process's holds through this client; the watchdog renews them
         #: from the first hold it must keep alive.
         self.holds = HoldRegistry(watch=self._start_watch)
@@ -227,6 +235,12 @@ class LockClient:
         get_watchdog().forget(self)
         self.holds.abandon_watched("its client was closed, so nothing renews it")
         self.listener.close()
+        with self._lock:
+            held_clients = list(self._held_clients)
+            self._held_clients.clear()
+            self._held_limit = 0  # no thread holds a connection from now on
+        for held in held_clients:
+            held.close()  # its connection goes back to the pool (a thread using it falls back)
         for bounded in self._bounded_clients.values():
             bounded.close()
             bounded.connection_pool.disconnect()
@@ -235,6 +249,38 @@ class LockClient:
             self._renewal_redis.connection_pool.disconnect()
         if self._owns_redis:
             self.redis.close()
+
+    def held(self) -> redis.Redis | None:
+        """The calling thread's client for acquire and release: it holds one pool connection.
+
+        A pool checkout and return per call costs about as much as the
+        script's own Python work, so each thread using this client's locks
+        keeps one connection of the caller's pool (with its retry policy),
+        given back when the thread ends or the client is closed. At most a
+        quarter of the pool is held; threads beyond that, a cluster, a
+        blocking pool and ``min_replicas`` (WAIT needs a pipeline) use the
+        pool per call: None.
+        """
+        held: redis.Redis | None = getattr(self._held, "client", None)
+        if held is not None or self._held_limit == 0:
+            return held
+        with self._lock:
+            if len(self._held_clients) >= self._held_limit:
+                return None
+            # Checks out and connects its connection now: in the caller's
+            # `reported_unavailable`, as the call it serves would.
+            held = redis.Redis(
+                connection_pool=self.redis.connection_pool, single_connection_client=True
+            )
+            self._held_clients.add(held)
+        self._held.client = held
+        return held
+
+    def _held_connection_limit(self, min_replicas: int) -> int:
+        pool = self.redis.connection_pool if self.cluster is None else None
+        if min_replicas or pool is None or isinstance(pool, redis.BlockingConnectionPool):
+            return 0
+        return max(int(getattr(pool, "max_connections", 0) or 0) // 4, 0)
 
     def bounded(self, timeout: float) -> redis.Redis | None:
         """A connection to this client's server whose calls end within ``timeout`` seconds.

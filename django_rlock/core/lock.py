@@ -404,14 +404,18 @@ class RLock(LockBase):
         acquire began.
         """
         call = self._acquire_call(owner, lease, waiter_id, sleep)
+        send_acquire = self.client.send_acquire
         sent_at = clock.monotonic()
-
-        def send() -> Any:
-            return self.client.send_acquire(keys=call.keys, args=call.args, client=via)
-
         try:
-            # RedLock (`via`) bounds each server to one short attempt: no resend.
-            reply = send() if via is not None else resend_once(send)
+            if via is not None:
+                # RedLock bounds each server to one short attempt: no resend.
+                reply = send_acquire(keys=call.keys, args=call.args, client=via)
+            else:
+                held = self.client.held()
+                try:
+                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
+                except LOST_REPLY:  # see resend_once: same call, same request id
+                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
@@ -464,9 +468,12 @@ class RLock(LockBase):
         call = self._release_call(owner)
         with self._reachable("release"):
             try:
-                left = int(
-                    resend_once(lambda: client.scripts.release(keys=call.keys, args=call.args))
-                )
+                release = client.scripts.release
+                held = client.held()
+                try:
+                    left = int(release(keys=call.keys, args=call.args, client=held))
+                except LOST_REPLY:  # see resend_once: same call, same request id
+                    left = int(release(keys=call.keys, args=call.args, client=held))
             except BaseException as error:
                 self._release_failed(hold, error, owner, call)
                 raise

@@ -300,3 +300,32 @@ def test_aclose_closes_every_connection_the_client_opened(
     while others() > before:
         assert time.monotonic() < deadline, f"{others() - before} connections left open"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize("steps", range(0, 8))
+def test_a_release_cancelled_in_flight_raises_the_cancellation(
+    redis_url: str, r: redis.Redis, steps: int
+) -> None:
+    # redis-py returns a reply whose arrival a cancellation raced, swallowing the
+    # cancellation: the release, run in the caller's task, must raise it anyway.
+    async def scenario(client: AsyncLockClient) -> None:
+        lock = client.lock("cancel-release-raises")
+        acquired = asyncio.Event()
+
+        async def hold_then_release() -> None:
+            await lock.acquire()
+            acquired.set()
+            await lock.release()
+
+        task = asyncio.create_task(hold_then_release())
+        await acquired.wait()
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        if task.cancel():  # still suspended inside release(): the cancel must come out
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await client.settle()
+        assert not await lock.locked()
+
+    run(redis_url, scenario)
+    assert_clean(r, "cancel-release-raises")

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any, Self, Unpack
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
-from django_rlock.core.calls import abandon_call, force_release_call, hold_count_reply, ttl_reply
+from django_rlock.core.calls import (
+    ScriptCall,
+    abandon_call,
+    force_release_call,
+    hold_count_reply,
+    ttl_reply,
+)
 from django_rlock.core.identity import task_owner
 from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, LockOptions
 from django_rlock.core.plan import AcquirePlan, drive_async
@@ -35,6 +41,7 @@ from django_rlock.core.plan import AcquirePlan, drive_async
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
     from django_rlock.core.aio.waiting import AsyncSubscription
+    from django_rlock.core.hold import Hold
 
 __all__ = ["AsyncRLock"]
 
@@ -85,38 +92,47 @@ class AsyncRLock(LockBase):
         sleep: float = 0.0,
         requested_at: float | None = None,
     ) -> float | None:
-        """One acquire script call, shielded: None when granted, else seconds to wait.
+        """One acquire script call: None when granted, else seconds to wait at most.
 
-        If the caller is cancelled while the call is in flight, the call still
-        completes, and a grant it brings is given back at once.
+        Run in the caller's task: no task per call. If the caller is cancelled
+        while the call is in flight, whether Redis ran it is unknown (redis-py
+        drops a connection whose read was cancelled), so the same call, with
+        the same request id, is sent again in the background: the request
+        latch makes it report a grant the first one made instead of making a
+        second, and a grant it reports is given back at once.
         """
-        call = self.client.spawn(
-            self._acquire_script(
-                owner, lease, waiter_id, sleep, asyncio.current_task(), requested_at=requested_at
-            )
-        )
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
+        caller = asyncio.current_task()
+        cancels = _cancels(caller)
         try:
-            return await asyncio.shield(call)
+            wait = await self._acquire_script(call, owner, lease, caller, requested_at)
         except asyncio.CancelledError:
-            call.add_done_callback(lambda done: self._give_back_if_granted(done, owner))
+            self.client.spawn(self._give_back_cancelled(call, owner, lease))
             raise
+        if _cancels(caller) > cancels:
+            # A cancel that landed as the reply came in, which redis-py swallowed:
+            # the reply is known, so a grant is given back and the cancel raised.
+            if wait is None:
+                self.client.spawn(self._release_as(owner))
+            raise asyncio.CancelledError
+        return wait
 
     async def _acquire_script(
         self,
+        call: ScriptCall,
         owner: str,
         lease: float | None,
-        waiter_id: str,
-        sleep: float,
         caller: asyncio.Task[Any] | None,
-        *,
-        requested_at: float | None = None,
+        requested_at: float | None,
     ) -> float | None:
-        call = self._acquire_call(owner, lease, waiter_id, sleep)
+        # Nothing is awaited once the reply is in: a grant is recorded whole.
         sent_at = clock.monotonic()
+        acquire = self.client.scripts.acquire
         try:
-            reply = await _resend_once(
-                lambda: self.client.scripts.acquire(keys=call.keys, args=call.args)
-            )
+            try:
+                reply = await acquire(keys=call.keys, args=call.args)
+            except LOST_REPLY:  # see resend_once: same call, same request id
+                reply = await acquire(keys=call.keys, args=call.args)
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
@@ -124,10 +140,17 @@ class AsyncRLock(LockBase):
             self._lost_tasks.pop(caller, None)
         return wait
 
-    def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
-        if call.cancelled() or call.exception() is not None or call.result() is not None:
-            return
-        self.client.spawn(self._release_as(owner))
+    async def _give_back_cancelled(self, call: ScriptCall, owner: str, lease: float | None) -> None:
+        """Settle an acquire call its caller was cancelled out of (see :meth:`_attempt`).
+
+        The resend leaves the waiting set alone (no waiter id): the cancelled
+        caller's plan leaves it. The first send, if Redis got it, ran before
+        this one, which comes on another connection (a new one must connect
+        first) after the first's was closed with the command already written.
+        """
+        resend = ScriptCall(keys=call.keys, args=[*call.args[:2], "", *call.args[3:]], rid=call.rid)
+        if await self._acquire_script(resend, owner, lease, None, None) is None:
+            await self._release_as(owner)
 
     async def _abandon(self, waiter_id: str) -> None:
         call = abandon_call(self.keys, waiter_id, self.client.engine.publish_command)
@@ -151,12 +174,11 @@ class AsyncRLock(LockBase):
     async def release(self) -> None:
         """Give back one hold, as :meth:`RLock.release` does.
 
-        Shielded: if the caller is cancelled meanwhile, the release completes
-        anyway (and the cancellation still propagates).
+        If the caller is cancelled meanwhile, the release completes anyway, in
+        the background (and the cancellation still propagates).
         """
-        call = self.client.spawn(self._release_as(task_owner(), asyncio.current_task()))
         with self._reachable("release"):
-            await asyncio.shield(call)
+            await self._release_as(task_owner(), asyncio.current_task())
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         def remember_lost() -> None:
@@ -165,12 +187,34 @@ class AsyncRLock(LockBase):
 
         hold = self._release_prepare(owner, remember_lost)
         call = self._release_call(owner)
+        cancels = _cancels(caller)
         try:
-            left = int(
-                await _resend_once(
-                    lambda: self.client.scripts.release(keys=call.keys, args=call.args)
-                )
-            )
+            left = await self._release_script(call)
+        except asyncio.CancelledError:
+            # Run in the caller's task (no task per call): cancelled in flight,
+            # the release is finished in the background by the same call, same
+            # request id (the latch makes a resend of an applied release report it).
+            self.client.spawn(self._finish_release(hold, call, owner, remember_lost))
+            raise
+        except BaseException as error:
+            self._release_failed(hold, error, owner, call)
+            raise
+        self._release_settle(hold, left, "task", remember_lost)
+        if _cancels(caller) > cancels:
+            raise asyncio.CancelledError  # swallowed by redis-py as the reply came in
+
+    async def _release_script(self, call: ScriptCall) -> int:
+        release = self.client.scripts.release
+        try:
+            return int(await release(keys=call.keys, args=call.args))
+        except LOST_REPLY:  # see resend_once: same call, same request id
+            return int(await release(keys=call.keys, args=call.args))
+
+    async def _finish_release(
+        self, hold: Hold | None, call: ScriptCall, owner: str, remember_lost: Callable[[], None]
+    ) -> None:
+        try:
+            left = await self._release_script(call)
         except BaseException as error:
             self._release_failed(hold, error, owner, call)
             raise
@@ -229,12 +273,13 @@ class AsyncRLock(LockBase):
         self.lost_callbacks.append(on_loop)
 
 
-async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
-    """:func:`django_rlock.core.lock.resend_once` for coroutines."""
-    try:
-        return await call()
-    except LOST_REPLY:
-        return await call()
+def _cancels(task: asyncio.Task[Any] | None) -> int:
+    """How many cancellations of ``task`` are pending (see :meth:`asyncio.Task.cancelling`).
+
+    redis-py swallows a cancellation that lands as a reply arrives (it returns
+    the reply), so a call run in the caller's task compares this before and after.
+    """
+    return 0 if task is None else task.cancelling()
 
 
 class _AsyncWaiting:
