@@ -37,6 +37,7 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
 )
+from django_rlock.core.holder import holder_details
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 
@@ -207,7 +208,9 @@ def run_locked(
         marker = OnceMarker(lock, task.name, once_lease)
 
     started = time.monotonic()
-    acquired = lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
+    # Operators see which task holds it (rlock inspect, the admin).
+    with holder_details(task_id=task_id or "", task_name=getattr(task, "name", None) or ""):
+        acquired = lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
     waited = time.monotonic() - started
     if not acquired:
         ending: BaseException | None = None

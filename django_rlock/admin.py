@@ -57,8 +57,13 @@ class _Row:
         return "no expiry" if math.isinf(ttl) else f"{ttl:.1f}s"
 
     @property
-    def holders(self) -> str:
-        return ", ".join(f"{owner} x{count}" for owner, count in self.info.holders.items())
+    def holder(self) -> str:
+        return self.info.holder_text()
+
+    @property
+    def held_for(self) -> str:
+        seconds = self.info.held_for()
+        return "-" if seconds is None else f"{seconds:.1f}s"
 
 
 @dataclass

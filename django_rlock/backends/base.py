@@ -13,6 +13,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -67,6 +68,24 @@ class LockInfo:
     token: int | None = None
     waiters: int = 0
     holder: dict[str, Any] | None = None
+
+    def holder_text(self) -> str:
+        """Who holds it, in one line: host, pid, thread or task, and the Celery task if any."""
+        holder = self.holder
+        if holder is None:  # a grant that described no holder: its owner's digest
+            return ", ".join(self.holders)
+        text = f"{holder['host']} pid {holder['pid']} {holder['thread']}"
+        if holder.get("task_name") or holder.get("task_id"):
+            task = f"{holder.get('task_name') or '?'} {holder.get('task_id') or ''}".rstrip()
+            text += f" (task {task})"
+        return text
+
+    def held_for(self) -> float | None:
+        """Seconds since the grant, by this machine's clock; None when unknown."""
+        since = (self.holder or {}).get("acquired_at")
+        if not since:
+            return None
+        return max(0.0, (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds())
 
 
 def display_owner(owner: str) -> str:

@@ -11,6 +11,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
 from django_rlock.core import LockTimeout
+from django_rlock.core.holder import read_holder
 from tests.celery import app as test_app
 from tests.celery.conftest import (
     WATCHDOG_TIMEOUT,
@@ -53,6 +54,22 @@ def test_a_task_running_three_watchdog_timeouts_keeps_its_lock(
     with pytest.raises(LockTimeout):
         contender.get(timeout=10)
     assert not store.exists(key)
+
+
+def test_operators_see_which_task_holds_the_lock(
+    worker: Worker, store: redis.Redis, run: str
+) -> None:
+    result = test_app.sleeper.delay(run, 1.0)
+    wait_started(store, run)
+    fields = {
+        name.decode(): value.decode()
+        for name, value in store.hgetall(lock_key(f"life:{run}")).items()
+    }
+    holder = read_holder(fields)
+    assert result.get(timeout=10) == {"lost": False}
+    assert holder is not None
+    assert (holder["task_id"], holder["task_name"]) == (result.id, test_app.sleeper.name)
+    assert holder["pid"] != os.getpid()  # the worker's child, not this process
 
 
 def test_retry_releases_and_the_retry_reacquires(

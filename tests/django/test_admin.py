@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -152,6 +153,8 @@ class TestAdminInABrowser(StaticLiveServerTestCase):
 
     def test_force_release_from_the_page_frees_the_lock_and_tells_the_holder(self) -> None:
         from selenium.webdriver.common.by import By  # noqa: PLC0415
+        from selenium.webdriver.support import expected_conditions as shown  # noqa: PLC0415
+        from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
 
         User.objects.create_superuser("root", password="secret-pass")
         holder = subprocess.Popen(
@@ -167,13 +170,23 @@ class TestAdminInABrowser(StaticLiveServerTestCase):
             browser.find_element(By.NAME, "username").send_keys("root")
             browser.find_element(By.NAME, "password").send_keys("secret-pass")
             browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+            wait = WebDriverWait(browser, HANG)
+            wait.until(shown.url_changes(f"{self.live_server_url}{reverse('admin:login')}"))
             browser.get(f"{self.live_server_url}{reverse(CHANGELIST)}")
-            row = browser.find_element(By.CSS_SELECTOR, 'tr[data-name="stuck:order:9"]')
+            row = wait.until(
+                shown.presence_of_element_located(
+                    (By.CSS_SELECTOR, 'tr[data-name="stuck:order:9"]')
+                )
+            )
+            # Who holds it: the other process, by host and pid.
+            holder_cell = row.find_element(By.CLASS_NAME, "holder").text
+            assert holder_cell.startswith(f"{socket.gethostname()} pid {holder.pid} ")
             row.find_element(By.CLASS_NAME, "force-release").click()
+            confirm = wait.until(shown.element_to_be_clickable((By.ID, "confirm-force-release")))
             assert "stuck:order:9" in browser.find_element(By.ID, "content").text
-            browser.find_element(By.ID, "confirm-force-release").click()
-            assert browser.current_url.endswith(reverse(CHANGELIST))
-            assert "was force-released" in browser.page_source
+            confirm.click()
+            wait.until(shown.url_to_be(f"{self.live_server_url}{reverse(CHANGELIST)}"))
+            wait.until(shown.text_to_be_present_in_element((By.ID, "main"), "was force-released"))
             assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-name="stuck:order:9"]')
             assert holder.stdout.readline().strip() == "lost"
         finally:

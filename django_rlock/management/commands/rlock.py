@@ -36,17 +36,6 @@ def _ttl_text(ttl: float | None) -> str:
     return f"{ttl:.1f}s"
 
 
-def holder_text(info: LockInfo) -> str:
-    """Who holds the lock, in one line: host, pid, thread or task, Celery task if any."""
-    holder = info.holder
-    if holder is None:  # a grant that described no holder: its owner's digest
-        return ", ".join(info.holders)
-    text = f"{holder['host']} pid {holder['pid']} {holder['thread']}"
-    if holder.get("task_name") or holder.get("task_id"):
-        text += f" (task {holder.get('task_name') or '?'} {holder.get('task_id') or ''})".rstrip()
-    return text
-
-
 def _as_json(info: LockInfo) -> dict[str, Any]:
     ttl = info.ttl
     return {
@@ -156,7 +145,7 @@ class Command(BaseCommand):
         rows = [("NAME", "HOLDER", "HOLDS", "TTL", "TOKEN")] + [
             (
                 info.name,
-                holder_text(info),
+                info.holder_text(),
                 str(sum(info.holders.values())),
                 _ttl_text(info.ttl),
                 "-" if info.token is None else str(info.token),
@@ -183,7 +172,7 @@ class Command(BaseCommand):
         for holder, count in info.holders.items():
             self.stdout.write(f"  owner:  {holder} ({count} hold{'s' if count != 1 else ''})")
         if info.holder is not None:
-            self.stdout.write(f"  holder: {holder_text(info)}")
+            self.stdout.write(f"  holder: {info.holder_text()}")
             self.stdout.write(f"  since:  {info.holder['acquired_at']}")
 
     def _release(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
