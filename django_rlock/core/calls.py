@@ -20,6 +20,7 @@ __all__ = [
     "abandon_call",
     "acquire_call",
     "acquire_reply",
+    "extend_call",
     "force_release_call",
     "hold_count_reply",
     "release_call",
@@ -77,6 +78,11 @@ def acquire_call(
         ],
         rid=rid,
     )
+
+
+def extend_call(keys: LockKeys, owner: str, seconds: float) -> ScriptCall:
+    """The owner's lock now expires ``seconds`` from the call (scripts.RENEW, exact)."""
+    return ScriptCall(keys=[keys.hash, keys.fence], args=[milliseconds(seconds), 1, owner])
 
 
 def release_call(keys: LockKeys, owner: str, publish: str, rid: str) -> ScriptCall:

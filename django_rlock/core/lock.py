@@ -38,12 +38,14 @@ from django_rlock.core.calls import (
     abandon_call,
     acquire_call,
     acquire_reply,
+    extend_call,
     force_release_call,
     hold_count_reply,
     release_call,
     ttl_reply,
 )
 from django_rlock.core.exceptions import (
+    LockError,
     LockLostError,
     LockNotOwnedError,
     LockOutOfMemoryError,
@@ -51,7 +53,7 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout
+from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
 from django_rlock.core.plan import AcquirePlan, drive
 from django_rlock.core.unavailable import reported_unavailable
 
@@ -265,6 +267,44 @@ class LockBase:
             f"lock {self.name!r} was lost: it expired or another owner took it before release",
             name=self.name,
         )
+
+    def _extend_prepare(self, owner: str, seconds: object, owner_kind: str) -> Hold:
+        """Before extend's call: the owner's fixed-lease hold, or the error to raise."""
+        lease = check_lease(seconds)
+        if lease is None:
+            raise ValueError("extend() needs the seconds the lease should still run, not None")
+        hold = self._registry.newest(self.keys.hash, owner)
+        if hold is None:
+            raise LockNotOwnedError(
+                f"cannot extend lock {self.name!r}: the calling {owner_kind} does not hold it",
+                name=self.name,
+            )
+        if self._holds_lost(owner):
+            raise self._lost_error()
+        if hold.watchdog:
+            raise LockError(
+                f"cannot extend lock {self.name!r}: the watchdog renews it (it was taken "
+                "without a lease), so it has no fixed lease to move; acquire it with "
+                "lease=... to extend it by hand"
+            )
+        return hold
+
+    def _extend_settle(self, hold: Hold, sent_at: float, reply: Any) -> None:
+        """After extend's call answered: the new deadline, or the hold is lost."""
+        pttl_ms = int(reply[0])
+        if pttl_ms <= 0:
+            self._registry.declare_lost(hold, "it expired before extend()", by_owner=True)
+            raise self._lost_error()
+        # Set anew, not extended: a shorter lease is what the caller asked for.
+        self._registry.set_deadline(hold, sent_at, pttl_ms)
+
+    def _extend_failed(self, hold: Hold, sent_at: float, seconds: float) -> None:
+        """Extend's call failed, outcome unknown: never believe the key lives longer than asked.
+
+        The call may have shortened the key; the deadline drops to what it set.
+        """
+        if hold.deadline > sent_at + seconds:
+            self._registry.set_deadline(hold, sent_at, milliseconds(seconds))
 
     def _release_prepare(self, owner: str, remember_lost: Callable[[], None]) -> Hold | None:
         """Before the release script: the owner's newest hold (None: it has none here).
@@ -481,6 +521,25 @@ class RLock(LockBase):
 
     def _remember_lost(self) -> None:
         self._local.lost = True
+
+    def extend(self, seconds: float) -> None:
+        """The calling thread's fixed lease now ends ``seconds`` from now (longer or shorter).
+
+        Raises :class:`LockNotOwnedError` when the thread holds nothing,
+        :class:`LockLostError` when its hold was lost, and :class:`LockError`
+        for a hold the watchdog renews (it has no fixed lease to move).
+        """
+        owner = thread_owner()
+        hold = self._extend_prepare(owner, seconds, "thread")
+        call = extend_call(self.keys, owner, seconds)
+        sent_at = clock.monotonic()
+        with self._reachable("extend"):
+            try:
+                reply = self.client.scripts.renew(keys=call.keys, args=call.args)
+            except BaseException:
+                self._extend_failed(hold, sent_at, seconds)
+                raise
+        self._extend_settle(hold, sent_at, reply)
 
     def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held.

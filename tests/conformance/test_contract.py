@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from django_rlock.core import LockLostError, LockNotOwnedError, LockTimeout
+from django_rlock.core import LockError, LockLostError, LockNotOwnedError, LockTimeout
 from tests.conformance.conftest import engines
 from tests.conformance.drivers import HANG, Driver, Engine
 
@@ -333,3 +333,41 @@ def test_each_nested_hold_of_a_lost_lock_reports_the_loss(connect: Connect, engi
         a.call(lock, "release")
     assert not isinstance(third.value, LockLostError)
     assert a.call(lock, "lost") is True
+
+
+# -- extend(): moving a fixed lease (DESIGN, "Public contract, second part") -----
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_extend_moves_the_fixed_lease_either_way(connect: Connect, engine: Engine) -> None:
+    driver = connect(engine)
+    a, b = driver.owners(2)
+    lock = driver.lock("extended")
+    assert a.call(lock, "acquire", lease=2) is True
+    a.call(lock, "extend", 30)
+    assert 28 < a.call(lock, "ttl") <= 30
+    a.call(lock, "extend", 0.3)  # shorter: the lease now ends sooner
+    assert a.call(lock, "ttl") <= 0.3
+    assert b.call(lock, "acquire", timeout=HANG) is True  # it expired: b holds it
+    assert a.call(lock, "lost") is True
+    with pytest.raises(LockLostError):
+        a.call(lock, "extend", 5)
+    with pytest.raises(LockNotOwnedError) as not_held:
+        driver.owners(1)[0].call(lock, "extend", 5)
+    assert not isinstance(not_held.value, LockLostError)
+    b.call(lock, "release")
+
+
+@pytest.mark.parametrize("engine", engines())
+def test_extend_refuses_a_watchdog_hold_and_bad_seconds(connect: Connect, engine: Engine) -> None:
+    driver = connect(engine)
+    (a,) = driver.owners(1)
+    lock = driver.lock("renewed")
+    assert a.call(lock, "acquire") is True
+    with pytest.raises(LockError, match="watchdog"):
+        a.call(lock, "extend", 5)
+    for bad in (0, -1, math.inf, None):
+        with pytest.raises(ValueError):  # noqa: PT011 -- each bad value words it its own way
+            a.call(lock, "extend", bad)
+    assert a.call(lock, "owned") is True  # nothing changed
+    a.call(lock, "release")

@@ -30,6 +30,7 @@ from django_rlock.core import clock
 from django_rlock.core.calls import (
     ScriptCall,
     abandon_call,
+    extend_call,
     force_release_call,
     hold_count_reply,
     ttl_reply,
@@ -179,6 +180,20 @@ class AsyncRLock(LockBase):
         """
         with self._reachable("release"):
             await self._release_as(task_owner(), asyncio.current_task())
+
+    async def extend(self, seconds: float) -> None:
+        """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
+        owner = task_owner()
+        hold = self._extend_prepare(owner, seconds, "task")
+        call = extend_call(self.keys, owner, seconds)
+        sent_at = clock.monotonic()
+        with self._reachable("extend"):
+            try:
+                reply = await self.client.scripts.renew(keys=call.keys, args=call.args)
+            except BaseException:  # a cancellation too: the call may have run
+                self._extend_failed(hold, sent_at, seconds)
+                raise
+        self._extend_settle(hold, sent_at, reply)
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         def remember_lost() -> None:
