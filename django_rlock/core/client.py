@@ -239,8 +239,18 @@ class LockClient:
             held_clients = list(self._held_clients)
             self._held_clients.clear()
             self._held_limit = 0  # no thread holds a connection from now on
+        own = getattr(self._held, "client", None)
         for held in held_clients:
-            held.close()  # its connection goes back to the pool (a thread using it falls back)
+            if held is own:
+                held.close()  # this thread is not inside a call on it: given back
+                continue
+            # Another thread's: closed, not given back, since that thread may be
+            # inside a call on it, and a connection handed to the pool mid-call
+            # could reach a third thread and read this call's reply. The
+            # thread's client gives it back when the thread ends (or this client goes).
+            connection: Any = held.connection  # Any: redis-py's Connection is untyped
+            if connection is not None:
+                connection.disconnect()
         for bounded in self._bounded_clients.values():
             bounded.close()
             bounded.connection_pool.disconnect()
@@ -261,8 +271,10 @@ class LockClient:
         blocking pool and ``min_replicas`` (WAIT needs a pipeline) use the
         pool per call: None.
         """
+        if self._held_limit == 0:
+            return None  # none held (or the client is closed)
         held: redis.Redis | None = getattr(self._held, "client", None)
-        if held is not None or self._held_limit == 0:
+        if held is not None:
             return held
         with self._lock:
             if len(self._held_clients) >= self._held_limit:

@@ -101,3 +101,32 @@ def test_close_gives_the_held_connections_back_to_the_pool(redis_url: str) -> No
     assert held is not None and held.connection is not None
     client.close()
     assert held.connection is None
+
+
+def test_close_never_hands_another_threads_held_connection_to_the_pool(redis_url: str) -> None:
+    # That thread may be inside a call on it: in the pool, another thread could
+    # check it out and read the reply meant for the first (found by review).
+    client = LockClient(redis_url, key_prefix="test")
+    ready, done = threading.Event(), threading.Event()
+    theirs: list[object] = []
+
+    def use_then_wait() -> None:
+        lock = client.lock("theirs")
+        lock.acquire()
+        lock.release()
+        held = client.held()
+        assert held is not None
+        theirs.append(held.connection)
+        ready.set()
+        done.wait(10)
+
+    thread = threading.Thread(target=use_then_wait)
+    thread.start()
+    assert ready.wait(10)
+    pool = client.redis.connection_pool
+    client.close()
+    try:
+        assert theirs[0] not in pool._available_connections
+    finally:
+        done.set()
+        thread.join(10)

@@ -28,7 +28,6 @@ from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
 from django_rlock.core.calls import (
-    ScriptCall,
     abandon_call,
     extend_call,
     force_release_call,
@@ -42,7 +41,6 @@ from django_rlock.core.plan import AcquirePlan, drive_async
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
     from django_rlock.core.aio.waiting import AsyncSubscription
-    from django_rlock.core.hold import Hold
 
 __all__ = ["AsyncRLock"]
 
@@ -93,47 +91,38 @@ class AsyncRLock(LockBase):
         sleep: float = 0.0,
         requested_at: float | None = None,
     ) -> float | None:
-        """One acquire script call: None when granted, else seconds to wait at most.
+        """One acquire script call, shielded: None when granted, else seconds to wait.
 
-        Run in the caller's task: no task per call. If the caller is cancelled
-        while the call is in flight, whether Redis ran it is unknown (redis-py
-        drops a connection whose read was cancelled), so the same call, with
-        the same request id, is sent again in the background: the request
-        latch makes it report a grant the first one made instead of making a
-        second, and a grant it reports is given back at once.
+        If the caller is cancelled while the call is in flight, the call still
+        completes, and a grant it brings is given back at once.
         """
-        call = self._acquire_call(owner, lease, waiter_id, sleep)
-        caller = asyncio.current_task()
-        cancels = _cancels(caller)
+        call = self.client.spawn(
+            self._acquire_script(
+                owner, lease, waiter_id, sleep, asyncio.current_task(), requested_at=requested_at
+            )
+        )
         try:
-            wait = await self._acquire_script(call, owner, lease, caller, requested_at)
+            return await asyncio.shield(call)
         except asyncio.CancelledError:
-            self.client.spawn(self._give_back_cancelled(call, owner, lease))
+            call.add_done_callback(lambda done: self._give_back_if_granted(done, owner))
             raise
-        if _cancels(caller) > cancels:
-            # A cancel that landed as the reply came in, which redis-py swallowed:
-            # the reply is known, so a grant is given back and the cancel raised.
-            if wait is None:
-                self.client.spawn(self._release_as(owner))
-            raise asyncio.CancelledError
-        return wait
 
     async def _acquire_script(
         self,
-        call: ScriptCall,
         owner: str,
         lease: float | None,
+        waiter_id: str,
+        sleep: float,
         caller: asyncio.Task[Any] | None,
-        requested_at: float | None,
+        *,
+        requested_at: float | None = None,
     ) -> float | None:
-        # Nothing is awaited once the reply is in: a grant is recorded whole.
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
-        acquire = self.client.scripts.acquire
         try:
-            try:
-                reply = await acquire(keys=call.keys, args=call.args)
-            except LOST_REPLY:  # see resend_once: same call, same request id
-                reply = await acquire(keys=call.keys, args=call.args)
+            reply = await _resend_once(
+                lambda: self.client.scripts.acquire(keys=call.keys, args=call.args)
+            )
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
@@ -141,17 +130,10 @@ class AsyncRLock(LockBase):
             self._lost_tasks.pop(caller, None)
         return wait
 
-    async def _give_back_cancelled(self, call: ScriptCall, owner: str, lease: float | None) -> None:
-        """Settle an acquire call its caller was cancelled out of (see :meth:`_attempt`).
-
-        The resend leaves the waiting set alone (no waiter id): the cancelled
-        caller's plan leaves it. The first send, if Redis got it, ran before
-        this one, which comes on another connection (a new one must connect
-        first) after the first's was closed with the command already written.
-        """
-        resend = ScriptCall(keys=call.keys, args=[*call.args[:2], "", *call.args[3:]], rid=call.rid)
-        if await self._acquire_script(resend, owner, lease, None, None) is None:
-            await self._release_as(owner)
+    def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
+        if call.cancelled() or call.exception() is not None or call.result() is not None:
+            return
+        self.client.spawn(self._release_as(owner))
 
     async def _abandon(self, waiter_id: str) -> None:
         call = abandon_call(self.keys, waiter_id, self.client.engine.publish_command)
@@ -175,11 +157,12 @@ class AsyncRLock(LockBase):
     async def release(self) -> None:
         """Give back one hold, as :meth:`RLock.release` does.
 
-        If the caller is cancelled meanwhile, the release completes anyway, in
-        the background (and the cancellation still propagates).
+        Shielded: if the caller is cancelled meanwhile, the release completes
+        anyway (and the cancellation still propagates).
         """
+        call = self.client.spawn(self._release_as(task_owner(), asyncio.current_task()))
         with self._reachable("release"):
-            await self._release_as(task_owner(), asyncio.current_task())
+            await asyncio.shield(call)
 
     async def extend(self, seconds: float) -> None:
         """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
@@ -202,34 +185,12 @@ class AsyncRLock(LockBase):
 
         hold = self._release_prepare(owner, remember_lost)
         call = self._release_call(owner)
-        cancels = _cancels(caller)
         try:
-            left = await self._release_script(call)
-        except asyncio.CancelledError:
-            # Run in the caller's task (no task per call): cancelled in flight,
-            # the release is finished in the background by the same call, same
-            # request id (the latch makes a resend of an applied release report it).
-            self.client.spawn(self._finish_release(hold, call, owner, remember_lost))
-            raise
-        except BaseException as error:
-            self._release_failed(hold, error, owner, call)
-            raise
-        self._release_settle(hold, left, "task", remember_lost)
-        if _cancels(caller) > cancels:
-            raise asyncio.CancelledError  # swallowed by redis-py as the reply came in
-
-    async def _release_script(self, call: ScriptCall) -> int:
-        release = self.client.scripts.release
-        try:
-            return int(await release(keys=call.keys, args=call.args))
-        except LOST_REPLY:  # see resend_once: same call, same request id
-            return int(await release(keys=call.keys, args=call.args))
-
-    async def _finish_release(
-        self, hold: Hold | None, call: ScriptCall, owner: str, remember_lost: Callable[[], None]
-    ) -> None:
-        try:
-            left = await self._release_script(call)
+            left = int(
+                await _resend_once(
+                    lambda: self.client.scripts.release(keys=call.keys, args=call.args)
+                )
+            )
         except BaseException as error:
             self._release_failed(hold, error, owner, call)
             raise
@@ -288,13 +249,12 @@ class AsyncRLock(LockBase):
         self.lost_callbacks.append(on_loop)
 
 
-def _cancels(task: asyncio.Task[Any] | None) -> int:
-    """How many cancellations of ``task`` are pending (see :meth:`asyncio.Task.cancelling`).
-
-    redis-py swallows a cancellation that lands as a reply arrives (it returns
-    the reply), so a call run in the caller's task compares this before and after.
-    """
-    return 0 if task is None else task.cancelling()
+async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
+    """:func:`django_rlock.core.lock.resend_once` for coroutines."""
+    try:
+        return await call()
+    except LOST_REPLY:
+        return await call()
 
 
 class _AsyncWaiting:
