@@ -170,6 +170,11 @@ class LockBase:
         watchdog = self._engine.watchdog_timeout
         return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
 
+    def _gave_up(self, owner: str, plan: AcquirePlan) -> None:
+        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing."""
+        would_wait = plan.blocking and not plan.zero_wait
+        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait)
+
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""
         return reported_unavailable(self._engine.server, action, self.name)
@@ -420,9 +425,7 @@ class RLock(LockBase):
         finally:
             shell.close(registered=plan.registered)
         if not granted:
-            self._registry.gave_up(
-                self, owner, plan.started, would_wait=plan.blocking and not plan.zero_wait
-            )
+            self._gave_up(owner, plan)
         return granted
 
     def _attempt(

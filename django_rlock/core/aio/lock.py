@@ -78,9 +78,7 @@ class AsyncRLock(LockBase):
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
         if not granted:
-            self._registry.gave_up(
-                self, owner, plan.started, would_wait=plan.blocking and not plan.zero_wait
-            )
+            self._gave_up(owner, plan)
         return granted
 
     async def _attempt(
