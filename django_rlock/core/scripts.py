@@ -95,7 +95,7 @@ end
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
 # ARGV[5] (with KEYS[4]) this call's request id,
 # ARGV[6] the owner's holds of this lock that its client has declared lost
-#   (0: none), ARGV[7] the token of those holds,
+#   (0: none; only whether there are any matters), ARGV[7] the token of those holds,
 # ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
 #   '' for none): a new grant stores it in the hash as '~holder', with the
 #   server's clock in ms as '~since' (owner ids never start with '~'), so it
@@ -115,26 +115,30 @@ end
 #   re-entry branch can see such a resend: a first grant makes the owner a holder.
 #   Holds the client has declared lost (ARGV[6]) may still be on the server (a
 #   loss declared on the local deadline while the key lived on): while the
-#   token is still theirs they are taken off first, and when none of the
-#   owner's holds is left the call is a new grant with a new token, never a
-#   re-entry of a hold its owner was told is gone.
+#   token is still theirs, all of the owner's holds are taken off first (also
+#   re-entries the server applied but whose replies were lost), before the
+#   request latch is read, so the call is a new grant with a new token, never a
+#   re-entry of a hold its owner was told is gone, nor a report of one.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it.
 ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
+-- First, before the latch: a lost grant is never reported again, even to a
+-- retry of a call that re-entered it. While the fence is still the lost
+-- grant's token, every hold the owner has is of that grant (a re-entry keeps
+-- the token), including re-entries whose replies were lost (so the server may
+-- count more than the client declared): all of them go. The lock is
+-- exclusive, so its description was this owner's too; an emptied hash is deleted.
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
+    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
+end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4] and redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
         return {tonumber(redis.call('get', KEYS[2]) or '0'),
                 tonumber(redis.call('hget', KEYS[1], ARGV[1])),
                 redis.call('pttl', KEYS[1])}
-    end
-    local lost = tonumber(ARGV[6] or '0') or 0
-    if lost > 0 and redis.call('get', KEYS[2]) == ARGV[7]
-            and redis.call('hincrby', KEYS[1], ARGV[1], -lost) <= 0 then
-        -- The lock is exclusive: its description was this owner's (an emptied hash is deleted).
-        redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
     end
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
+from django_rlock.core.identity import thread_owner
 from tests.lockhash import owner_counts
 
 #: The largest integer a Lua number (a double) holds exactly; tokens stay below it.
@@ -144,3 +145,23 @@ def test_a_closed_clients_lost_hold_is_not_revived_through_a_new_client(
         assert list(owner_counts(r, again.keys.hash).values()) == [1]
         again.release()
     assert not r.exists(lock.keys.hash)
+
+
+def test_a_lost_grant_is_taken_off_whole_even_with_reentries_its_owner_never_heard_of(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    # Found by the model soak: a re-entry Redis applied but whose reply was lost
+    # left the server counting one more hold than the client declared lost, so
+    # the owner's next acquire re-entered the lost grant, with its old token.
+    lock = lock_client.lock("uncounted")
+    assert lock.acquire()
+    first = lock.token
+    r.hincrby(lock.keys.hash, thread_owner(), 1)  # the re-entry the client never heard of
+    hold = lock_client.holds.newest(lock.keys.hash, thread_owner())
+    assert hold is not None
+    lock_client.holds.declare_lost(hold, "its deadline passed without a renewal")
+    assert lock.acquire()
+    assert first is not None and lock.token is not None and lock.token > first
+    assert list(owner_counts(r, lock.keys.hash).values()) == [1]
+    lock.release()
+    assert not lock.locked()
