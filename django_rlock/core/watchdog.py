@@ -255,6 +255,8 @@ class Watchdog:
         for hold in batch:
             if now + margin >= hold.deadline:
                 renewer.declare_lost(hold, f"renewals failed until its deadline ({error})")
+                if _renewal_callbacks:
+                    _report(hold, "lost")  # as on every other path to a loss
             else:
                 alive.append(hold)
         if alive:

@@ -144,6 +144,34 @@ def test_each_renewal_outcome_is_told_to_the_renewal_callbacks(
     assert outcomes[-1] == ("told-a", "lost")
 
 
+def test_a_loss_on_the_deadline_after_failed_renewals_is_told_as_lost(
+    redis_url: str, r: redis.Redis
+) -> None:
+    # Every path to a loss tells the renewal callbacks "lost" (found by CI: the
+    # failed-renewal path declared the loss without telling them).
+    outcomes: list[RenewalOutcome] = []
+    lost = threading.Event()
+
+    def record(hold: Hold, outcome: RenewalOutcome) -> None:
+        if hold.name == "deadline-told":
+            outcomes.append(outcome)
+            if outcome == "lost":
+                lost.set()
+
+    on_renewal(record)
+    try:
+        with LockClient(redis_url, key_prefix="told", watchdog_timeout=0.6) as client:
+            lock = client.lock("deadline-told")
+            lock.acquire()
+            r.client_pause(1500)  # longer than the watchdog timeout: no renewal gets through
+            assert lost.wait(5)
+            assert lock.lost
+    finally:
+        remove_on_renewal(record)
+    assert outcomes[-1] == "lost"
+    assert outcomes.count("lost") == 1
+
+
 def test_a_key_deleted_behind_the_holders_back_is_detected_within_one_interval(
     redis_url: str, r: redis.Redis
 ) -> None:
