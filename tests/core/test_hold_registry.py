@@ -111,7 +111,9 @@ def test_a_grant_says_how_long_its_caller_waited(lock_client: LockClient) -> Non
     waiter.start()
     waiter.join(HANG)
     assert len(acquired) == 2
-    assert acquired[0].waited < 0.3
+    # Relative, not timed: the uncontended grant waited less than the one that
+    # waited out the 0.3 s lease.
+    assert acquired[0].waited < acquired[1].waited
     assert 0.2 <= acquired[1].waited < HANG
 
 
@@ -142,6 +144,7 @@ def test_an_acquire_that_gets_nothing_is_told_on_both_engines(redis_url: str) ->
     ] * 4
     timed_out, one_attempt, timed_out_async, zero_wait_async = (event.waited for event in gave_up)
     assert timed_out >= 0.2 and timed_out_async >= 0.2
-    assert one_attempt < 0.2 and zero_wait_async < 0.2
+    # A single attempt does not wait out a timeout (relative: no timed bound).
+    assert one_attempt < timed_out and zero_wait_async < timed_out_async
     # A wait that ran out, or a single attempt (blocking=False, timeout=0): the metrics' outcomes.
     assert [event.would_wait for event in gave_up] == [True, False, True, False]
