@@ -80,9 +80,12 @@ def acquire_call(
     )
 
 
-def extend_call(keys: LockKeys, owner: str, seconds: float) -> ScriptCall:
-    """The owner's lock now expires ``seconds`` from the call (scripts.RENEW, exact)."""
-    return ScriptCall(keys=[keys.hash, keys.fence], args=[milliseconds(seconds), 1, owner])
+def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
+    """The owner's hold on ``key`` now expires ``seconds`` from the call (scripts.RENEW, exact).
+
+    ``key`` and ``fence`` are the lock's :meth:`~django_rlock.core.lock.LockBase.hold_keys`.
+    """
+    return ScriptCall(keys=[key, fence], args=[milliseconds(seconds), 1, owner])
 
 
 def release_call(keys: LockKeys, owner: str, publish: str, rid: str) -> ScriptCall:

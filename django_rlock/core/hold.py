@@ -254,13 +254,14 @@ class HoldRegistry:
         (see :func:`key_deadline`). ``requested_at`` is when the caller began
         to ask (before any wait; default ``sent_at``).
         """
-        keys = lock.keys
+        name = lock.keys.name
+        key, fence = lock.hold_keys(owner)
         stale: Hold | None = None
         new = False
         with self._lock:
             # This grant's call took the lost holds off the server (scripts.ACQUIRE).
-            lostholds.forget(keys.hash, owner)
-            stack = self._holds.setdefault((keys.hash, owner), [])
+            lostholds.forget(key, owner)
+            stack = self._holds.setdefault((key, owner), [])
             top = stack[-1] if stack else None
             if top is not None and not top.lost and holds > 1:
                 top.count += 1
@@ -273,9 +274,9 @@ class HoldRegistry:
                     # hold expired unnoticed (a long pause). Report it now.
                     stale = top
                 hold = Hold(
-                    name=keys.name,
-                    key=keys.hash,
-                    fence=keys.fence,
+                    name=name,
+                    key=key,
+                    fence=fence,
                     owner=owner,
                     token=token,
                     count=1,

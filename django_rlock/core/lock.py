@@ -160,6 +160,16 @@ class LockBase:
         """The lock's name, as the caller gave it."""
         return self.keys.name
 
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The key that counts ``owner``'s holds, and the key renewed with it.
+
+        A lock counts every owner's holds in its one hash, renewed with its
+        fencing counter. A sibling may count each owner's holds in a key of the
+        owner's own (a semaphore's permits): the registry, the watchdog and the
+        renew script work per hold on whatever keys this names.
+        """
+        return self.keys.hash, self.keys.fence
+
     def _plan(
         self, blocking: bool, timeout: float | None, lease: float | None
     ) -> tuple[AcquirePlan, float | None]:
@@ -185,7 +195,7 @@ class LockBase:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
         ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
-        lost = lostholds.lost_on_server(self.keys.hash, owner)
+        lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner)
         return acquire_call(
             self.keys,
             owner,
@@ -246,11 +256,11 @@ class LockBase:
         what the first one did instead of doing it again (no double-counted
         re-entry after a retried acquire, no second release).
         """
-        pending = self._registry.take_unanswered(self.keys.hash, owner, kind)
+        pending = self._registry.take_unanswered(self.hold_keys(owner)[0], owner, kind)
         return pending or request_id()
 
     def _unanswered(self, kind: str, owner: str, rid: str) -> None:
-        self._registry.note_unanswered(self.keys.hash, owner, kind, rid)
+        self._registry.note_unanswered(self.hold_keys(owner)[0], owner, kind, rid)
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
@@ -278,7 +288,7 @@ class LockBase:
         lease = check_lease(seconds)
         if lease is None:
             raise ValueError("extend() needs the seconds the lease should still run, not None")
-        hold = self._registry.newest(self.keys.hash, owner)
+        hold = self._registry.newest(self.hold_keys(owner)[0], owner)
         if hold is None:
             raise LockNotOwnedError(
                 f"cannot extend lock {self.name!r}: the calling {owner_kind} does not hold it",
@@ -318,7 +328,7 @@ class LockBase:
         LockLostError is raised, and ``remember_lost`` called once its last
         hold is acknowledged.
         """
-        hold = self._registry.start_release(self.keys.hash, owner)
+        hold = self._registry.start_release(self.hold_keys(owner)[0], owner)
         if hold is not None and hold.lost:
             self._acknowledge_lost(hold, remember_lost)
             raise self._lost_error()
@@ -374,13 +384,13 @@ class LockBase:
             remember_lost()
 
     def _token_of(self, owner: str) -> int | None:
-        hold = self._registry.newest(self.keys.hash, owner)
+        hold = self._registry.newest(self.hold_keys(owner)[0], owner)
         return None if hold is None else hold.token
 
     def _holds_lost(self, owner: str) -> bool:
         """Whether any hold of ``owner`` is lost, declaring those whose deadline passed."""
         registry = self._registry
-        stack = registry.holds_of(self.keys.hash, owner)
+        stack = registry.holds_of(self.hold_keys(owner)[0], owner)
         now = clock.monotonic()
         for hold in stack:
             if not hold.lost and now >= hold.deadline:
@@ -447,7 +457,7 @@ class RLock(LockBase):
         acquire began.
         """
         call = self._acquire_call(owner, lease, waiter_id, sleep)
-        send_acquire = self.client.send_acquire
+        send_acquire = self._acquire_sender()
         sent_at = clock.monotonic()
         try:
             if via is not None:
@@ -465,6 +475,16 @@ class RLock(LockBase):
         if wait is None:
             self._local.lost = False
         return wait
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        """The script an acquire call is sent with (a sibling sends its own)."""
+        send: Callable[..., Any] = self.client.send_acquire
+        return send
+
+    def _release_sender(self) -> Callable[..., Any]:
+        """The script a release call is sent with (a sibling sends its own)."""
+        send: Callable[..., Any] = self.client.scripts.release
+        return send
 
     def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
         """One acquire call for ``owner``, no waiting: True when granted.
@@ -511,7 +531,7 @@ class RLock(LockBase):
         call = self._release_call(owner)
         with self._reachable("release"):
             try:
-                release = client.scripts.release
+                release = self._release_sender()
                 held = client.held()
                 try:
                     left = int(release(keys=call.keys, args=call.args, client=held))
@@ -534,7 +554,7 @@ class RLock(LockBase):
         """
         owner = thread_owner()
         hold = self._extend_prepare(owner, seconds, "thread")
-        call = extend_call(self.keys, owner, seconds)
+        call = extend_call(*self.hold_keys(owner), owner, seconds)
         sent_at = clock.monotonic()
         with self._reachable("extend"):
             try:

@@ -119,7 +119,7 @@ class AsyncRLock(LockBase):
         sent_at = clock.monotonic()
         try:
             reply = await _resend_once(
-                lambda: self.client.scripts.acquire(keys=call.keys, args=call.args)
+                lambda: self._acquire_sender()(keys=call.keys, args=call.args)
             )
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
@@ -127,6 +127,14 @@ class AsyncRLock(LockBase):
         if wait is None and caller is not None:
             self._lost_tasks.pop(caller, None)
         return wait
+
+    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
+        """The script an acquire call is sent with (a sibling sends its own)."""
+        return self.client.scripts.acquire  # type: ignore[no-any-return]
+
+    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
+        """The script a release call is sent with (a sibling sends its own)."""
+        return self.client.scripts.release  # type: ignore[no-any-return]
 
     def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
         if call.cancelled() or call.exception() is not None or call.result() is not None:
@@ -166,7 +174,7 @@ class AsyncRLock(LockBase):
         """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
         owner = task_owner()
         hold = self._extend_prepare(owner, seconds, "task")
-        call = extend_call(self.keys, owner, seconds)
+        call = extend_call(*self.hold_keys(owner), owner, seconds)
         sent_at = clock.monotonic()
         with self._reachable("extend"):
             try:
@@ -185,9 +193,7 @@ class AsyncRLock(LockBase):
         call = self._release_call(owner)
         try:
             left = int(
-                await _resend_once(
-                    lambda: self.client.scripts.release(keys=call.keys, args=call.args)
-                )
+                await _resend_once(lambda: self._release_sender()(keys=call.keys, args=call.args))
             )
         except BaseException as error:
             self._release_failed(hold, error, owner, call)
