@@ -25,6 +25,7 @@ import redis
 from django_rlock import LockUpgradeError as ExportedUpgradeError
 from django_rlock.core import (
     LockClient,
+    LockLostError,
     LockNotOwnedError,
     LockUpgradeError,
     ReadWriteLock,
@@ -411,3 +412,73 @@ def test_no_write_overlaps_any_other_hold(redis_url: str, r: redis.Redis) -> Non
     assert overlaps(history) == []
     keys = RWKeys.build("test", "history")
     assert not r.exists(keys.write) and not r.exists(keys.readers)  # all given back
+
+
+# -- losses, leases and the index -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_read_hold_taken_away_is_reported_lost(redis_url: str, r: redis.Redis) -> None:
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
+        rw = client.read_write_lock("taken")
+        called = threading.Event()
+        rw.read.on_lost(lambda _lock: called.set())
+        rw.read.acquire()
+        assert rw.read.force_release()  # an operator deletes every read hold
+        assert called.wait(5), "the watchdog did not report the loss"
+        assert rw.read.lost
+        with pytest.raises(LockLostError):
+            rw.read.release()
+        assert rw.write.acquire(blocking=False)  # nothing is left held
+        rw.write.release()
+
+
+def test_a_read_hold_declared_lost_is_granted_anew(lock_client: LockClient, r: redis.Redis) -> None:
+    """A loss declared on the local deadline while the key lived on: the next
+    acquire takes the old holds off, never re-entering them."""
+    rw = lock_client.read_write_lock("revived")
+    rw.read.acquire()
+    rw.read.acquire()
+    (hold,) = lock_client.watched_holds()
+    lock_client.declare_lost(hold, "the local deadline passed")
+    assert rw.read.hold_count() == 2  # the server still counts both
+    for _ in range(2):  # each hold given back hears of the loss
+        with pytest.raises(LockLostError):
+            rw.read.release()
+    assert rw.read.acquire(blocking=False)
+    assert not rw.read.lost and rw.read.hold_count() == 1
+    rw.read.release()
+    assert not rw.read.locked()
+
+
+def test_a_fixed_lease_read_expires_and_can_be_extended(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    rw = lock_client.read_write_lock("leased")
+    rw.read.acquire(lease=0.3)
+    ttl = rw.read.ttl()
+    assert ttl is not None and 0 < ttl <= 0.3
+    rw.read.extend(30)
+    ttl = rw.read.ttl()
+    assert ttl is not None and 25 < ttl <= 30
+    rw.read.extend(0.2)
+    time.sleep(0.3)
+    assert not rw.read.locked()
+    assert in_thread(try_once, rw.write) is True  # the expired reader no longer blocks
+    with pytest.raises(LockLostError):
+        rw.read.release()
+
+
+def test_the_index_keeps_only_live_readers(lock_client: LockClient, r: redis.Redis) -> None:
+    rw = lock_client.read_write_lock("indexed")
+    r.sadd(rw.keys.readers, "dead-1", "dead-2")  # readers whose keys expired
+    assert not rw.read.locked()  # inspection counts live readers only
+    rw.read.acquire()
+    assert r.scard(rw.keys.readers) == 3
+    rw.read.release()  # a final read release prunes the dead
+    assert not r.exists(rw.keys.readers)
+    for _ in range(50):
+        with rw.read:
+            pass
+    assert not r.exists(rw.keys.readers)
+    assert r.ttl(rw.keys.write) == -2
