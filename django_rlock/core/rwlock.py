@@ -29,100 +29,55 @@ from django_rlock.core.calls import ScriptCall, hold_count_reply, ttl_reply
 from django_rlock.core.exceptions import LockUpgradeError
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockOptions, RLock
+from django_rlock.core.lock import LockBase, LockOptions, RLock
 from django_rlock.core.rwlock_scripts import (
-    READ_ACQUIRE,
-    READ_FORCE_RELEASE,
-    READ_RELEASE,
-    READERS,
-    RW_ABANDON,
     UPGRADE_REFUSED,
-    WRITE_ACQUIRE,
-    WRITE_FORCE_RELEASE,
-    WRITE_RELEASE,
     RWKeys,
+    RWScripts,
+    abandon_call,
     read_acquire_call,
+    read_force_release_call,
     read_release_call,
+    readers_call,
     write_acquire_call,
+    write_force_release_call,
     write_release_call,
 )
-from django_rlock.core.scripts import LockScript, OomSafeScript
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from django_rlock.core.client import LockClient
 
-__all__ = ["ReadLock", "ReadWriteLock", "WriteLock"]
+__all__ = ["ReadLock", "ReadSide", "ReadWriteLock", "WriteLock", "WriteSide", "check_rw_client"]
 
 logger = logging.getLogger("django_rlock.lock")
 
 
-class _RWScripts:
-    """The read-write lock's scripts, registered against one client's Redis connection."""
-
-    def __init__(self, redis: Any) -> None:
-        # Acquires stay plain (under OOM they fail whole); giving back runs under OOM.
-        self.read_acquire = LockScript(redis, READ_ACQUIRE)
-        self.write_acquire = LockScript(redis, WRITE_ACQUIRE)
-        self.read_release = OomSafeScript(redis, READ_RELEASE)
-        self.write_release = OomSafeScript(redis, WRITE_RELEASE)
-        self.abandon = OomSafeScript(redis, RW_ABANDON)
-        self.read_force_release = OomSafeScript(redis, READ_FORCE_RELEASE)
-        self.write_force_release = OomSafeScript(redis, WRITE_FORCE_RELEASE)
-        self.readers = LockScript(redis, READERS)
+def check_rw_client(min_replicas: int, name: str) -> None:
+    """Refuse (ValueError) a read-write lock on a client that syncs grants to replicas."""
+    if min_replicas:
+        raise ValueError(
+            f"read_write_lock({name!r}): a read-write lock cannot wait for replicas "
+            f"(this client has min_replicas={min_replicas}); use a client "
+            "built without min_replicas"
+        )
 
 
-# One set of scripts per client, built on its first read-write lock.
-_scripts: weakref.WeakKeyDictionary[LockClient, _RWScripts] = weakref.WeakKeyDictionary()
+class _Side(LockBase):
+    """What both sides of both engines share, without I/O: the keys and the calls."""
 
-
-def _scripts_of(client: LockClient) -> _RWScripts:
-    scripts = _scripts.get(client)
-    if scripts is None:
-        scripts = _scripts[client] = _RWScripts(client.redis)
-    return scripts
-
-
-class _Side(RLock):
-    """What the read and the write side share: the keys, the scripts, the waiting set."""
-
-    def __init__(
-        self, client: LockClient, keys: RWKeys, scripts: _RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, keys.name, **options)
-        self.rw_keys = keys
-        self._scripts = scripts
+    rw_keys: RWKeys
 
     def _ttl_of(self, lease: float | None) -> float:
         return self._engine.watchdog_timeout if lease is None else lease
 
-    def _abandon(self, waiter_id: str) -> None:
-        """Leave the waiting set without the lock, passing on a wake-up meant for us."""
-        keys = self.rw_keys
-        try:
-            self._scripts.abandon(
-                keys=[keys.write, keys.channel, keys.waiters],
-                args=[waiter_id, self.client.publish_command],
-            )
-        except Exception:
-            logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        return abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
 
 
-class WriteLock(_Side):
-    """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.
-
-    Get it as ``client.read_write_lock(name).write``.
-    """
-
-    def __init__(
-        self, client: LockClient, keys: RWKeys, scripts: _RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self.keys = keys.for_write()
-
-    def __repr__(self) -> str:
-        return f"<WriteLock {self.name!r}>"
+class WriteSide(_Side):
+    """The write side's calls and replies (sync :class:`WriteLock`, asyncio ``AsyncWriteLock``)."""
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
@@ -139,9 +94,6 @@ class WriteLock(_Side):
             holder=describe(),
         )
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        return self._scripts.write_acquire
-
     def _acquire_reply(
         self,
         reply: Any,
@@ -154,8 +106,8 @@ class WriteLock(_Side):
             reply = reply.decode()
         if reply == UPGRADE_REFUSED:
             raise LockUpgradeError(
-                f"cannot take the write lock of {self.name!r}: the calling thread holds its "
-                "read lock, and waiting would never end (its own read hold keeps the write "
+                f"cannot take the write lock of {self.name!r}: the caller holds its read "
+                "lock, and waiting would never end (its own read hold keeps the write "
                 "lock from it); release every read hold first, or take the write lock "
                 "before reading (the writer may also read)",
                 name=self.name,
@@ -164,40 +116,15 @@ class WriteLock(_Side):
 
     def _release_call(self, owner: str) -> ScriptCall:
         rid = self._request_id("release", owner)
-        publish = self.client.publish_command
+        publish = self._engine.publish_command
         return write_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
 
-    def _release_sender(self) -> Callable[..., Any]:
-        return self._scripts.write_release
-
-    def force_release(self) -> bool:
-        """Delete the write hold whoever has it and wake every waiter; True if it was held."""
-        keys = self.rw_keys
-        with self._reachable("force-release"):
-            return bool(
-                self._scripts.write_force_release(
-                    keys=[keys.write, keys.channel], args=[self.client.publish_command]
-                )
-            )
+    def _force_release_call(self) -> ScriptCall:
+        return write_force_release_call(self.rw_keys, self._engine.publish_command)
 
 
-class ReadLock(_Side):
-    """The read side of a :class:`ReadWriteLock`: many owners at once, while nobody else writes.
-
-    Get it as ``client.read_write_lock(name).read``. ``locked()`` and ``ttl()``
-    are about every reader: whether any reader holds it, and when the
-    longest-lived one's hold ends. A read hold's ``token`` is 0 (fencing
-    tokens order writers).
-    """
-
-    def __init__(
-        self, client: LockClient, keys: RWKeys, scripts: _RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self.keys = keys.for_read()
-
-    def __repr__(self) -> str:
-        return f"<ReadLock {self.name!r}>"
+class ReadSide(_Side):
+    """The read side's keys and calls (sync :class:`ReadLock`, asyncio ``AsyncReadLock``)."""
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The owner's own read key, and a key never written (a read has no fencing counter)."""
@@ -218,31 +145,106 @@ class ReadLock(_Side):
             lost=lostholds.lost_on_server(key, owner) is not None,
         )
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        return self._scripts.read_acquire
-
     def _release_call(self, owner: str) -> ScriptCall:
         rid = self._request_id("release", owner)
-        publish = self.client.publish_command
+        publish = self._engine.publish_command
         return read_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
 
+    def _force_release_call(self) -> ScriptCall:
+        return read_force_release_call(self.rw_keys, self._engine.publish_command)
+
+
+# One set of scripts per sync client, built on its first read-write lock.
+_scripts: weakref.WeakKeyDictionary[LockClient, RWScripts] = weakref.WeakKeyDictionary()
+
+
+def _scripts_of(client: LockClient) -> RWScripts:
+    scripts = _scripts.get(client)
+    if scripts is None:
+        scripts = _scripts[client] = RWScripts(client.redis)
+    return scripts
+
+
+def _leave(scripts: RWScripts, call: ScriptCall, name: str) -> None:
+    """Leave the waiting set without the lock, passing on a wake-up meant for us."""
+    try:
+        scripts.abandon(keys=call.keys, args=call.args)
+    except Exception:
+        logger.debug("could not leave the waiting set of %r", name, exc_info=True)
+
+
+class WriteLock(WriteSide, RLock):
+    """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.
+
+    Get it as ``client.read_write_lock(name).write``.
+    """
+
+    def __init__(
+        self, client: LockClient, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
+    ) -> None:
+        super().__init__(client, keys.name, **options)
+        self.rw_keys = keys
+        self.keys = keys.for_write()
+        self._scripts = scripts
+
+    def __repr__(self) -> str:
+        return f"<WriteLock {self.name!r}>"
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._scripts.write_acquire  # type: ignore[no-any-return]
+
     def _release_sender(self) -> Callable[..., Any]:
-        return self._scripts.read_release
+        return self._scripts.write_release  # type: ignore[no-any-return]
+
+    def _abandon(self, waiter_id: str) -> None:
+        _leave(self._scripts, self._abandon_call(waiter_id), self.name)
+
+    def force_release(self) -> bool:
+        """Delete the write hold whoever has it and wake every waiter; True if it was held."""
+        call = self._force_release_call()
+        with self._reachable("force-release"):
+            return bool(self._scripts.write_force_release(keys=call.keys, args=call.args))
+
+
+class ReadLock(ReadSide, RLock):
+    """The read side of a :class:`ReadWriteLock`: many owners at once, while nobody else writes.
+
+    Get it as ``client.read_write_lock(name).read``. ``locked()`` and ``ttl()``
+    are about every reader: whether any reader holds it, and when the
+    longest-lived one's hold ends. A read hold's ``token`` is 0 (fencing
+    tokens order writers).
+    """
+
+    def __init__(
+        self, client: LockClient, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
+    ) -> None:
+        super().__init__(client, keys.name, **options)
+        self.rw_keys = keys
+        self.keys = keys.for_read()
+        self._scripts = scripts
+
+    def __repr__(self) -> str:
+        return f"<ReadLock {self.name!r}>"
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._scripts.read_acquire  # type: ignore[no-any-return]
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._scripts.read_release  # type: ignore[no-any-return]
+
+    def _abandon(self, waiter_id: str) -> None:
+        _leave(self._scripts, self._abandon_call(waiter_id), self.name)
 
     def force_release(self) -> bool:
         """Delete every reader's hold and wake every waiter; True if any reader held it."""
-        keys = self.rw_keys
+        call = self._force_release_call()
         with self._reachable("force-release"):
-            deleted = self._scripts.read_force_release(
-                keys=[keys.readers, keys.channel],
-                args=[self.client.publish_command, keys.reader_prefix],
-            )
-        return int(deleted) > 0
+            return int(self._scripts.read_force_release(keys=call.keys, args=call.args)) > 0
 
     def _readers(self) -> tuple[int, int]:
-        keys = self.rw_keys
+        call = readers_call(self.rw_keys)
         with self._reachable("inspect"):
-            live, longest = self._scripts.readers(keys=[keys.readers], args=[keys.reader_prefix])
+            live, longest = self._scripts.readers(keys=call.keys, args=call.args)
         return int(live), int(longest)
 
     def locked(self) -> bool:
@@ -275,12 +277,7 @@ class ReadWriteLock:
     """
 
     def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
-        if client.min_replicas:
-            raise ValueError(
-                f"read_write_lock({name!r}): a read-write lock cannot wait for replicas "
-                f"(this client has min_replicas={client.min_replicas}); use a client "
-                "built without min_replicas"
-            )
+        check_rw_client(client.min_replicas, name)
         keys = RWKeys.build(client.key_prefix, name)
         scripts = _scripts_of(client)
         self.keys = keys

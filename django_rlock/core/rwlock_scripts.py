@@ -45,11 +45,19 @@ overlapping readers can starve a writer (a documented limit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django_rlock.core.calls import ScriptCall
 from django_rlock.core.names import LockKeys, milliseconds
-from django_rlock.core.scripts import NEXT_TOKEN, REQUEST_LATCH_MS, SERVER_NOW_MS
+from django_rlock.core.scripts import (
+    NEXT_TOKEN,
+    REQUEST_LATCH_MS,
+    SERVER_NOW_MS,
+    LockScript,
+    OomSafeScript,
+)
 
 __all__ = [
     "READERS",
@@ -62,9 +70,14 @@ __all__ = [
     "WRITE_FORCE_RELEASE",
     "WRITE_RELEASE",
     "RWKeys",
+    "RWScripts",
+    "abandon_call",
     "read_acquire_call",
+    "read_force_release_call",
     "read_release_call",
+    "readers_call",
     "write_acquire_call",
+    "write_force_release_call",
     "write_release_call",
 ]
 
@@ -495,3 +508,46 @@ def read_release_call(keys: RWKeys, owner: str, publish: str, rid: str, latch: s
         args=[owner, publish, rid, keys.reader_prefix],
         rid=rid,
     )
+
+
+def abandon_call(keys: RWKeys, waiter_id: str, publish: str) -> ScriptCall:
+    """A waiter leaves without the lock (RW_ABANDON)."""
+    return ScriptCall(keys=[keys.write, keys.channel, keys.waiters], args=[waiter_id, publish])
+
+
+def write_force_release_call(keys: RWKeys, publish: str) -> ScriptCall:
+    """Delete the write hold whoever has it (WRITE_FORCE_RELEASE)."""
+    return ScriptCall(keys=[keys.write, keys.channel], args=[publish])
+
+
+def read_force_release_call(keys: RWKeys, publish: str) -> ScriptCall:
+    """Delete every read hold (READ_FORCE_RELEASE)."""
+    return ScriptCall(keys=[keys.readers, keys.channel], args=[publish, keys.reader_prefix])
+
+
+def readers_call(keys: RWKeys) -> ScriptCall:
+    """Count the live readers and find the longest-lived one's PTTL (READERS)."""
+    return ScriptCall(keys=[keys.readers], args=[keys.reader_prefix])
+
+
+class RWScripts:
+    """The read-write lock's scripts, registered against one Redis client (sync or asyncio).
+
+    As :class:`~django_rlock.core.scripts.LockScripts`: acquires stay plain
+    (under OOM they fail whole), giving back runs under OOM where it can.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        plain: Callable[[Any, str], Any] = LockScript,
+        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
+    ) -> None:
+        self.read_acquire = plain(redis, READ_ACQUIRE)
+        self.write_acquire = plain(redis, WRITE_ACQUIRE)
+        self.read_release = oom_safe(redis, READ_RELEASE)
+        self.write_release = oom_safe(redis, WRITE_RELEASE)
+        self.abandon = oom_safe(redis, RW_ABANDON)
+        self.read_force_release = oom_safe(redis, READ_FORCE_RELEASE)
+        self.write_force_release = oom_safe(redis, WRITE_FORCE_RELEASE)
+        self.readers = plain(redis, READERS)
