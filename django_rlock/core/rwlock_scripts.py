@@ -403,6 +403,8 @@ class RWKeys:
     """The Redis keys and channel of one read-write lock name (see the module's docstring)."""
 
     name: str
+    #: The prefix of every key: ``<base>:rw``.
+    base: str
     write: str
     fence: str
     readers: str
@@ -418,6 +420,7 @@ class RWKeys:
         base = f"{LockKeys.build(prefix, name).hash}:rw"
         return cls(
             name=name,
+            base=base,
             write=f"{base}:write",
             fence=f"{base}:fence",
             readers=f"{base}:readers",
@@ -440,8 +443,7 @@ class RWKeys:
 
         A read hold's key is per owner (:meth:`reader`).
         """
-        base = self.write.removesuffix(":write")
-        return LockKeys(self.name, f"{base}:read", self.no_fence, self.waiters, self.channel)
+        return LockKeys(self.name, f"{self.base}:read", self.no_fence, self.waiters, self.channel)
 
 
 def read_acquire_call(
