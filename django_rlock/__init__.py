@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         LockSettingError,
         LockTimeout,
         LockUnavailableError,
+        LockUpgradeError,
     )
     from django_rlock.handler import locks
     from django_rlock.shortcuts import rlock
@@ -50,6 +51,7 @@ __all__ = [
     "LockSettingError",
     "LockTimeout",
     "LockUnavailableError",
+    "LockUpgradeError",
     "locked",
     "locks",
     "rlock",
@@ -68,6 +70,7 @@ _LAZY = {
     "locked": "django_rlock.decorators",
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",
+    "LockUpgradeError": "django_rlock.exceptions",
 }
 
 

@@ -20,6 +20,7 @@ from django_rlock.core.exceptions import (
     LockOutOfMemoryError,
     LockTimeout,
     LockUnavailableError,
+    LockUpgradeError,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "LockSettingError",
     "LockTimeout",
     "LockUnavailableError",
+    "LockUpgradeError",
 ]
 
 

@@ -25,9 +25,11 @@ from django_rlock.core.exceptions import (
     LockOutOfMemoryError,
     LockTimeout,
     LockUnavailableError,
+    LockUpgradeError,
 )
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
+from django_rlock.core.rwlock import ReadLock, ReadWriteLock, WriteLock
 
 __all__ = [
     "LockClient",
@@ -38,7 +40,11 @@ __all__ = [
     "LockOutOfMemoryError",
     "LockTimeout",
     "LockUnavailableError",
+    "LockUpgradeError",
     "MultiLock",
     "RLock",
+    "ReadLock",
+    "ReadWriteLock",
     "RedLock",
+    "WriteLock",
 ]

@@ -58,6 +58,7 @@ from django_rlock.core.names import (
     check_watchdog_timeout,
     milliseconds,
 )
+from django_rlock.core.rwlock import ReadWriteLock
 from django_rlock.core.scripts import ACQUIRE, LockScripts
 from django_rlock.core.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.unavailable import reported_unavailable
@@ -441,6 +442,24 @@ class LockClient:
         # The child shares none of the parent's threads (its holds: see core.hold).
         self._lock = threading.Lock()
         self.listener = self._make_listener()
+
+    def read_write_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> ReadWriteLock:
+        """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
+
+        See :class:`~django_rlock.core.rwlock.ReadWriteLock`. ``timeout``,
+        ``lease`` and ``blocking`` are both sides' defaults for ``with``.
+        Refused (ValueError) on a client with ``min_replicas``.
+        """
+        return ReadWriteLock(
+            self, check_name(name), timeout=timeout, lease=lease, blocking=blocking
+        )
 
 
 @forking.after_fork_in_child

@@ -17,6 +17,7 @@ __all__ = [
     "LockOutOfMemoryError",
     "LockTimeout",
     "LockUnavailableError",
+    "LockUpgradeError",
 ]
 
 
@@ -87,4 +88,13 @@ class LockOutOfMemoryError(LockError):
     Nothing was granted or changed. Releases and renewals of locks already
     held still succeed on Redis >= 7 (their scripts may run under OOM), so a
     full server stops new grants without stranding the holders.
+    """
+
+
+class LockUpgradeError(LockError):
+    """A thread (or task) holding a read lock asked for the write lock of the same name.
+
+    Raised at once, changing nothing: waiting could never end, since the
+    caller's own read hold keeps the write lock from it. Release every read
+    hold first (or take the write lock first: the writer may also read).
     """

@@ -39,10 +39,12 @@ __all__ = [
     "ACQUIRE",
     "ALLOW_OOM",
     "FORCE_RELEASE",
+    "NEXT_TOKEN",
     "RELEASE",
     "RENEW",
     "REQUEST_LATCH_MS",
     "SCRIPT_COMMANDS",
+    "SERVER_NOW_MS",
     "LockScript",
     "LockScripts",
     "OomFallback",
@@ -59,6 +61,7 @@ __all__ = [
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "sadd", "srem", "smembers",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -463,3 +466,9 @@ class LockScripts:
         self.renew = oom_safe(redis, RENEW)
         self.force_release = oom_safe(redis, FORCE_RELEASE)
         self.abandon = oom_safe(redis, ABANDON)
+
+
+#: The server-clock and fencing-token steps, for the sibling kinds' scripts
+#: (a read-write lock's write grant takes its token by the same floor rule).
+SERVER_NOW_MS = _NOW_MS
+NEXT_TOKEN = _NEXT_TOKEN

@@ -289,6 +289,7 @@ def test_package_exports_lazily_without_settings() -> None:
         "LockSettingError",
         "LockTimeout",
         "LockUnavailableError",
+        "LockUpgradeError",
         "locked",
         "locks",
         "rlock",

@@ -88,6 +88,13 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
         == 1
     )
 
+    # A read-write lock: a read (sadd), its inspection and release (smembers, srem), a write.
+    rw = client.read_write_lock("acl-rw")
+    with rw.read:
+        assert rw.read.locked()
+    with rw.write:
+        assert rw.write.owned()
+
     lock.release()
     assert lock.acquire()
     assert lock.force_release()
@@ -176,7 +183,7 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "user rlock on >PASSWORD resetkeys ~rlock:* resetchannels &rlock:* -@all "
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
-        "+zremrangebyscore +zcard +publish +time"
+        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers"
     )
 
 

@@ -18,12 +18,14 @@ from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.aio.rwlock import AsyncReadWriteLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
 from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
 from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
+from django_rlock.core.rwlock_scripts import RWScripts
 from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
 
 __all__ = ["AsyncLockClient"]
@@ -64,6 +66,8 @@ class AsyncLockClient:
         #: Wakes waiters when a lock they wait for is released.
         self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The read-write lock's scripts, built on the first read-write lock.
+        self._rw_scripts: RWScripts | None = None
 
     def __repr__(self) -> str:
         return (
@@ -115,6 +119,16 @@ class AsyncLockClient:
         self._tasks.add(task)
         task.add_done_callback(_forget_task(self._tasks))
         return task
+
+    def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncReadWriteLock:
+        """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
+
+        The asyncio twin of :meth:`LockClient.read_write_lock`; the keywords
+        are both sides' defaults for ``async with``.
+        """
+        if self._rw_scripts is None:
+            self._rw_scripts = RWScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
+        return AsyncReadWriteLock(self, check_name(name), self._rw_scripts, **options)
 
 
 def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
