@@ -26,10 +26,12 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
 )
+from django_rlock.core.fairlock import FairLock
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 
 __all__ = [
+    "FairLock",
     "LockClient",
     "LockError",
     "LockLostError",

@@ -39,6 +39,8 @@ __all__ = [
     "ACQUIRE",
     "ALLOW_OOM",
     "FORCE_RELEASE",
+    "NEXT_TOKEN_LUA",
+    "NOW_MS_LUA",
     "RELEASE",
     "RENEW",
     "REQUEST_LATCH_MS",
@@ -59,6 +61,7 @@ __all__ = [
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "zscore", "zrangebyscore",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -87,6 +90,11 @@ if token <= last then
     token = last + 1
 end
 """
+
+#: The clock and token snippets above, for a sibling kind's scripts to share
+#: (core/fairlock_scripts.py): one fencing rule, one clock, in every script.
+NOW_MS_LUA = _NOW_MS
+NEXT_TOKEN_LUA = _NEXT_TOKEN
 
 # KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's request latch

@@ -14,6 +14,7 @@ current asyncio task.
 """
 
 from django_rlock.core.aio.client import AsyncLockClient
+from django_rlock.core.aio.fairlock import AsyncFairLock
 from django_rlock.core.aio.lock import AsyncRLock
 
-__all__ = ["AsyncLockClient", "AsyncRLock"]
+__all__ = ["AsyncFairLock", "AsyncLockClient", "AsyncRLock"]
