@@ -31,6 +31,9 @@ WATCHDOG_TIMEOUT = 1.5
 
 WAITERS = 5
 
+#: Longer than any order test's waiter waits (see ``long_client``).
+ORDER_WATCHDOG = 60.0
+
 
 @pytest.fixture
 def client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
@@ -42,6 +45,11 @@ def queue_of(lock: FairLock | AsyncFairLock) -> str:
     return lock.fair_keys.queue
 
 
+def queued(r: redis.Redis, lock: FairLock | AsyncFairLock, count: int) -> Callable[[], bool]:
+    """Whether ``count`` callers are in ``lock``'s queue."""
+    return lambda: r.zcard(queue_of(lock)) == count
+
+
 def wait_until(check: Callable[[], bool], what: str) -> None:
     """Poll ``check`` until it holds (a test's own bounded wait, never the lock's)."""
     deadline = time.monotonic() + HANG
@@ -51,8 +59,19 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
-def test_threads_are_granted_in_arrival_order(client: LockClient, r: redis.Redis) -> None:
-    lock = client.fair_lock("orders")
+@pytest.fixture
+def long_client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
+    """A client whose watchdog timeout is longer than the waiters' timeouts.
+
+    Waiters then announce sleeps as long as their own timeouts, so a plain
+    lock would wake the latest arrival first (see the module's docstring).
+    """
+    with LockClient(redis_url, key_prefix="fair", watchdog_timeout=ORDER_WATCHDOG) as made:
+        yield made
+
+
+def test_threads_are_granted_in_arrival_order(long_client: LockClient, r: redis.Redis) -> None:
+    lock = long_client.fair_lock("orders")
     assert lock.acquire(lease=60)  # a long lease: the waiters' own timeouts bound their sleeps
     history: list[int] = []
 
@@ -67,7 +86,7 @@ def test_threads_are_granted_in_arrival_order(client: LockClient, r: redis.Redis
         thread = threading.Thread(target=waiter, args=(index,))
         thread.start()
         threads.append(thread)
-        wait_until(lambda n=index + 1: r.zcard(queue_of(lock)) == n, f"{index + 1} are queued")
+        wait_until(queued(r, lock, index + 1), f"{index + 1} are queued")
     lock.release()
     for thread in threads:
         thread.join(HANG)
@@ -78,7 +97,7 @@ def test_threads_are_granted_in_arrival_order(client: LockClient, r: redis.Redis
 def test_tasks_are_granted_in_arrival_order(redis_url: str, r: redis.Redis) -> None:
     async def main() -> list[int]:
         async with AsyncLockClient(
-            redis_url, key_prefix="fair", watchdog_timeout=WATCHDOG_TIMEOUT
+            redis_url, key_prefix="fair", watchdog_timeout=ORDER_WATCHDOG
         ) as aclient:
             lock = aclient.fair_lock("orders")
             assert await lock.acquire(lease=60)
@@ -119,10 +138,10 @@ def test_a_waiter_that_times_out_leaves_the_queue_at_once(
 
     first = threading.Thread(target=quitter)
     first.start()
-    wait_until(lambda: r.zcard(queue_of(lock)) == 1, "the quitter is queued")
+    wait_until(queued(r, lock, 1), "the quitter is queued")
     second = threading.Thread(target=patient)
     second.start()
-    wait_until(lambda: r.zcard(queue_of(lock)) == 2, "the patient waiter is queued")
+    wait_until(queued(r, lock, 2), "the patient waiter is queued")
     first.join(HANG)
     assert outcomes["quitter"] is False
     # Gone from the queue as it gave up, not when its entry would have expired.
@@ -138,7 +157,7 @@ def test_a_killed_waiter_stalls_the_queue_at_most_about_the_watchdog_timeout(
 ) -> None:
     lock = client.fair_lock("report")
     assert lock.acquire(lease=60)
-    child = subprocess.Popen(  # noqa: S603 -- our own interpreter and code
+    child = subprocess.Popen(
         [
             sys.executable,
             "-c",
@@ -151,7 +170,7 @@ def test_a_killed_waiter_stalls_the_queue_at_most_about_the_watchdog_timeout(
         ]
     )
     try:
-        wait_until(lambda: r.zcard(queue_of(lock)) == 1, "the child is queued")
+        wait_until(queued(r, lock, 1), "the child is queued")
     finally:
         child.kill()
         child.wait(HANG)
@@ -164,7 +183,7 @@ def test_a_killed_waiter_stalls_the_queue_at_most_about_the_watchdog_timeout(
 
     thread = threading.Thread(target=next_in_line)
     thread.start()
-    wait_until(lambda: r.zcard(queue_of(lock)) == 2, "the next waiter is queued")
+    wait_until(queued(r, lock, 2), "the next waiter is queued")
     lock.release()
     released = time.monotonic()
     # The dead head's entry still lives: a newcomer may not jump the queue.
@@ -188,9 +207,8 @@ def test_a_non_blocking_attempt_never_queues(client: LockClient, r: redis.Redis)
     assert lock.acquire(blocking=False) is False
     assert lock.acquire(timeout=0) is False
     assert r.exists(queue_of(lock)) == 0
-    with pytest.raises(LockTimeout):
-        with client.fair_lock("report", blocking=False):
-            pass
+    with pytest.raises(LockTimeout), client.fair_lock("report", blocking=False):
+        pass
 
 
 def test_the_rlock_api_holds(client: LockClient, r: redis.Redis) -> None:
@@ -236,9 +254,11 @@ def test_a_fair_lock_and_a_plain_lock_of_one_name_are_two_locks(client: LockClie
 
 
 def test_min_replicas_is_refused_clearly(redis_url: str) -> None:
-    with LockClient(redis_url, key_prefix="fair", min_replicas=1) as replicated:
-        with pytest.raises(ValueError, match="min_replicas"):
-            replicated.fair_lock("x")
+    with (
+        LockClient(redis_url, key_prefix="fair", min_replicas=1) as replicated,
+        pytest.raises(ValueError, match="min_replicas"),
+    ):
+        replicated.fair_lock("x")
 
 
 def test_a_cancelled_async_waiter_leaves_the_queue(redis_url: str, r: redis.Redis) -> None:
