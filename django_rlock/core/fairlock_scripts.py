@@ -88,7 +88,7 @@ def fair_keys(prefix: str, name: str) -> FairKeys:
 # An entry missing from the expiries (never written so, but a queue must not
 # stall on it) is dropped too. O(dropped * log N).
 _PRUNE = """
-local expired = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+local expired = redis.call('zrange', KEYS[3], '-inf', now, 'byscore')
 for i = 1, #expired do
     redis.call('zrem', KEYS[QUEUE], expired[i])
 end
