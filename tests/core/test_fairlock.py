@@ -280,3 +280,54 @@ def test_a_cancelled_async_waiter_leaves_the_queue(redis_url: str, r: redis.Redi
             await lock.release()
 
     asyncio.run(main())
+
+
+def test_threads_and_tasks_wait_in_one_queue(
+    long_client: LockClient, redis_url: str, r: redis.Redis
+) -> None:
+    lock = long_client.fair_lock("mixed")
+    assert lock.acquire(lease=60)
+    history: list[str] = []
+    loop = asyncio.new_event_loop()
+    looper = threading.Thread(target=loop.run_forever, daemon=True)
+    looper.start()
+
+    async def make_client() -> AsyncLockClient:
+        return AsyncLockClient(redis_url, key_prefix="fair", watchdog_timeout=ORDER_WATCHDOG)
+
+    aclient = asyncio.run_coroutine_threadsafe(make_client(), loop).result(HANG)
+
+    async def task_waiter(label: str, timeout: float) -> None:
+        alock = aclient.fair_lock("mixed")
+        assert await alock.acquire(timeout=timeout)
+        history.append(label)
+        await alock.release()
+
+    def thread_waiter(label: str, timeout: float) -> None:
+        assert lock.acquire(timeout=timeout)
+        history.append(label)
+        lock.release()
+
+    pending: list[Any] = []
+    for index, kind in enumerate(("task", "thread", "task", "thread")):
+        label, timeout = f"{kind}{index}", HANG * 2 - index
+        if kind == "task":
+            pending.append(asyncio.run_coroutine_threadsafe(task_waiter(label, timeout), loop))
+        else:
+            thread = threading.Thread(target=thread_waiter, args=(label, timeout))
+            thread.start()
+            pending.append(thread)
+        wait_until(queued(r, lock, index + 1), f"{label} is queued")
+    lock.release()
+    try:
+        for waiter in pending:
+            if isinstance(waiter, threading.Thread):
+                waiter.join(HANG)
+            else:
+                waiter.result(HANG)
+        assert history == ["task0", "thread1", "task2", "thread3"]
+    finally:
+        asyncio.run_coroutine_threadsafe(aclient.aclose(), loop).result(HANG)
+        loop.call_soon_threadsafe(loop.stop)
+        looper.join(HANG)
+        loop.close()
