@@ -27,11 +27,13 @@ from django_rlock.core.exceptions import (
     LockUnavailableError,
     LockUpgradeError,
 )
+from django_rlock.core.fairlock import FairLock
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.rwlock import ReadLock, ReadWriteLock, WriteLock
 
 __all__ = [
+    "FairLock",
     "LockClient",
     "LockError",
     "LockLostError",

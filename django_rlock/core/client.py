@@ -48,6 +48,8 @@ from django_rlock.core.defaults import (
     renewal_socket_timeout,
 )
 from django_rlock.core.exceptions import LockNotReplicatedError
+from django_rlock.core.fairlock import FairLock
+from django_rlock.core.fairlock_scripts import FairScripts
 from django_rlock.core.hold import Hold, HoldRegistry
 from django_rlock.core.lock import LockBase, RLock
 from django_rlock.core.multilock import MultiLock, RedLock
@@ -79,7 +81,11 @@ _clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 class _Listener(Protocol):
     """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
 
-    def listen(self, channel_name: str) -> AbstractContextManager[Subscription]: ...
+    def listen(
+        self, channel_name: str, waiter_id: str = ""
+    ) -> AbstractContextManager[Subscription]: ...
+
+    def new_waiter_id(self) -> str: ...
 
     def subscribed_channels(self) -> set[bytes]: ...
 
@@ -154,6 +160,8 @@ class LockClient:
                 self.publish_command = "spublish"
         #: The lock scripts, loaded on this client's connection.
         self.scripts = LockScripts(self.redis)
+        #: The fair lock's scripts (core/fairlock_scripts.py).
+        self.fair_scripts = FairScripts(self.redis)
         self._renewal_redis = derive_client(client, **self._renewal_timeouts())
         self.listener = self._make_listener()
         #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
@@ -210,6 +218,22 @@ class LockClient:
         See :class:`~django_rlock.core.multilock.RedLock` (and its caveats).
         """
         return RedLock(*locks)
+
+    def fair_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> FairLock:
+        """A reentrant lock called ``name`` that goes to its waiters in arrival order.
+
+        The keywords are ``with lock:``'s defaults, as for :meth:`lock`; see
+        :class:`~django_rlock.core.fairlock.FairLock`. A fair lock and a plain
+        lock of the same name are two different locks.
+        """
+        return FairLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""

@@ -52,9 +52,9 @@ from typing import Any
 from django_rlock.core.calls import ScriptCall
 from django_rlock.core.names import LockKeys, milliseconds
 from django_rlock.core.scripts import (
-    NEXT_TOKEN,
+    NEXT_TOKEN_LUA,
+    NOW_MS_LUA,
     REQUEST_LATCH_MS,
-    SERVER_NOW_MS,
     LockScript,
     OomSafeScript,
 )
@@ -90,7 +90,7 @@ _REGISTER = (
     """
 if ARGV[3] ~= '' then
 """
-    + SERVER_NOW_MS
+    + NOW_MS_LUA
     + """
     local sleep = tonumber(ARGV[4])
     if pttl >= 0 and pttl < sleep then
@@ -223,7 +223,7 @@ else
 end
 if pttl == -2 then
 """
-        + NEXT_TOKEN
+        + NEXT_TOKEN_LUA
         + """
     if ARGV[8] and ARGV[8] ~= '' then
         local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -286,7 +286,7 @@ if redis.call('exists', KEYS[3]) == 0 then
     return 0
 end
 """
-        + SERVER_NOW_MS
+        + NOW_MS_LUA
         + """
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 if redis.call('zcard', KEYS[3]) > 0 then
@@ -324,7 +324,7 @@ if redis.call('exists', KEYS[5]) == 0 then
     return 0
 end
 """
-        + SERVER_NOW_MS
+        + NOW_MS_LUA
         + """
 redis.call('zremrangebyscore', KEYS[5], '-inf', now)
 local first = redis.call('zrange', KEYS[5], 0, 0)

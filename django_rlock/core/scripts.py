@@ -39,12 +39,12 @@ __all__ = [
     "ACQUIRE",
     "ALLOW_OOM",
     "FORCE_RELEASE",
-    "NEXT_TOKEN",
+    "NEXT_TOKEN_LUA",
+    "NOW_MS_LUA",
     "RELEASE",
     "RENEW",
     "REQUEST_LATCH_MS",
     "SCRIPT_COMMANDS",
-    "SERVER_NOW_MS",
     "LockScript",
     "LockScripts",
     "OomFallback",
@@ -61,7 +61,7 @@ __all__ = [
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers",
+    "sadd", "srem", "smembers", "zscore", "hdel",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -73,7 +73,9 @@ REQUEST_LATCH_MS = 60_000
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 # Server time in milliseconds (scripts are replicated by effects, so TIME is allowed).
-_NOW_MS = """
+# This snippet and the next are shared by the sibling kinds' scripts
+# (fairlock_scripts.py, rwlock_scripts.py): one clock and one fencing rule.
+NOW_MS_LUA = """
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
@@ -81,8 +83,8 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 # Server time in microseconds: the floor of every fencing token. It fits a Lua
 # number (a double, exact below 2^53, which the clock reaches in the year 2255),
 # a signed 64-bit integer and a Postgres bigint. The counter key is written with
-# '%.0f': Lua would write a number this large as '1.7e+15'.
-_NEXT_TOKEN = """
+# '%.0f': Lua would write a number this large as '1.7e+15'. The counter is KEYS[2].
+NEXT_TOKEN_LUA = """
 local clock = redis.call('time')
 local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
@@ -156,7 +158,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
 end
 if redis.call('exists', KEYS[1]) == 0 then
 """
-    + _NEXT_TOKEN
+    + NEXT_TOKEN_LUA
     + """
     if ARGV[8] and ARGV[8] ~= '' then
         local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -178,7 +180,7 @@ end
 local pttl = redis.call('pttl', KEYS[1])
 if ARGV[3] ~= '' then
 """
-    + _NOW_MS
+    + NOW_MS_LUA
     + """
     local sleep = tonumber(ARGV[4])
     if pttl >= 0 and pttl < sleep then
@@ -257,7 +259,7 @@ if redis.call('exists', KEYS[3]) == 0 then
     return 0
 end
 """
-    + _NOW_MS
+    + NOW_MS_LUA
     + """
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local first = redis.call('zrange', KEYS[3], 0, 0)
@@ -466,9 +468,3 @@ class LockScripts:
         self.renew = oom_safe(redis, RENEW)
         self.force_release = oom_safe(redis, FORCE_RELEASE)
         self.abandon = oom_safe(redis, ABANDON)
-
-
-#: The server-clock and fencing-token steps, for the sibling kinds' scripts
-#: (a read-write lock's write grant takes its token by the same floor rule).
-SERVER_NOW_MS = _NOW_MS
-NEXT_TOKEN = _NEXT_TOKEN

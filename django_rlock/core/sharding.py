@@ -21,6 +21,8 @@ node, and one plain listener on any node serves all locks.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,11 +48,19 @@ class ShardedReleaseListener:
         self._lock = threading.Lock()
         self._listeners: dict[str, ReleaseListener] = {}
         self._closed = False
+        # Waiter ids handed out before the node is known (a fair lock's queue
+        # id): a prefix of this listener's own never meets a node listener's.
+        self._id = secrets.token_hex(8)
+        self._sequence = itertools.count()
+
+    def new_waiter_id(self) -> str:
+        """A waiter id unique among this client's listeners (see ReleaseListener.new_waiter_id)."""
+        return f"{self._id}:{next(self._sequence)}"
 
     @contextmanager
-    def listen(self, channel_name: str) -> Iterator[Subscription]:
+    def listen(self, channel_name: str, waiter_id: str = "") -> Iterator[Subscription]:
         """SSUBSCRIBE to ``channel_name`` on the node owning its slot, for the block."""
-        with self._listener_for(channel_name).listen(channel_name) as subscription:
+        with self._listener_for(channel_name).listen(channel_name, waiter_id) as subscription:
             yield subscription
 
     def subscribed_channels(self) -> set[bytes]:

@@ -116,14 +116,25 @@ class ReleaseListener:
         with self._lock:
             return self._table.subscribed()
 
+    def new_waiter_id(self) -> str:
+        """A waiter id unique to this listener, for a waiter that must name itself early.
+
+        A fair lock's waiter takes its place in the queue under this id before
+        it subscribes, then subscribes with it (``listen(..., waiter_id=...)``).
+        """
+        return f"{self._id}:{next(self._sequence)}"
+
     @contextmanager
-    def listen(self, channel_name: str) -> Iterator[Subscription]:
-        """Subscribe to ``channel_name`` for the duration of the block."""
+    def listen(self, channel_name: str, waiter_id: str = "") -> Iterator[Subscription]:
+        """Subscribe to ``channel_name`` for the duration of the block.
+
+        ``waiter_id``: one from :meth:`new_waiter_id`; default a new one.
+        """
         name = channel_name.encode("utf-8")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the lock client is closed")
-            waiter_id = f"{self._id}:{next(self._sequence)}"
+            waiter_id = waiter_id or self.new_waiter_id()
             subscription = Subscription(waiter_id, name, self, threading.Condition(self._lock))
             to_subscribe = self._table.add(name, subscription)
             if to_subscribe is not None:

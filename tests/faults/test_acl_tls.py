@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_rlock.core import LockClient, LockUnavailableError
+from django_rlock.core import FairLock, LockClient, LockLostError, LockUnavailableError
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.scripts import SCRIPT_COMMANDS
 from tests.faults.recorder import current_hold
@@ -88,6 +88,19 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
         == 1
     )
 
+    # A grant declared lost while its key lives on: the owner's next acquire
+    # takes it off the server first (hdel), then grants afresh.
+    stale = client.lock("acl-stale")
+    assert stale.acquire(lease=10)
+    hold = client.holds.newest(stale.keys.hash, thread_owner())
+    assert hold is not None
+    client.holds.declare_lost(hold, "declared lost by the ACL test")
+    assert stale.acquire(lease=10)
+    assert stale.token is not None and stale.token > hold.token
+    stale.release()
+    with pytest.raises(LockLostError):
+        stale.release()
+
     # A read-write lock: a read (sadd), its inspection and release (smembers, srem), a write.
     rw = client.read_write_lock("acl-rw")
     with rw.read:
@@ -95,11 +108,30 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
     with rw.write:
         assert rw.write.owned()
 
+    # A fair lock: a grant, and a waiter queued behind its holder that gives up.
+    fair = client.fair_lock("fair")
+    assert fair.acquire()
+    queued: list[object] = []
+    waiter = threading.Thread(target=_queue_behind, args=(fair, queued))
+    waiter.start()
+    waiter.join(5)
+    fair.release()
+    if isinstance(queued[0], BaseException):
+        raise queued[0]
+    assert queued == [False]
+
     lock.release()
     assert lock.acquire()
     assert lock.force_release()
     with pytest.raises(Exception, match="lost"):
         lock.release()
+
+
+def _queue_behind(lock: FairLock, outcome: list[object]) -> None:
+    try:
+        outcome.append(lock.acquire(timeout=0.1))
+    except Exception as error:  # noqa: BLE001 -- handed to the test's thread
+        outcome.append(error)
 
 
 def _hold_busy(
@@ -183,7 +215,7 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "user rlock on >PASSWORD resetkeys ~rlock:* resetchannels &rlock:* -@all "
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
-        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers"
+        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel"
     )
 
 

@@ -38,6 +38,7 @@ from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock, clock
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from django_rlock.core.fairlock_scripts import FairKeys, fair_keys
 from django_rlock.core.hold import Hold
 from django_rlock.core.identity import task_owner, thread_owner
 from django_rlock.core.names import LockKeys
@@ -103,6 +104,8 @@ class Config:
     faults: frozenset[str] = FAULTS | BUG_FAULTS
     mixed_reentry: bool = True
     retry_unanswered: bool = True
+    #: Every lock is a fair lock (``fair_lock``): the same invariants hold.
+    fair: bool = False
 
     @property
     def owners(self) -> int:
@@ -550,7 +553,8 @@ class World:
         lock = links.locks.get(name)
         if lock is None:
             assert links.sync is not None
-            lock = links.locks[name] = links.sync.lock(name)
+            make = links.sync.fair_lock if self.config.fair else links.sync.lock
+            lock = links.locks[name] = make(name)
         assert isinstance(lock, RLock)
         return lock
 
@@ -559,7 +563,8 @@ class World:
         lock = links.locks.get(name)
         if lock is None:
             assert links.aio is not None
-            lock = links.locks[name] = links.aio.lock(name)
+            make_async = links.aio.fair_lock if self.config.fair else links.aio.lock
+            lock = links.locks[name] = make_async(name)
         assert isinstance(lock, AsyncRLock)
         return lock
 
@@ -745,8 +750,15 @@ class World:
         """After every release: no lock left, keys and channels bounded by names and owners."""
         config = self.config
         names = set(config.names)
-        hashes = {LockKeys.build(PREFIX, name).hash for name in names}
-        waiters = {LockKeys.build(PREFIX, name).waiters for name in names}
+        keys = [
+            fair_keys(PREFIX, name) if config.fair else LockKeys.build(PREFIX, name)
+            for name in names
+        ]
+        hashes = {key.hash for key in keys}
+        # A fair lock's queue is a waiting set too.
+        waiters = {key.waiters for key in keys} | {
+            key.queue for key in keys if isinstance(key, FairKeys)
+        }
         # Grants whose reply was lost, and holds of a failed release, expire unrenewed.
         left = _eventually(
             lambda: {_text(key) for key in self.admin.keys(f"{PREFIX}:*")} & (hashes | waiters),

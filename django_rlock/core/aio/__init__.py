@@ -14,7 +14,15 @@ current asyncio task.
 """
 
 from django_rlock.core.aio.client import AsyncLockClient
+from django_rlock.core.aio.fairlock import AsyncFairLock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 
-__all__ = ["AsyncLockClient", "AsyncRLock", "AsyncReadLock", "AsyncReadWriteLock", "AsyncWriteLock"]
+__all__ = [
+    "AsyncFairLock",
+    "AsyncLockClient",
+    "AsyncRLock",
+    "AsyncReadLock",
+    "AsyncReadWriteLock",
+    "AsyncWriteLock",
+]

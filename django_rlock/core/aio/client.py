@@ -17,12 +17,14 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
+from django_rlock.core.aio.fairlock import AsyncFairLock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.rwlock import AsyncReadWriteLock
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
 from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
+from django_rlock.core.fairlock_scripts import FairScripts
 from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
 from django_rlock.core.rwlock_scripts import RWScripts
@@ -63,6 +65,8 @@ class AsyncLockClient:
         self.watchdog_timeout = self.engine.watchdog_timeout
         #: The lock scripts, on the asyncio connection.
         self.scripts = LockScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
+        #: The fair lock's scripts, on the asyncio connection.
+        self.fair_scripts = FairScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
         #: Wakes waiters when a lock they wait for is released.
         self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -80,6 +84,14 @@ class AsyncLockClient:
         ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
         """
         return AsyncRLock(self, check_name(name), **options)
+
+    def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncFairLock:
+        """A reentrant async lock called ``name`` granted in arrival order.
+
+        The keywords are ``async with``'s defaults, as for :meth:`lock`; see
+        :class:`~django_rlock.core.aio.fairlock.AsyncFairLock`.
+        """
+        return AsyncFairLock(self, check_name(name), **options)
 
     async def __aenter__(self) -> AsyncLockClient:
         return self

@@ -88,12 +88,19 @@ class AsyncReleaseListener:
         """Channels with a subscription in force (for tests and diagnostics)."""
         return self._table.subscribed()
 
-    def subscribe(self, channel_name: str) -> AsyncSubscription:
-        """Register a waiter on ``channel_name`` (no await: cancellation-proof)."""
+    def new_waiter_id(self) -> str:
+        """A waiter id unique to this listener (see ``ReleaseListener.new_waiter_id``)."""
+        return f"{self._id}:{next(self._sequence)}"
+
+    def subscribe(self, channel_name: str, waiter_id: str = "") -> AsyncSubscription:
+        """Register a waiter on ``channel_name`` (no await: cancellation-proof).
+
+        ``waiter_id``: one from :meth:`new_waiter_id`; default a new one.
+        """
         if self._closed:
             raise RuntimeError("the lock client is closed")
         name = channel_name.encode("utf-8")
-        waiter_id = f"{self._id}:{next(self._sequence)}"
+        waiter_id = waiter_id or self.new_waiter_id()
         subscription = AsyncSubscription(waiter_id, name, self._table)
         to_subscribe = self._table.add(name, subscription)
         if to_subscribe is not None:

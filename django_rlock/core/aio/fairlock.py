@@ -1,0 +1,111 @@
+"""AsyncFairLock: the asyncio twin of :class:`django_rlock.core.fairlock.FairLock`.
+
+Same scripts, keys and queue: sync and async callers of one fair lock name
+wait in one queue, in arrival order. The owner is the current task::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    async with client.fair_lock("report:42") as lock:
+        await build(report, fence=lock.token)
+
+A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
+as it was cancelled), as :class:`~django_rlock.core.aio.lock.AsyncRLock` does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Self, Unpack
+
+from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.fairlock import FairBase, sleep_cap
+from django_rlock.core.identity import task_owner
+from django_rlock.core.lock import LockOptions
+from django_rlock.core.plan import AcquirePlan, drive_async
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from django_rlock.core.aio.client import AsyncLockClient
+    from django_rlock.core.aio.waiting import AsyncSubscription
+
+__all__ = ["AsyncFairLock"]
+
+
+class AsyncFairLock(FairBase, AsyncRLock):
+    """An asyncio lock granted in arrival order; see :meth:`AsyncLockClient.fair_lock`."""
+
+    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
+        self._fair_setup()
+
+    def __repr__(self) -> str:
+        return f"<AsyncFairLock {self.name!r}>"
+
+    async def __aenter__(self) -> Self:
+        return await super().__aenter__()
+
+    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        owner = task_owner()
+        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
+        shell = _AsyncFairWaiting(self, owner, lease_seconds, plan, queue_id)
+        try:
+            granted = await drive_async(plan, shell)
+        finally:
+            # No await: a cancelled acquire still leaves the queue.
+            shell.close(registered=plan.registered)
+        if not granted:
+            self._gave_up(owner, plan)
+        return granted
+
+    async def _queued_attempt(
+        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
+    ) -> float | None:
+        """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
+        return await self._attempt(owner, lease, queue_id, sleep, started)
+
+    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.fair_scripts.acquire  # type: ignore[no-any-return]
+
+    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.fair_scripts.release  # type: ignore[no-any-return]
+
+    async def _abandon(self, waiter_id: str) -> None:
+        call = self._abandon_call(waiter_id)
+        await self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
+
+
+class _AsyncFairWaiting:
+    """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
+
+    def __init__(
+        self,
+        lock: AsyncFairLock,
+        owner: str,
+        lease: float | None,
+        plan: AcquirePlan,
+        queue_id: str,
+    ) -> None:
+        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.queue_id = queue_id
+        self.subscription: AsyncSubscription | None = None
+        #: An attempt that may have queued the caller was sent, and no grant came back.
+        self.queued = False
+
+    async def attempt(self, waiter: bool, sleep: float) -> float | None:
+        self.queued = self.queued or bool(self.queue_id)
+        wait = await self.lock._queued_attempt(
+            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
+        )
+        if wait is None:
+            self.queued = False
+        return wait
+
+    def listen(self) -> None:
+        self.subscription = self.lock.client.listener.subscribe(
+            self.lock.keys.channel, self.queue_id
+        )
+
+    def close(self, *, registered: bool) -> None:
+        if self.subscription is not None:
+            self.lock.client.listener.unsubscribe(self.subscription)
+        if self.queued or (registered and self.queue_id):
+            self.lock.client.spawn(self.lock._abandon(self.queue_id))
