@@ -28,6 +28,7 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
+from django_rlock.core.semaphore import Semaphore
 
 __all__ = [
     "LockClient",
@@ -41,4 +42,5 @@ __all__ = [
     "MultiLock",
     "RLock",
     "RedLock",
+    "Semaphore",
 ]

@@ -59,6 +59,7 @@ __all__ = [
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "smembers", "sadd", "srem",
 )  # fmt: skip
 
 #: How long a request latch outlives its call, in milliseconds. It must cover

@@ -15,5 +15,6 @@ current asyncio task.
 
 from django_rlock.core.aio.client import AsyncLockClient
 from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.aio.semaphore import AsyncSemaphore
 
-__all__ = ["AsyncLockClient", "AsyncRLock"]
+__all__ = ["AsyncLockClient", "AsyncRLock", "AsyncSemaphore"]

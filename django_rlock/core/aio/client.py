@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.aio.semaphore import AsyncSemaphore
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
@@ -25,6 +26,7 @@ from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIME
 from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
 from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
+from django_rlock.core.semaphore_scripts import SemaphoreScripts
 
 __all__ = ["AsyncLockClient"]
 
@@ -64,6 +66,8 @@ class AsyncLockClient:
         #: Wakes waiters when a lock they wait for is released.
         self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The semaphore scripts, on the asyncio connection.
+        self.semaphore_scripts = SemaphoreScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
 
     def __repr__(self) -> str:
         return (
@@ -76,6 +80,10 @@ class AsyncLockClient:
         ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
         """
         return AsyncRLock(self, check_name(name), **options)
+
+    def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncSemaphore:
+        """An async semaphore of ``permits`` permits; see :meth:`LockClient.semaphore`."""
+        return AsyncSemaphore(self, check_name(name), permits, **options)
 
     async def __aenter__(self) -> AsyncLockClient:
         return self
