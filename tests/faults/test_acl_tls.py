@@ -62,6 +62,11 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
     assert left > 0
     lock.release()
 
+    # A semaphore's permit: its index set (smembers, sadd, srem).
+    semaphore = client.semaphore("acl-permits", 2)
+    assert semaphore.acquire() and semaphore.available() == 1
+    semaphore.release()
+
     # A wait woken by a release (pub/sub), then a wait given up (abandon).
     for hold_for, wait, expect in ((0.2, 2.0, True), (0.6, 0.1, False)):
         held = threading.Event()
@@ -176,7 +181,7 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "user rlock on >PASSWORD resetkeys ~rlock:* resetchannels &rlock:* -@all "
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
-        "+zremrangebyscore +zcard +publish +time"
+        "+zremrangebyscore +zcard +publish +time +smembers +sadd +srem"
     )
 
 
