@@ -75,9 +75,11 @@ def test_permits_must_be_an_int_of_at_least_one(lock_client: LockClient, permits
 
 
 def test_min_replicas_is_refused_clearly(redis_url: str) -> None:
-    with LockClient(redis_url, min_replicas=1) as client:
-        with pytest.raises(ValueError, match="semaphores do not support min_replicas"):
-            client.semaphore("x", 2)
+    with (
+        LockClient(redis_url, min_replicas=1) as client,
+        pytest.raises(ValueError, match="semaphores do not support min_replicas"),
+    ):
+        client.semaphore("x", 2)
 
 
 def test_a_semaphore_and_a_lock_of_one_name_are_apart_but_in_one_slot(
@@ -87,7 +89,7 @@ def test_a_semaphore_and_a_lock_of_one_name_are_apart_but_in_one_slot(
     semaphore = lock_client.semaphore("shared", 1)
     assert lock.acquire()
     assert semaphore.acquire(blocking=False)
-    keys = {key.decode() for key in r.keys("test:*")}
+    keys = {bytes(key).decode() for key in r.keys("test:*")}
     assert "test:{shared}" in keys
     assert "test:{shared}:sem" in keys
     assert permit_key(semaphore.keys, thread_owner()) in keys
