@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         LockUnavailableError,
     )
     from django_rlock.handler import locks
-    from django_rlock.shortcuts import rlock
+    from django_rlock.shortcuts import rlock, semaphore
 
 __version__ = "0.1.0"
 
@@ -53,6 +53,7 @@ __all__ = [
     "locked",
     "locks",
     "rlock",
+    "semaphore",
 ]
 
 _LAZY = {
@@ -68,6 +69,7 @@ _LAZY = {
     "locked": "django_rlock.decorators",
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",
+    "semaphore": "django_rlock.shortcuts",
 }
 
 
