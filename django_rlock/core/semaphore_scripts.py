@@ -124,11 +124,13 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
 # Wakes up to WAKE registered waiters (expired registrations dropped first),
-# those whose sleep ends first, each by a message naming it; each woken waiter
-# leaves the set (its next attempt, if busy, registers it again), so two
-# permits freed at once wake two waiters, not the same one twice.
+# those whose sleep ends first, each by a message naming it, counting them in
+# `woken`; each woken waiter leaves the set (its next attempt, if busy,
+# registers it again), so two permits freed at once wake two waiters, not the
+# same one twice.
 _WAKE = (
     """
+local woken = 0
 if redis.call('exists', WAITERS) == 1 then
 """
     + _NOW_MS
@@ -137,6 +139,7 @@ if redis.call('exists', WAITERS) == 1 then
     for _, waiter in ipairs(redis.call('zrange', WAITERS, 0, WAKE - 1)) do
         redis.call('zrem', WAITERS, waiter)
         redis.call(PUBLISH, CHANNEL, waiter)
+        woken = woken + 1
     end
 end
 """
@@ -313,7 +316,6 @@ local free = tonumber(ARGV[3]) - used
 if free <= 0 then
     return 0
 end
-local woken = math.min(free, redis.call('zcard', KEYS[2]))
 """
     + _wake("KEYS[2]", "KEYS[3]", "ARGV[2]", "free")
     + """
