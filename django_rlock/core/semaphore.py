@@ -129,7 +129,7 @@ class SemaphoreBase(LockBase):
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
-            f"could not acquire a permit of semaphore {self.name!r} ({self.permits} permits) "
+            f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
             f"within {self.timeout}s"
             + ("" if remaining is None else f" (the first may come back in {remaining:.3f}s)"),
             name=self.name,

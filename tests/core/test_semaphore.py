@@ -162,7 +162,7 @@ def test_a_full_semaphore_times_out_and_with_raises_lock_timeout(
     assert time.monotonic() - started >= 0.3
     assert not semaphore.acquire(blocking=False)
     with (
-        pytest.raises(LockTimeout, match=r"semaphore 'full' \(1 permits\)"),
+        pytest.raises(LockTimeout, match=r"semaphore 'full' \(permits=1\)"),
         lock_client.semaphore("full", 1, timeout=0.1),
     ):
         pass
