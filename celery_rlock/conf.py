@@ -150,16 +150,27 @@ def _django_locks() -> Any:
     return importlib.import_module("django_rlock").locks
 
 
-def get_lock(app: Celery, using: str, name: str, *, lease: float | None = None) -> RLock:
-    """The lock called ``name`` for a task of ``app``, from the source chosen above."""
+def get_lock(
+    app: Celery, using: str, name: str, *, lease: float | None = None, permits: int | None = None
+) -> RLock:
+    """The lock called ``name`` for a task of ``app``, from the source chosen above.
+
+    With ``permits``, the semaphore called ``name`` of that many permits instead.
+    """
     if uses_django(app):
-        lock: RLock = _django_locks()[using].lock(name, lease=lease)
+        backend = _django_locks()[using]
+        if permits is not None:
+            semaphore: RLock = backend.semaphore(name, permits, lease=lease)
+            return semaphore
+        lock: RLock = backend.lock(name, lease=lease)
         return lock
     if using != DEFAULT_LOCK_ALIAS:
         raise ConfigurationError(
             f"lock_using={using!r}: without Django settings, celery_rlock has only the "
             f"{DEFAULT_LOCK_ALIAS!r} lock server (rlock_url)"
         )
+    if permits is not None:
+        return lock_client(app).semaphore(name, permits, lease=lease)
     return lock_client(app).lock(name, lease=lease)
 
 

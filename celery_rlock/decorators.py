@@ -60,13 +60,15 @@ def locked(
     lease: float | None = None,
     on_busy: OnBusy = DEFAULT_ON_BUSY,
     on_lost: OnLost = DEFAULT_ON_LOST,
+    permits: int | None = None,
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R | SkippedResult]]:
     """Run the decorated task body under the lock named by ``key_template``.
 
     ``key_template`` is ``str.format``-ed with the call's signature-bound
     arguments (defaults applied), or is a callable taking them. ``using``,
-    ``timeout``, ``lease``, ``on_busy`` and ``on_lost`` are LockedTask's
-    ``lock_using``, ``lock_timeout``, ``lock_lease``, ``on_busy`` and ``on_lost``.
+    ``timeout``, ``lease``, ``on_busy``, ``on_lost`` and ``permits`` are LockedTask's
+    ``lock_using``, ``lock_timeout``, ``lock_lease``, ``on_busy``, ``on_lost``
+    and ``lock_permits``.
     """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R | SkippedResult]:
@@ -83,6 +85,7 @@ def locked(
             using=using,
             on_busy=on_busy,
             on_lost=on_lost,
+            permits=permits,
         )
 
         @functools.wraps(func)
@@ -146,7 +149,12 @@ def options_of(task: Any) -> LockOptions | None:
     if options is None and isinstance(spec, LockedSpec):
         # Decorated with django_rlock.locked: the same options, on_busy by default.
         options = LockOptions.build(
-            spec.key_template, spec.func, timeout=spec.timeout, lease=spec.lease, using=spec.using
+            spec.key_template,
+            spec.func,
+            timeout=spec.timeout,
+            lease=spec.lease,
+            using=spec.using,
+            permits=spec.permits,
         )
         _locked_functions[body] = options
     return options

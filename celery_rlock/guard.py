@@ -30,7 +30,7 @@ from celery.utils.time import get_exponential_backoff_interval
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.once import OnceMarker
-from django_rlock.aliaslocks import AliasLock
+from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -39,6 +39,7 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.holder import holder_details
 from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class LockOptions:
     using: str = DEFAULT_LOCK_ALIAS
     on_busy: OnBusy = DEFAULT_ON_BUSY
     on_lost: OnLost = DEFAULT_ON_LOST
+    #: Hold one permit of a semaphore of this many permits instead of the lock.
+    permits: int | None = None
 
     @classmethod
     def build(
@@ -111,6 +114,7 @@ class LockOptions:
         using: object = DEFAULT_LOCK_ALIAS,
         on_busy: object = DEFAULT_ON_BUSY,
         on_lost: object = DEFAULT_ON_LOST,
+        permits: object = None,
     ) -> LockOptions:
         """Check every option against ``func`` (ValueError names the bad one)."""
         if on_busy not in get_args(OnBusy):
@@ -122,6 +126,7 @@ class LockOptions:
         try:
             checked_timeout = check_timeout(timeout)
             checked_lease = check_lease(lease)
+            checked_permits = None if permits is None else check_permits(permits)
         except ValueError as error:
             raise ValueError(f"lock_{error}") from None
         return cls(
@@ -131,6 +136,7 @@ class LockOptions:
             using=using,
             on_busy=on_busy,  # type: ignore[arg-type]  # checked against OnBusy above
             on_lost=on_lost,  # type: ignore[arg-type]  # checked against OnLost above
+            permits=checked_permits,
         )
 
     @property
@@ -194,8 +200,8 @@ def run_locked(
     With ``once_lease``, the task's ``once`` marker follows the run.
     """
     name = build_key(options.key, func, args, kwargs)
-    lock = get_lock(app, options.using, name, lease=options.lease)
-    if isinstance(lock, AliasLock):
+    lock = get_lock(app, options.using, name, lease=options.lease, permits=options.permits)
+    if isinstance(lock, AnyAliasLock):
         lock.key_template = template_label(options.key)  # the metrics' bounded lock label
     # The top of the request stack is this run's own request (the task's
     # fallback request, used when nothing is pushed, is shared: never touch it).
@@ -291,7 +297,7 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     exponential back-off Celery itself would use (``retry_backoff_max``,
     ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.
     """
-    if isinstance(lock, AliasLock):
+    if isinstance(lock, AnyAliasLock):
         seconds = lock.backend.hold_times.retry_after(lock.name, lock.key_template, lease_left)
     else:
         seconds = 0.0 if lease_left is None else lease_left
@@ -369,7 +375,7 @@ def _report_lost(
     )
     # The core reports a loss it has seen itself; this one only the release
     # saw, so Django's lock_lost signal is sent from here.
-    if not known and isinstance(held.lock, AliasLock):
+    if not known and isinstance(held.lock, AnyAliasLock):
         held.lock.backend.reporter.report_lost(held.lock)
 
 

@@ -67,6 +67,11 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         watchdog for as long as the run lasts.
     ``lock_using``
         Lock alias (``RLOCKS`` key under Django; only ``"default"`` otherwise).
+    ``lock_permits``
+        None (default): the run holds the lock. N: the run holds one permit of
+        the semaphore ``lock`` of N permits instead, so at most N runs with
+        that key run at once across every worker (``on_busy`` applies when no
+        permit is free). Not with ``once``.
     ``on_busy``
         ``"retry"`` (default), ``"skip"``, ``"wait"`` or ``"raise"``.
     ``on_lost``
@@ -92,6 +97,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     lock_timeout: float | None = None
     lock_lease: float | None = None
     lock_using: str = DEFAULT_LOCK_ALIAS
+    lock_permits: int | None = None
     on_busy: OnBusy = DEFAULT_ON_BUSY
     on_lost: OnLost = DEFAULT_ON_LOST
     once: bool = False
@@ -123,7 +129,13 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             using=cls.lock_using,
             on_busy=cls.on_busy,
             on_lost=cls.on_lost,
+            permits=cls.lock_permits,
         )
+        if cls.once and cls.lock_permits is not None:
+            raise ValueError(
+                f"{cls.name}: once=True refuses an equal queued task, lock_permits lets "
+                "several run at once: use one or the other"
+            )
         if cls.once:
             check_lease(cls.once_lease)
             if cls.once_on_duplicate not in get_args(OnDuplicate):

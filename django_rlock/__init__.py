@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         LockUpgradeError,
     )
     from django_rlock.handler import locks
-    from django_rlock.shortcuts import rlock
+    from django_rlock.shortcuts import rlock, semaphore
 
 __version__ = "0.1.0"
 
@@ -55,6 +55,7 @@ __all__ = [
     "locked",
     "locks",
     "rlock",
+    "semaphore",
 ]
 
 _LAZY = {
@@ -71,6 +72,7 @@ _LAZY = {
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",
     "LockUpgradeError": "django_rlock.exceptions",
+    "semaphore": "django_rlock.shortcuts",
 }
 
 

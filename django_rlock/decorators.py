@@ -58,11 +58,13 @@ from typing import Any, Final, TypeVar, cast
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
-from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.aliaslocks import AliasLock
+from django_rlock.aliassemaphores import AliasSemaphore, AnyAliasLock
 from django_rlock.backends.base import AsyncLock
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.handler import locks
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock.threadowned import ThreadOwnedLock
@@ -85,6 +87,7 @@ def locked(
     timeout: float | None = None,
     lease: float | None = None,
     busy_response: object = conf.UNSET,
+    permits: int | None = None,
 ) -> Callable[[F], F]:
     """Hold the lock named by ``key_template`` for each call of the decorated function.
 
@@ -92,10 +95,11 @@ def locked(
     (None: as long as it takes), ``lease`` a fixed expiry in seconds (None: the
     watchdog renews it). ``busy_response`` overrides ``RLOCK_BUSY_RESPONSE``
     for this view: an HTTP status, ``"raise"``, or a callable
-    ``(request, error) -> HttpResponse``.
+    ``(request, error) -> HttpResponse``. ``permits=N`` holds one permit of
+    the semaphore ``key_template`` of N permits instead of the lock: at most
+    N calls run at once (busy handling is the same).
     """
-    check_timeout(timeout)
-    check_lease(lease)
+    _check_amounts(timeout, lease, permits)
     if not isinstance(using, str):
         raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
     if busy_response is not conf.UNSET:
@@ -107,22 +111,22 @@ def locked(
         template = check_template(key_template, signature_source)
         location = _definition(func)
         label = template_label(template)
-        spec = LockedSpec(template, signature_source, using, timeout, lease)
+        spec = LockedSpec(template, signature_source, using, timeout, lease, permits)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
-            lock = locks[using].lock(name, timeout=timeout, lease=lease)
-            if isinstance(lock, AliasLock):
+            lock = _sync_lock(using, name, permits, timeout, lease)
+            if isinstance(lock, AliasLock | AliasSemaphore):
                 lock.location = location
                 lock.key_template = label
             return lock
 
         def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
             name = build_key(template, signature_source, args, kwargs)
-            lock = locks[using].async_lock(name, timeout=timeout, lease=lease)
+            lock = _async_lock(using, name, permits, timeout, lease)
             # An alias with no native asyncio lock runs its sync lock on a thread.
             inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
-            if isinstance(inner, AliasLock | AsyncAliasLock):
+            if isinstance(inner, AnyAliasLock):
                 inner.location = location
                 inner.key_template = label
             return lock
@@ -165,6 +169,34 @@ def locked(
         return cast(F, wrapper)
 
     return decorator
+
+
+def _check_amounts(timeout: object, lease: object, permits: object) -> None:
+    """Refuse a bad ``timeout``, ``lease`` or ``permits`` when decorating, not at the first call."""
+    check_timeout(timeout)
+    check_lease(lease)
+    if permits is not None:
+        check_permits(permits)
+
+
+def _sync_lock(
+    using: str, name: str, permits: int | None, timeout: float | None, lease: float | None
+) -> RLock:
+    """The lock ``name`` of alias ``using``, or one permit's semaphore when ``permits``."""
+    backend = locks[using]
+    if permits is None:
+        return backend.lock(name, timeout=timeout, lease=lease)
+    return backend.semaphore(name, permits, timeout=timeout, lease=lease)
+
+
+def _async_lock(
+    using: str, name: str, permits: int | None, timeout: float | None, lease: float | None
+) -> AsyncLock:
+    """The asyncio twin of :func:`_sync_lock`."""
+    backend = locks[using]
+    if permits is None:
+        return backend.async_lock(name, timeout=timeout, lease=lease)
+    return backend.async_semaphore(name, permits, timeout=timeout, lease=lease)
 
 
 def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
@@ -242,6 +274,8 @@ class LockedSpec:
     using: str
     timeout: float | None
     lease: float | None
+    #: Hold one permit of a semaphore of this many permits instead of the lock.
+    permits: int | None = None
 
 
 def _refuse_a_celery_task(func: object, key_template: KeyTemplate) -> None:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django_rlock import conf
-from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.core import clock, forking, watchdog
 from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
 
@@ -164,7 +164,7 @@ def for_backend(backend: BaseLockBackend) -> LockMetrics | None:
     return LockMetrics(backend)
 
 
-def _label(lock: AliasLock | AsyncAliasLock) -> str:
+def _label(lock: AnyAliasLock) -> str:
     return lock.key_template or NO_TEMPLATE
 
 
@@ -191,8 +191,8 @@ class LockMetrics:
         """Stop counting the holds of ``registry``."""
         registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
 
-    def _ours(self, lock: object) -> AliasLock | AsyncAliasLock | None:
-        if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend is self.backend:
+    def _ours(self, lock: object) -> AnyAliasLock | None:
+        if isinstance(lock, AnyAliasLock) and lock.backend is self.backend:
             return lock
         return None
 
@@ -232,7 +232,7 @@ def _count_renewal(hold: Hold, outcome: watchdog.RenewalOutcome) -> None:
     # Process-wide (the watchdog renews every client's holds): count the
     # renewals of the locks whose backend has metrics on.
     lock = hold.locks[0] if hold.locks else None
-    if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend.reporter.metrics is not None:
+    if isinstance(lock, AnyAliasLock) and lock.backend.reporter.metrics is not None:
         series = _series
         if series is not None:
             series.renewals.labels(outcome).inc()

@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.callsite import caller_location
 from django_rlock.core import clock, forking
 from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
@@ -71,8 +71,8 @@ class Reporter:
         if self.metrics is not None:
             self.metrics.detach(registry)
 
-    def _ours(self, lock: object) -> AliasLock | AsyncAliasLock | None:
-        if isinstance(lock, AliasLock | AsyncAliasLock) and lock.backend is self.backend:
+    def _ours(self, lock: object) -> AnyAliasLock | None:
+        if isinstance(lock, AnyAliasLock) and lock.backend is self.backend:
             return lock
         return None
 

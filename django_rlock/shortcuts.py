@@ -22,10 +22,11 @@ twin of the lock instead, owned by the current task (on the Redis backend an
 from __future__ import annotations
 
 from django_rlock.aliaslocks import AliasLock
+from django_rlock.aliassemaphores import AliasSemaphore
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
 from django_rlock.handler import locks
 
-__all__ = ["rlock"]
+__all__ = ["rlock", "semaphore"]
 
 
 def rlock(
@@ -43,3 +44,24 @@ def rlock(
     lock until it is released), ``blocking=False`` a single attempt.
     """
     return locks[using].lock(name, timeout=timeout, lease=lease, blocking=blocking)
+
+
+def semaphore(
+    name: str,
+    permits: int,
+    *,
+    using: str = DEFAULT_LOCK_ALIAS,
+    timeout: float | None = None,
+    lease: float | None = None,
+    blocking: bool = True,
+) -> AliasSemaphore:
+    """The semaphore ``name`` of ``permits`` permits of alias ``using``, ready for ``with``.
+
+    Each ``with`` holds one permit, renewed by the watchdog (or for a fixed
+    ``lease``); ``timeout`` and ``blocking`` are as for :func:`rlock`. In
+    async code, ``async with`` takes the asyncio twin, owned by the task::
+
+        with semaphore(f"partner-api:{tenant}", 3, timeout=5):
+            call_partner()
+    """
+    return locks[using].semaphore(name, permits, timeout=timeout, lease=lease, blocking=blocking)

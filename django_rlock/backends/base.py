@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self
 
 from django_rlock import conf
 from django_rlock.aliaslocks import AliasLock
+from django_rlock.aliassemaphores import AliasSemaphore
 from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.holdtimes import HoldTimes
@@ -168,6 +169,38 @@ class BaseLockBackend(ABC):
         own; backends with a native asyncio lock return that instead.
         """
         return ThreadOwnedLock(self.lock(name, timeout=timeout, lease=lease, blocking=blocking))
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AliasSemaphore:
+        """A semaphore of ``permits`` permits called ``name``, as :meth:`LockClient.semaphore`.
+
+        ``timeout``, ``lease`` and ``blocking`` are the defaults ``with`` uses.
+        A backend with no semaphores raises NotImplementedError saying so.
+        """
+        raise NotImplementedError(
+            f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no semaphores"
+        )
+
+    def async_semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AsyncLock:
+        """The semaphore ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
+        return ThreadOwnedLock(
+            self.semaphore(name, permits, timeout=timeout, lease=lease, blocking=blocking)
+        )
 
     @abstractmethod
     def names(self, pattern: str = "*") -> Iterator[str]:

@@ -30,6 +30,7 @@ import redis.asyncio
 
 from django_rlock import conf
 from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock.aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
 from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core.aio import AsyncLockClient
@@ -189,6 +190,50 @@ class RedisLockBackend(BaseLockBackend):
         return AsyncAliasLock(
             self._async_client(),
             check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+        )
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AliasSemaphore:
+        """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
+        return AliasSemaphore(
+            self.client,
+            check_name(name),
+            permits,
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+        )
+
+    def async_semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> AsyncLock:
+        """The asyncio twin of :meth:`semaphore`, owned by the current task (no thread hop)."""
+        if not self._native_async():
+            return super().async_semaphore(
+                name, permits, timeout=timeout, lease=lease, blocking=blocking
+            )
+        return AsyncAliasSemaphore(
+            self._async_client(),
+            check_name(name),
+            permits,
             self,
             timeout=timeout,
             lease=lease,

@@ -31,6 +31,7 @@ from django_rlock.core.fairlock import FairLock
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.rwlock import ReadLock, ReadWriteLock, WriteLock
+from django_rlock.core.semaphore import Semaphore
 
 __all__ = [
     "FairLock",
@@ -48,5 +49,6 @@ __all__ = [
     "ReadLock",
     "ReadWriteLock",
     "RedLock",
+    "Semaphore",
     "WriteLock",
 ]

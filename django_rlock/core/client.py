@@ -62,6 +62,8 @@ from django_rlock.core.names import (
 )
 from django_rlock.core.rwlock import ReadWriteLock
 from django_rlock.core.scripts import ACQUIRE, LockScripts
+from django_rlock.core.semaphore import Semaphore
+from django_rlock.core.semaphore_scripts import SemaphoreScripts
 from django_rlock.core.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.core.waiting import ReleaseListener, Subscription
@@ -180,6 +182,8 @@ class LockClient:
         #: from the first hold it must keep alive.
         self.holds = HoldRegistry(watch=self._start_watch)
         _clients.add(self)
+        #: The semaphore scripts, loaded on this client's connection.
+        self.semaphore_scripts = SemaphoreScripts(self.redis)
 
     def __repr__(self) -> str:
         return f"<LockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
@@ -234,6 +238,24 @@ class LockClient:
         lock of the same name are two different locks.
         """
         return FairLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+    ) -> Semaphore:
+        """A semaphore called ``name`` of ``permits`` watchdog-renewed permits.
+
+        ``timeout``, ``lease`` and ``blocking`` are the defaults used by
+        ``with semaphore:``; see :class:`~django_rlock.core.semaphore.Semaphore`.
+        """
+        return Semaphore(
+            self, check_name(name), permits, timeout=timeout, lease=lease, blocking=blocking
+        )
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""

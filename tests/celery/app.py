@@ -262,3 +262,19 @@ def record_django_lock_signals(**kwargs: Any) -> None:
     lock_acquired.connect(acquired, weak=False)
     lock_released.connect(released, weak=False)
     lock_lost.connect(lost, weak=False)
+
+
+# -- at most 3 runs per tenant (tests/celery/test_semaphore.py) --------------------------
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock="tenant:{run}",
+    lock_permits=3,
+    on_busy="retry",
+    max_retries=200,
+)
+def tenant_call(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """Holds one of the tenant's 3 permits while it runs."""
+    return work(self, run, hold, gate)

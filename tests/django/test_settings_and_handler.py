@@ -293,6 +293,7 @@ def test_package_exports_lazily_without_settings() -> None:
         "locked",
         "locks",
         "rlock",
+        "semaphore",
     ]
     code = (
         "import django_rlock, django_rlock.core, sys\n"

@@ -62,6 +62,11 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
     assert left > 0
     lock.release()
 
+    # A semaphore's permit: its index set (smembers, sadd, srem).
+    semaphore = client.semaphore("acl-permits", 2)
+    assert semaphore.acquire() and semaphore.available() == 1
+    semaphore.release()
+
     # A wait woken by a release (pub/sub), then a wait given up (abandon).
     for hold_for, wait, expect in ((0.2, 2.0, True), (0.6, 0.1, False)):
         held = threading.Event()

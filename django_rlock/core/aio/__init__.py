@@ -17,6 +17,7 @@ from django_rlock.core.aio.client import AsyncLockClient
 from django_rlock.core.aio.fairlock import AsyncFairLock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
+from django_rlock.core.aio.semaphore import AsyncSemaphore
 
 __all__ = [
     "AsyncFairLock",
@@ -24,5 +25,6 @@ __all__ = [
     "AsyncRLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncSemaphore",
     "AsyncWriteLock",
 ]

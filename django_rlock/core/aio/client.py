@@ -20,6 +20,7 @@ from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.fairlock import AsyncFairLock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.rwlock import AsyncReadWriteLock
+from django_rlock.core.aio.semaphore import AsyncSemaphore
 from django_rlock.core.aio.waiting import AsyncReleaseListener
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import redact_url
@@ -29,6 +30,7 @@ from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import check_name
 from django_rlock.core.rwlock_scripts import RWScripts
 from django_rlock.core.scripts import LockScripts, OomSafeBase, raise_if_refused
+from django_rlock.core.semaphore_scripts import SemaphoreScripts
 
 __all__ = ["AsyncLockClient"]
 
@@ -72,6 +74,8 @@ class AsyncLockClient:
         self._tasks: set[asyncio.Task[Any]] = set()
         # The read-write lock's scripts, built on the first read-write lock.
         self._rw_scripts: RWScripts | None = None
+        #: The semaphore scripts, on the asyncio connection.
+        self.semaphore_scripts = SemaphoreScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
 
     def __repr__(self) -> str:
         return (
@@ -92,6 +96,10 @@ class AsyncLockClient:
         :class:`~django_rlock.core.aio.fairlock.AsyncFairLock`.
         """
         return AsyncFairLock(self, check_name(name), **options)
+
+    def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncSemaphore:
+        """An async semaphore of ``permits`` permits; see :meth:`LockClient.semaphore`."""
+        return AsyncSemaphore(self, check_name(name), permits, **options)
 
     async def __aenter__(self) -> AsyncLockClient:
         return self

@@ -1,0 +1,93 @@
+"""AsyncSemaphore: the asyncio twin of :class:`django_rlock.core.semaphore.Semaphore`.
+
+Same scripts and keys: sync and async owners share the permits of one name.
+The owner is the current asyncio task; cancellation is as safe as for
+:class:`~django_rlock.core.aio.AsyncRLock` (a permit granted as its acquire
+was cancelled is given back; a cancelled release still completes)::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    async with client.semaphore("partner-api:tenant-7", permits=3):
+        await call_partner()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Self, Unpack
+
+from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.calls import hold_count_reply
+from django_rlock.core.identity import task_owner
+from django_rlock.core.lock import LockOptions
+from django_rlock.core.semaphore import SemaphoreBase, available_reply, first_return_reply
+from django_rlock.core.semaphore_scripts import permit_key
+
+if TYPE_CHECKING:
+    from django_rlock.core.aio.client import AsyncLockClient
+
+__all__ = ["AsyncSemaphore"]
+
+
+class AsyncSemaphore(SemaphoreBase, AsyncRLock):
+    """A semaphore with watchdog permits for asyncio; get one from ``AsyncLockClient.semaphore``."""
+
+    def __init__(
+        self, client: AsyncLockClient, name: str, permits: int, **options: Unpack[LockOptions]
+    ) -> None:
+        super().__init__(client, name, permits, **options)
+
+    def __repr__(self) -> str:
+        return f"<AsyncSemaphore {self.name!r} permits={self.permits}>"
+
+    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.semaphore_scripts.acquire  # type: ignore[no-any-return]
+
+    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.semaphore_scripts.release  # type: ignore[no-any-return]
+
+    async def _abandon(self, waiter_id: str) -> None:
+        call = self._abandon_call(waiter_id)
+        await self.client.semaphore_scripts.abandon(keys=call.keys, args=call.args)
+
+    async def __aenter__(self) -> Self:
+        if not await self.acquire(self.blocking, self.timeout, self.lease):
+            raise self._timeout_error(await self.ttl())
+        return self
+
+    # -- inspecting ---------------------------------------------------------------
+
+    async def available(self) -> int:
+        """How many permits are free now; see :meth:`Semaphore.available`."""
+        return available_reply(self.permits, await self._state())
+
+    async def locked(self) -> bool:
+        """True when no permit is free."""
+        return await self.available() == 0
+
+    async def owned(self) -> bool:
+        """True when the current task holds a permit (asks Redis)."""
+        return await self.hold_count() > 0
+
+    async def hold_count(self) -> int:
+        """How many permits the current task holds (0 when none; asks Redis)."""
+        owner = task_owner()
+        with self._reachable("inspect"):
+            return hold_count_reply(
+                await self.client.redis.hget(permit_key(self.keys, owner), owner)
+            )
+
+    async def ttl(self) -> float | None:
+        """Seconds until the first held permit may come back; None when none is held."""
+        return first_return_reply(await self._state())
+
+    async def force_release(self) -> bool:
+        """Take back every permit and wake every waiter; see :meth:`Semaphore.force_release`."""
+        call = self._force_release_call()
+        with self._reachable("force-release"):
+            scripts = self.client.semaphore_scripts
+            return bool(await scripts.force_release(keys=call.keys, args=call.args))
+
+    async def _state(self) -> Any:
+        call = self._state_call()
+        with self._reachable("inspect"):
+            return await self.client.semaphore_scripts.state(keys=call.keys, args=call.args)
