@@ -71,6 +71,7 @@ __all__ = [
     "LockOptions",
     "RLock",
     "check_blocking",
+    "gave_up_after",
     "request_id",
     "resend_once",
 ]
@@ -112,6 +113,11 @@ def resend_once(call: Callable[[], T]) -> T:
         return call()
     except LOST_REPLY:
         return call()
+
+
+def gave_up_after(blocking: bool, timeout: float | None) -> str:
+    """How long a ``with`` block that timed out tried, for its LockTimeout's message."""
+    return f"within {timeout}s" if blocking else "at once (blocking=False, one attempt)"
 
 
 def check_blocking(blocking: object, timeout: float | None) -> bool:
@@ -264,7 +270,7 @@ class LockBase:
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
-            f"could not acquire lock {self.name!r} within {self.timeout}s"
+            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}"
             + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
             name=self.name,
             retry_after=remaining,

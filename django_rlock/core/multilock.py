@@ -65,7 +65,7 @@ from django_rlock.core.exceptions import (
     LockUnavailableError,
 )
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import RLock
+from django_rlock.core.lock import RLock, gave_up_after
 from django_rlock.core.names import check_lease, check_timeout, milliseconds
 from django_rlock.core.unavailable import reported_unavailable
 
@@ -192,7 +192,8 @@ class _GroupLock:
     def __enter__(self) -> Self:
         if not self.acquire(self.blocking, self.timeout, self.lease):
             raise LockTimeout(
-                f"could not acquire {type(self).__name__} {self.name!r} within {self.timeout}s",
+                f"could not acquire {type(self).__name__} {self.name!r} "
+                f"{gave_up_after(self.blocking, self.timeout)}",
                 name=self.name,
                 retry_after=self.ttl(),
             )

@@ -38,7 +38,7 @@ from django_rlock.core.calls import ScriptCall, hold_count_reply
 from django_rlock.core.exceptions import LockLostError, LockTimeout
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock
+from django_rlock.core.lock import LockBase, LockOptions, RLock, gave_up_after
 from django_rlock.core.semaphore_scripts import (
     check_permits,
     permit_key,
@@ -130,7 +130,7 @@ class SemaphoreBase(LockBase):
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         return LockTimeout(
             f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
-            f"within {self.timeout}s"
+            f"{gave_up_after(self.blocking, self.timeout)}"
             + ("" if remaining is None else f" (the first may come back in {remaining:.3f}s)"),
             name=self.name,
             retry_after=remaining,

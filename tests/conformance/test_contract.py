@@ -62,9 +62,11 @@ def test_with_non_blocking_raises_at_once(connect: Connect, engine: Engine) -> N
     a, b = driver.owners(2)
     a.call(driver.lock("nbwith", lease=30), "enter")
     started = time.monotonic()
-    with pytest.raises(LockTimeout):
+    with pytest.raises(LockTimeout) as busy:
         b.call(driver.lock("nbwith", blocking=False), "enter")
     assert time.monotonic() - started < 1.0
+    # It says it made one attempt (it once said "within Nones").
+    assert "blocking=False" in str(busy.value) and "None" not in str(busy.value)
 
 
 @pytest.mark.parametrize("engine", engines(full_api=False))
