@@ -325,12 +325,19 @@ class HoldRegistry:
             return hold
 
     def released(self, hold: Hold, left: int) -> None:
-        """A release call of ``hold``'s owner answered: ``left`` holds remain on the server."""
+        """A release call of ``hold``'s owner answered: ``left`` holds remain on the server.
+
+        Holds left when ``hold`` has none are holds the server counts and this
+        client does not (a re-entry whose reply never came): they are left to
+        expire, and the owner's next acquire takes them off (:meth:`_left_on_server`).
+        """
         with self._lock:
             hold.count -= 1
             done = hold.count <= 0 or left == 0
             if done:
                 self._forget(hold)
+        if done and left > 0:
+            self._left_on_server(hold, left)
         if done:
             _notify(self._released, hold)
 
@@ -338,7 +345,9 @@ class HoldRegistry:
         """A release call of ``hold`` failed, outcome unknown: count it as released.
 
         At zero the hold is dropped, so the watchdog stops renewing it and the
-        key expires by itself. True when it was dropped.
+        key expires by itself; as the release may not have run, the owner's next
+        acquire takes the hold off first (:meth:`_left_on_server`). True when it
+        was dropped.
         """
         return self._give_up_one(hold, release_ended=True)
 
@@ -355,8 +364,33 @@ class HoldRegistry:
             if hold.count > 0:
                 return False
             self._forget(hold)
+        if release_ended:
+            self._left_on_server(hold, 1)
         _notify(self._released, hold)
         return True
+
+    def _left_on_server(self, hold: Hold, holds: int) -> None:
+        # ``hold`` is given back, yet the server may still count ``holds`` holds of
+        # its owner. Left there, the owner's next acquire would re-enter them: the
+        # old token handed out as a new grant, and a hold count above the client's,
+        # so the lock would outlive the owner's release. They are recorded as lost
+        # instead, so that acquire takes them off first and grants anew (lostholds),
+        # unless a live hold of another client of this process is still theirs: the
+        # owner (a thread or task, whichever client it uses) may hold through two.
+        others = [registry for registry in list(_registries) if registry is not self]
+        if any(registry._holds_live(hold.key, hold.owner, hold.token) for registry in others):
+            return
+        lostholds.record(hold.key, hold.owner, hold.token, holds)
+
+    def _holds_live(self, key: str, owner: str, token: int) -> bool:
+        # Whether this registry has a hold of ``owner`` on ``key`` from grant ``token``
+        # that is neither lost, nor given back, nor past its deadline.
+        now = clock.monotonic()
+        with self._lock:
+            return any(
+                hold.token == token and not hold.lost and not hold.released and now < hold.deadline
+                for hold in self._holds.get((key, owner), [])
+            )
 
     def gave_up(
         self, lock: LockBase, owner: str, requested_at: float, *, would_wait: bool = True

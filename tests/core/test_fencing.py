@@ -165,3 +165,27 @@ def test_a_lost_grant_is_taken_off_whole_even_with_reentries_its_owner_never_hea
     assert list(owner_counts(r, lock.keys.hash).values()) == [1]
     lock.release()
     assert not lock.locked()
+
+
+def test_holds_the_server_counts_beyond_the_clients_go_before_the_next_grant(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    """Found with the model soak's finding: the server counted a hold the client did not.
+
+    A re-entry Redis applied but whose reply never came (or a release that never
+    ran after the client gave the hold up) leaves the server one hold ahead. The
+    client's last release then left the lock held, and the owner's next acquire
+    re-entered that hold: the old token handed out as a new grant, and the lock
+    outliving the owner's release again. That acquire now takes those holds off first.
+    """
+    lock = lock_client.lock("overcounted")
+    assert lock.acquire(lease=30)
+    first = lock.token
+    r.hincrby(lock.keys.hash, thread_owner(), 1)  # the re-entry the client never heard of
+    lock.release()  # the client's last hold; the server still counts one
+    assert lock.token is None and owner_counts(r, lock.keys.hash) == {thread_owner(): 1}
+    assert lock.acquire(blocking=False)
+    assert first is not None and lock.token is not None and lock.token > first
+    assert list(owner_counts(r, lock.keys.hash).values()) == [1]
+    lock.release()
+    assert not lock.locked()

@@ -10,6 +10,7 @@ exact. The control test shows the fault is real: the bare script double-counts.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -19,9 +20,11 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockUnavailableError
-from django_rlock.core.identity import thread_owner
+from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.identity import task_owner, thread_owner
 from django_rlock.core.scripts import ACQUIRE
 from tests.faults.proxy import FaultProxy
+from tests.lockhash import owner_counts
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.faults
@@ -128,4 +131,57 @@ def test_a_retried_call_whose_first_reply_timed_out_applies_once(
         assert not direct.exists(key)
         assert lock.acquire(blocking=False)
         lock.release()
+    direct.close()
+
+
+@pytest.mark.parametrize("engine", ["sync", "asyncio"])
+def test_a_hold_given_up_after_an_unanswered_release_is_not_re_entered(
+    private_server: RedisServer, proxy: FaultProxy, engine: str
+) -> None:
+    """Found by the model soak: a release that never reached Redis left the hold there.
+
+    The client had given the hold up (the outcome was unknown), so the owner's
+    next acquire re-entered it: the old token handed out as a new grant, and
+    one hold more on the server than the client knew of, so the lock outlived
+    the owner's next release. That acquire now takes the hold off first.
+    """
+    direct = private_server.client()
+    url = f"{proxy.url}?socket_timeout=0.25"
+    if engine == "sync":
+        with LockClient(url, key_prefix="f") as client:
+            lock = client.lock("unanswered")
+            assert lock.acquire(lease=30)
+            first = lock.token
+            proxy.blackhole()
+            with pytest.raises(LockUnavailableError):
+                lock.release()  # never reaches Redis
+            proxy.heal()
+            assert owner_counts(direct, lock.keys.hash) == {thread_owner(): 1}
+            assert lock.acquire(blocking=False)
+            tokens = (first, lock.token)
+            counts = owner_counts(direct, lock.keys.hash)
+            lock.release()
+    else:
+
+        async def scenario() -> tuple[tuple[int | None, int | None], dict[str, int]]:
+            async with AsyncLockClient(url, key_prefix="f") as client:
+                lock = client.lock("unanswered")
+                assert await lock.acquire(lease=30)
+                first = lock.token
+                proxy.blackhole()
+                with pytest.raises(LockUnavailableError):
+                    await lock.release()
+                proxy.heal()
+                assert owner_counts(direct, lock.keys.hash) == {task_owner(): 1}
+                assert await lock.acquire(blocking=False)
+                again = lock.token
+                counts = owner_counts(direct, lock.keys.hash)
+                await lock.release()
+            return (first, again), counts
+
+        tokens, counts = asyncio.run(scenario())
+    first, again = tokens
+    assert first is not None and again is not None and again > first  # a new grant
+    assert list(counts.values()) == [1]
+    assert not direct.exists("f:{unanswered}")  # the owner's release freed it
     direct.close()

@@ -119,6 +119,15 @@ class Belief:
             return None if self.lost_at is None and self.released_at is None else end
         return now
 
+    def re_entered_by(self, later: Belief, now: float) -> bool:
+        """Whether ``later`` re-entered this grant: the same owner and token, asked for
+        while this one was still believed (through another client: owner ids are per
+        thread or task, so a closed client's fixed-lease hold is still the owner's)."""
+        if later.owner != self.owner or later.token != self.token:
+            return False
+        end = self.end_by(now)
+        return end is not None and end > later.sent_at
+
     def describe(self) -> str:
         ended = []
         if self.released_at is not None:
@@ -279,7 +288,11 @@ class History:
         return found
 
     def check_tokens(self) -> list[Violation]:
-        """A grant whose token is not above every grant made before it was asked for."""
+        """A grant whose token is not above every grant made before it was asked for.
+
+        Except a re-entry of a grant its owner still believed in (:meth:`Belief.re_entered_by`).
+        """
+        now = clock.monotonic()
         with self._lock:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[Belief]] = {}
@@ -292,7 +305,9 @@ class History:
                 earlier = [
                     belief
                     for belief in grants
-                    if belief.granted_at < later.sent_at and belief.token >= later.token
+                    if belief.granted_at < later.sent_at
+                    and belief.token >= later.token
+                    and not belief.re_entered_by(later, now)
                 ]
                 if earlier:
                     first = max(earlier, key=lambda belief: belief.token)

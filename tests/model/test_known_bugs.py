@@ -84,3 +84,29 @@ def test_closing_a_client_with_live_holds_tells_their_owners() -> None:
         do(world, 0, Acquire("b", lease=2.0, wait=None))
         world.close_client(0)
         world.check()
+
+
+def test_a_release_that_never_ran_is_not_re_entered_as_a_new_grant() -> None:
+    """TokenWentBackwards: the client gave up a hold whose release never reached Redis,
+    and the owner's next acquire re-entered it (the old token, as a new grant)."""
+    with World(TWO_CLIENTS) as world:
+        do(world, 0, Acquire("a", lease=2.0, wait=None))
+        world.links[0].proxy.blackhole()
+        do(world, 0, Release("a"))  # times out: the hold is still on the server
+        world.links[0].proxy.heal()
+        do(world, 0, Acquire("a", lease=2.0, wait=None))
+        do(world, 0, Release("a"))
+        do(world, 1, Acquire("a", lease=None, wait=None))  # the owner's release freed it
+        world.check()
+        assert world.history.operations["acquire granted"] == 3
+
+
+def test_a_lease_hold_left_on_a_closed_client_is_re_entered_through_the_new_one() -> None:
+    """The finding's own path, a false alarm of the model (TokenWentBackwards): a closed
+    client's fixed-lease hold runs on, still the owner's (owner ids are per thread or
+    task, not per client), so its acquire through the new client re-enters it."""
+    with World(TWO_CLIENTS) as world:
+        do(world, 0, Acquire("a", lease=2.0, wait=None))
+        world.close_client(0)
+        do(world, 0, Acquire("a", lease=0.8, wait=None))
+        world.check()
