@@ -370,12 +370,16 @@ class LockBase:
         renewing it, so the key expires within its lease or the watchdog
         timeout. Retrying the release is safe: a second one that finds nothing
         to release raises LockNotOwnedError and changes nothing.
+
+        Only a release that left no hold here keeps its request id for the
+        owner's next release, which can only be its retry. With holds left,
+        this one counts as done and the next release is one of its own: reusing
+        the id would have the latch report this one instead of applying it.
         """
-        if isinstance(error, UNANSWERED):
+        dropped = hold is None or self._registry.release_failed(hold)
+        if dropped and isinstance(error, UNANSWERED):
             self._unanswered("release", owner, call.rid)
-        if hold is None:
-            return
-        if not self._registry.release_failed(hold):
+        if hold is None or not dropped:
             return
         logger.warning(
             "releasing lock %r failed (%s): it will expire by itself within %ss",

@@ -189,3 +189,27 @@ def test_holds_the_server_counts_beyond_the_clients_go_before_the_next_grant(
     assert list(owner_counts(r, lock.keys.hash).values()) == [1]
     lock.release()
     assert not lock.locked()
+
+
+def test_a_thread_holding_through_two_clients_keeps_both_holds(
+    lock_client: LockClient, redis_url: str, r: redis.Redis
+) -> None:
+    """Owner ids are per thread, so a thread may hold one lock through two clients.
+
+    Giving back the second client's hold leaves the first's on the server: that
+    one is still held, not a hold to take off at the next acquire.
+    """
+    lock = lock_client.lock("twice")
+    assert lock.acquire(lease=30)
+    first = lock.token
+    with LockClient(redis_url, key_prefix="test") as other:
+        again = other.lock("twice")
+        assert again.acquire(blocking=False)  # a re-entry of the same grant
+        assert again.token == first
+        again.release()  # the server still counts the first client's hold
+    assert lock.acquire(blocking=False)  # a re-entry still: nothing was taken off
+    assert lock.token == first and not lock.lost
+    assert owner_counts(r, lock.keys.hash) == {thread_owner(): 2}
+    lock.release()
+    lock.release()
+    assert not lock.locked()

@@ -185,3 +185,29 @@ def test_a_hold_given_up_after_an_unanswered_release_is_not_re_entered(
     assert list(counts.values()) == [1]
     assert not direct.exists("f:{unanswered}")  # the owner's release freed it
     direct.close()
+
+
+def test_the_release_after_a_timed_out_partial_release_is_a_release_of_its_own(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """A release whose reply timed out counts as done, so the next one is not its retry.
+
+    It used to reuse the first one's request id, which the latch then reported
+    instead of applying: the owner had given back both holds, and the server
+    still counted one (the lock outlived the owner's last release).
+    """
+    direct = private_server.client()
+    with LockClient(f"{proxy.url}?socket_timeout=0.25", key_prefix="f") as client:
+        lock = client.lock("partial")
+        lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
+        lock.release()
+        assert lock.acquire(lease=30)
+        assert lock.acquire(lease=30)
+        proxy.swallow_reply_after(b"EVALSHA")
+        with pytest.raises(LockUnavailableError):
+            lock.release()  # Redis released one hold; the reply never came
+        assert owner_counts(direct, lock.keys.hash) == {thread_owner(): 1}
+        lock.release()  # the owner's last hold
+        assert not direct.exists(lock.keys.hash)
+        assert lock.token is None and not lock.lost
+    direct.close()
