@@ -1,8 +1,11 @@
-"""Holds this process declared lost that the server may still count.
+"""Holds this process declared lost, or gave up, that the server may still count.
 
 A hold is declared lost on its local deadline, or when its client is closed,
 while its key may live on in Redis (a stall, a lost reply, a client closed by
-``override_settings``). Owner ids belong to the process and thread (or task),
+``override_settings``). A hold is given up while the server may still count it
+after a release whose outcome is unknown, or when a release finds the server
+counting more holds than the client (a re-entry whose reply never came); see
+``HoldRegistry._left_on_server``. Owner ids belong to the process and thread (or task),
 not to a client, so the owner's next acquire of that lock, through any client
 of the process, must not re-enter that old grant: it sends what is recorded
 here, and the acquire script takes those holds off first (only while the

@@ -99,8 +99,9 @@ end
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
 # ARGV[5] (with KEYS[4]) this call's request id,
-# ARGV[6] the owner's holds of this lock that its client has declared lost
-#   (0: none; only whether there are any matters), ARGV[7] the token of those holds,
+# ARGV[6] the owner's holds of this lock that its client has declared lost, or
+#   given up while the server may still count them (core/lostholds.py; 0: none;
+#   only whether there are any matters), ARGV[7] the token of those holds,
 # ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
 #   '' for none): a new grant stores it in the hash as '~holder', with the
 #   server's clock in ms as '~since' (owner ids never start with '~'), so it
