@@ -17,6 +17,14 @@ take a lock away on the server (an operator's force-release, FLUSHALL, a
 restart without persistence) excuse that: a :class:`Revocation` excuses every
 belief it may have hit. Fencing tokens have no excuse: they must grow across
 grants of one name even when Redis forgets the counter (DESIGN.md, Fencing).
+
+The sibling kinds keep the same belief rules with their own invariants, each
+belief carrying its :data:`Belief.kind`: a read-write lock's write belief
+overlaps no other owner's read or write belief of its name (reads overlap
+freely; an owner's own read while it writes is allowed), and only write grants
+carry tokens; a semaphore's permit beliefs of one name never add up to more
+than its permits at one instant (an owner's re-entry is one more permit, a
+release ends one from the moment it starts), and carry no tokens.
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ __all__ = [
     "DOUBLE_HOLDER",
     "HOLDER_NOT_TOLD",
     "LEAK",
+    "PERMITS",
     "RELEASE_OUTCOME",
     "TOKEN_ORDER",
+    "UPGRADE",
     "Belief",
     "DoubleHolder",
     "History",
@@ -42,8 +52,10 @@ __all__ = [
     "ModelViolation",
     "Revocation",
     "TokenWentBackwards",
+    "TooManyPermits",
     "Violation",
     "WrongReleaseOutcome",
+    "WrongUpgradeOutcome",
 ]
 
 DOUBLE_HOLDER = "two owners believed they held"
@@ -51,6 +63,13 @@ TOKEN_ORDER = "fencing token did not increase"
 RELEASE_OUTCOME = "wrong release outcome"
 HOLDER_NOT_TOLD = "holder not told its hold ended"
 LEAK = "something grew"
+PERMITS = "more permits believed than the semaphore has"
+UPGRADE = "wrong outcome of a reader asking to write"
+
+#: The kinds of belief: a lock's hold, a semaphore's permits, a read-write lock's sides.
+LOCK, PERMIT, READ, WRITE = "lock", "permit", "read", "write"
+#: The kinds whose grants carry fencing tokens.
+FENCED = frozenset({LOCK, WRITE})
 
 
 class ModelViolation(AssertionError):
@@ -77,12 +96,22 @@ class Leak(ModelViolation):
     """Connections, threads, keys or channels were left behind."""
 
 
+class TooManyPermits(ModelViolation):
+    """Owners believed they held more permits of one semaphore than it has, at one instant."""
+
+
+class WrongUpgradeOutcome(ModelViolation):
+    """A reader asking to write was granted, or an owner reading nothing was refused as one."""
+
+
 _ERRORS: dict[str, type[ModelViolation]] = {
     DOUBLE_HOLDER: DoubleHolder,
     TOKEN_ORDER: TokenWentBackwards,
     RELEASE_OUTCOME: WrongReleaseOutcome,
     HOLDER_NOT_TOLD: HolderNotTold,
     LEAK: Leak,
+    PERMITS: TooManyPermits,
+    UPGRADE: WrongUpgradeOutcome,
 }
 
 
@@ -102,6 +131,10 @@ class Belief:
     released_at: float | None = None
     #: When the library started declaring the hold lost (just before the flag is set).
     lost_at: float | None = None
+    #: What was granted: LOCK, PERMIT, READ or WRITE.
+    kind: str = LOCK
+    #: For PERMIT: (from when, how many permits the owner believed it held), in time order.
+    counts: list[tuple[float, int]] = field(default_factory=list)
 
     def end_by(self, now: float) -> float | None:
         """A time the belief lasted at least until, as seen at ``now``; None: unknown yet.
@@ -126,8 +159,11 @@ class Belief:
         if self.lost_at is not None:
             ended.append(f"declared lost {self.lost_at:.3f}")
         ended.append(f"deadline {self.hold.deadline:.3f}")
+        what = f"{self.kind} token {self.token}" if self.kind != LOCK else f"token {self.token}"
+        if self.kind == PERMIT:
+            what = "permits " + ",".join(f"{count}@{at:.3f}" for at, count in list(self.counts))
         return (
-            f"{self.owner} token {self.token} ({'watchdog' if self.hold.watchdog else 'lease'}): "
+            f"{self.owner} {what} ({'watchdog' if self.hold.watchdog else 'lease'}): "
             f"sent {self.sent_at:.3f}, granted {self.granted_at:.3f}, " + ", ".join(ended)
         )
 
@@ -179,9 +215,9 @@ class History:
     steps: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _by_hold: dict[int, Belief] = field(default_factory=dict)
-    _reported: set[tuple[int, int, str]] = field(default_factory=set)
+    _reported: set[tuple[object, ...]] = field(default_factory=set)
 
-    def granted(self, owner: str, hold: Hold, granted_at: float) -> Belief:
+    def granted(self, owner: str, hold: Hold, granted_at: float, kind: str = LOCK) -> Belief:
         """Record a new grant (the caller checked it is not a re-entry)."""
         belief = Belief(
             owner=owner,
@@ -190,6 +226,8 @@ class History:
             hold=hold,
             sent_at=hold.acquired_at,
             granted_at=granted_at,
+            kind=kind,
+            counts=[(granted_at, hold.count)],
         )
         with self._lock:
             self.beliefs.append(belief)
@@ -252,6 +290,8 @@ class History:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[tuple[Belief, float]]] = {}
         for belief in beliefs:
+            if belief.kind == PERMIT:
+                continue  # permits are counted (check_permits), not exclusive
             end = belief.end_by(now)
             if end is not None and end > belief.granted_at:
                 by_name.setdefault(belief.name, []).append((belief, end))
@@ -264,6 +304,8 @@ class History:
                         continue  # sorted by start: later ones may still overlap
                     if second.owner == first.owner:
                         continue
+                    if first.kind == second.kind == READ:
+                        continue  # readers share
                     both_until = min(first_end, second_end)
                     if both_until <= second.granted_at:
                         continue
@@ -284,7 +326,8 @@ class History:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[Belief]] = {}
         for belief in beliefs:
-            by_name.setdefault(belief.name, []).append(belief)
+            if belief.kind in FENCED:  # permits and reads carry no token
+                by_name.setdefault(belief.name, []).append(belief)
         found = []
         for grants in by_name.values():
             grants.sort(key=lambda belief: belief.granted_at)
@@ -305,10 +348,53 @@ class History:
                     )
         return found
 
+    def check_permits(self, permits: int) -> list[Violation]:
+        """An instant at which owners believed more than ``permits`` permits of one name."""
+        now = clock.monotonic()
+        with self._lock:
+            beliefs = [belief for belief in self.beliefs if belief.kind == PERMIT]
+        # Per name, (when, change in permits believed, whose) as each count starts and ends.
+        changes: dict[str, list[tuple[float, int, Belief]]] = {}
+        for belief in beliefs:
+            end = belief.end_by(now)
+            if end is None or end <= belief.granted_at or self.excused(belief, now):
+                continue
+            steps = list(belief.counts)
+            for index, (start, count) in enumerate(steps):
+                until = min(end, steps[index + 1][0]) if index + 1 < len(steps) else end
+                if count > 0 and until > start:
+                    changes.setdefault(belief.name, []).append((start, count, belief))
+                    changes[belief.name].append((until, -count, belief))
+        found = []
+        for name, timeline in changes.items():
+            # At one instant, ends before starts: a permit handed over is not two.
+            timeline.sort(key=lambda change: (change[0], change[1]))
+            believed = 0
+            holding: dict[int, Belief] = {}
+            for when, change, belief in timeline:
+                believed += change
+                if change > 0:
+                    holding[id(belief)] = belief
+                else:
+                    holding.pop(id(belief), None)  # its next count, if any, starts now
+                if believed > permits:
+                    found += self._report_once(
+                        (PERMITS, *sorted(holding)),
+                        PERMITS,
+                        f"{name!r}: {believed} permits believed at {when:.3f} (the semaphore "
+                        f"has {permits}): "
+                        + "; ".join(f"[{held.describe()}]" for held in holding.values()),
+                    )
+        return found
+
     def _report(
         self, first: Belief, second: Belief, invariant: str, detail: str
     ) -> list[Violation]:
-        seen = (id(first), id(second), invariant)
+        return self._report_once((id(first), id(second), invariant), invariant, detail)
+
+    def _report_once(
+        self, seen: tuple[object, ...], invariant: str, detail: str
+    ) -> list[Violation]:
         with self._lock:
             if seen in self._reported:
                 return []
