@@ -217,11 +217,13 @@ class History:
     _by_hold: dict[int, Belief] = field(default_factory=dict)
     _reported: set[tuple[object, ...]] = field(default_factory=set)
 
-    def granted(self, owner: str, hold: Hold, granted_at: float, kind: str = LOCK) -> Belief:
-        """Record a new grant (the caller checked it is not a re-entry)."""
+    def granted(
+        self, owner: str, hold: Hold, granted_at: float, kind: str = LOCK, name: str = ""
+    ) -> Belief:
+        """Record a new grant (the caller checked it is not a re-entry) of ``name`` (the hold's)."""
         belief = Belief(
             owner=owner,
-            name=hold.name,
+            name=name or hold.name,
             token=hold.token,
             hold=hold,
             sent_at=hold.acquired_at,
@@ -321,7 +323,15 @@ class History:
         return found
 
     def check_tokens(self) -> list[Violation]:
-        """A grant whose token is not above every grant made before it was asked for."""
+        """A grant whose token is not above every grant made before it was asked for.
+
+        One pair is no grant: an owner whose client was closed under a live hold
+        asks again through its new client, which knows nothing of the hold; the
+        server re-enters it (same owner, same token) and the new client records
+        a hold of its own. Its acquire returned while the earlier belief lived,
+        so the server still had the owner's hold when it answered.
+        """
+        now = clock.monotonic()
         with self._lock:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[Belief]] = {}
@@ -335,7 +345,9 @@ class History:
                 earlier = [
                     belief
                     for belief in grants
-                    if belief.granted_at < later.sent_at and belief.token >= later.token
+                    if belief.granted_at < later.sent_at
+                    and belief.token >= later.token
+                    and not _reentered(belief, later, now)
                 ]
                 if earlier:
                     first = max(earlier, key=lambda belief: belief.token)
@@ -402,3 +414,11 @@ class History:
             violation = Violation(invariant, detail)
             self.violations.append(violation)
         return [violation]
+
+
+def _reentered(earlier: Belief, later: Belief, now: float) -> bool:
+    """Whether ``later`` re-entered ``earlier``'s hold on the server (see check_tokens)."""
+    if earlier.owner != later.owner or earlier.token != later.token:
+        return False
+    end = earlier.end_by(now)
+    return end is None or later.granted_at < end

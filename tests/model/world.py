@@ -293,7 +293,8 @@ class Owner:
         assert hold is not None, "acquire returned True but the library records no hold"
         kind = self.kind(name, side)
         if hold is not before:
-            self.history.granted(self.label, hold, at, kind)
+            # Under the model's name: a broken world's lock may be another name's.
+            self.history.granted(self.label, hold, at, kind, name)
         elif kind == PERMIT and (belief := self.history.belief_of(hold)) is not None:
             # A re-entry of a semaphore is one more permit, believed from now on.
             belief.counts.append((at, hold.count))
