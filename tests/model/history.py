@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django_rlock.core import clock
@@ -241,6 +242,22 @@ class History:
             belief = self._by_hold.get(id(hold))
         return belief if belief is not None and belief.hold is hold else None
 
+    def released_elsewhere(self, owner: str, name: str, kind: str, at: float) -> None:
+        """``owner`` released ``name`` holding nothing in its client: its older beliefs end.
+
+        Such a belief is of a hold its closed client got, which its new client
+        knows nothing of, and which the release may just have given back.
+        """
+        with self._lock:
+            beliefs = [
+                belief
+                for belief in self.beliefs
+                if belief.owner == owner and belief.name == name and belief.kind == kind
+            ]
+        for belief in beliefs:
+            if belief.released_at is None:
+                belief.released_at = at
+
     def declaring_lost(self, hold: Hold, at: float) -> None:
         """The library is about to declare ``hold`` lost (called before the flag is set)."""
         belief = self.belief_of(hold)
@@ -381,21 +398,20 @@ class History:
         for name, timeline in changes.items():
             # At one instant, ends before starts: a permit handed over is not two.
             timeline.sort(key=lambda change: (change[0], change[1]))
-            believed = 0
-            holding: dict[int, Belief] = {}
+            holding: dict[int, tuple[Belief, int]] = {}
             for when, change, belief in timeline:
-                believed += change
                 if change > 0:
-                    holding[id(belief)] = belief
+                    holding[id(belief)] = (belief, change)
                 else:
                     holding.pop(id(belief), None)  # its next count, if any, starts now
+                believed = _permits_believed(holding.values())
                 if believed > permits:
                     found += self._report_once(
                         (PERMITS, *sorted(holding)),
                         PERMITS,
                         f"{name!r}: {believed} permits believed at {when:.3f} (the semaphore "
                         f"has {permits}): "
-                        + "; ".join(f"[{held.describe()}]" for held in holding.values()),
+                        + "; ".join(f"[{held.describe()}]" for held, _ in holding.values()),
                     )
         return found
 
@@ -422,3 +438,17 @@ def _reentered(earlier: Belief, later: Belief, now: float) -> bool:
         return False
     end = earlier.end_by(now)
     return end is None or later.granted_at < end
+
+
+def _permits_believed(holding: Iterable[tuple[Belief, int]]) -> int:
+    """The permits owners believe they hold, from each live belief and its count now.
+
+    An owner's permits of one name are one count on the server (its permit
+    hash), which each of its beliefs reads: a belief its new client got after
+    the old one was closed already counts the old one's. So an owner believes
+    the most any one of its beliefs says, not their sum.
+    """
+    most: dict[str, int] = {}
+    for belief, count in holding:
+        most[belief.owner] = max(most.get(belief.owner, 0), count)
+    return sum(most.values())

@@ -330,6 +330,7 @@ class Owner:
             # A release while tainted: the possible orphan grant ends from here on.
             self.tainted[name] = answered + self.world.config.longest_hold + 0.5
         if hold is None:
+            self.history.released_elsewhere(self.label, name, self.kind(name, side), started)
             if isinstance(error, LockLostError):
                 self.history.violated(
                     RELEASE_OUTCOME,
@@ -820,6 +821,12 @@ class World:
                 and now < top.deadline
                 and any(hold.watchdog for hold in owner.holds(name, side))
             )
+            # A read the closed client held stays on the server until it expires,
+            # where the owner's new client knows nothing of it: asking to write
+            # may be refused as an upgrade until then.
+            for name in self.config.rw_names:
+                if owner.holds(name, READ):
+                    owner.unsure_reads[name] = now + self.config.longest_hold + 0.5
         links = self.links[index]
         if links.sync is not None:
             links.sync.close()
