@@ -323,8 +323,10 @@ class Owner:
         answered = clock.monotonic()
         outcome = "ok" if error is None else type(error).__name__
         self.outcome(name, side, f"release {outcome}")
-        if side == READ and error is not None and not isinstance(error, LockNotOwnedError):
-            # Its outcome is unknown: the server may keep the read until it expires.
+        if side == READ and error is not None and type(error) is not LockNotOwnedError:
+            # Unanswered, or lost (no script is sent for a hold known lost, and a
+            # renewal whose reply never came may have kept its key): the server
+            # may keep the read until it expires.
             self.unsure_reads[name] = answered + self.world.config.longest_hold + 0.5
         if name in self.tainted:
             # A release while tainted: the possible orphan grant ends from here on.
