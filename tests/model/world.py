@@ -323,10 +323,10 @@ class Owner:
         answered = clock.monotonic()
         outcome = "ok" if error is None else type(error).__name__
         self.outcome(name, side, f"release {outcome}")
-        if side == READ and error is not None and type(error) is not LockNotOwnedError:
-            # Unanswered, or lost (no script is sent for a hold known lost, and a
-            # renewal whose reply never came may have kept its key): the server
-            # may keep the read until it expires.
+        if side == READ and error is not None and not isinstance(error, LockNotOwnedError):
+            # Its outcome is unknown: the server may keep the read until it expires.
+            # (A read declared lost may live on too, but the owner's write takes
+            # it off: its client tells the script.)
             self.unsure_reads[name] = answered + self.world.config.longest_hold + 0.5
         if name in self.tainted:
             # A release while tainted: the possible orphan grant ends from here on.
@@ -823,11 +823,12 @@ class World:
                 and now < top.deadline
                 and any(hold.watchdog for hold in owner.holds(name, side))
             )
-            # A read the closed client held stays on the server until it expires,
-            # where the owner's new client knows nothing of it: asking to write
-            # may be refused as an upgrade until then.
+            # A fixed-lease read of the closed client is still the owner's (only
+            # watchdog holds are declared lost at close), where its new client
+            # knows nothing of it: asking to write is refused as an upgrade
+            # until it expires.
             for name in self.config.rw_names:
-                if owner.holds(name, READ):
+                if any(not hold.watchdog for hold in owner.holds(name, READ)):
                     owner.unsure_reads[name] = now + self.config.longest_hold + 0.5
         links = self.links[index]
         if links.sync is not None:
