@@ -44,7 +44,7 @@ def _quiet() -> Iterator[None]:
 def test_semaphore_model() -> None:
     histories: list[History] = []
     # About 20 s: fewer examples than the lock model's, as many steps.
-    run_model(SEMAPHORES, settings(BOUNDED, max_examples=8), histories.append)
+    run_model(SEMAPHORES, settings(BOUNDED, max_examples=7), histories.append)
     operations = sum((history.operations for history in histories), start=History().operations)
     faults = sum((history.faults for history in histories), start=History().faults)
     print(f"FIGURES semaphore model: {dict(operations)}; faults {dict(faults)}")
