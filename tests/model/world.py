@@ -124,6 +124,13 @@ class Config:
     #: Names that are read-write locks: owners take their ``read`` or ``write`` side.
     rw_names: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if len(set(self.all_names)) != len(self.all_names):
+            raise ValueError(
+                f"a name has one kind: names {self.names}, semaphores {self.semaphores} and "
+                f"rw_names {self.rw_names} must not share one"
+            )
+
     @property
     def all_names(self) -> tuple[str, ...]:
         """Every name of the run: locks, then semaphores, then read-write locks."""
