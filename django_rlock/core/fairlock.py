@@ -118,7 +118,9 @@ class FairBase(LockBase):
     ) -> ScriptCall:
         """The plain acquire call on the fair keys, plus the queue (``waiter_id``: queue id)."""
         call = fair_acquire_call(
-            super()._acquire_call(owner, lease, waiter_id, sleep), self.fair_keys
+            super()._acquire_call(owner, lease, waiter_id, sleep),
+            self.fair_keys,
+            self._engine.watchdog_timeout,
         )
         if waiter_id:
             self._last_requests[waiter_id] = call.rid
@@ -126,15 +128,10 @@ class FairBase(LockBase):
 
     def _release_call(self, owner: str) -> ScriptCall:
         """The plain release call on the fair keys, plus what a handoff needs."""
-        return fair_release_call(
-            super()._release_call(owner), self.fair_keys, self._engine.watchdog_timeout
-        )
+        return fair_release_call(super()._release_call(owner), self.fair_keys)
 
     def _abandon_call(self, queue_id: str) -> ScriptCall:
-        engine = self._engine
-        return fair_abandon_call(
-            self.fair_keys, queue_id, engine.publish_command, engine.watchdog_timeout
-        )
+        return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
 
     def _take_handoff(
         self,

@@ -139,10 +139,11 @@ def _fill(script: str, *, queue: int, entries: int, fence: int = 2) -> str:
 # Expects the lock free (its hash gone), `now` and `head` (from _PRUNE), and
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] entry expiries,
 # KEYS[QUEUE] queue, KEYS[FENCE] fencing counter, KEYS[ENTRIES] handoff entries,
-# ARGV[2] publish command, ARGV[WATCHDOG] the watchdog timeout in ms.
+# ARGV[2] publish command.
 # Hands the lock to the live head: a new grant to the owner its entry names,
-# exactly as FAIR_ACQUIRE's (token, holder metadata), living the watchdog
-# timeout, marked '~handoff' = its queue id, the head out of the queue. The
+# exactly as FAIR_ACQUIRE's (token, holder metadata), living the head's own
+# watchdog timeout (its entry says), marked '~handoff' = its queue id, the
+# head out of the queue. The
 # message names the head, the token and the request id of the head's last
 # attempt. A head with no entry (never written so) is only woken, by name.
 _HAND_ON = (
@@ -152,10 +153,11 @@ if head then
     if entry then
         local first = string.find(entry, '\\n', 1, true)
         local second = string.find(entry, '\\n', first + 1, true)
+        local third = string.find(entry, '\\n', second + 1, true)
         local owner = string.sub(entry, 1, first - 1)
-        local holder = string.sub(entry, first + 1, second - 1)
-        local rid = string.sub(entry, second + 1)
-        local life = tonumber(ARGV[WATCHDOG])
+        local life = tonumber(string.sub(entry, first + 1, second - 1))
+        local rid = string.sub(entry, second + 1, third - 1)
+        local holder = string.sub(entry, third + 1)
 """
     + NEXT_TOKEN_LUA.replace("KEYS[2]", "KEYS[FENCE]")
     + """
@@ -182,7 +184,8 @@ end
 # KEYS[4] the owner's request latch, KEYS[5] arrival queue, KEYS[6] handoff entries
 # ARGV: as scripts.ACQUIRE's, except ARGV[3], the caller's queue id ('' for an
 #   attempt that will not wait: it never enters the queue), and ARGV[4], the
-#   longest the caller will sleep before its next attempt, in ms.
+#   longest the caller will sleep before its next attempt, in ms; ARGV[9] the
+#   caller's watchdog timeout in ms (the life of a grant handed to it).
 # Returns as scripts.ACQUIRE: {token, holds, pttl} when granted (a re-entry and
 #   a resent call's report work exactly as there; a re-entry ignores the queue:
 #   its owner holds the lock already), else the ms to wait at most.
@@ -195,7 +198,8 @@ end
 #   the queue empty); it takes the caller out of the queue. Otherwise a caller
 #   with a queue id is queued at the tail if it is not queued yet (its place is
 #   kept on later attempts), its entry lives until its sleep ends + the margin
-#   and records this attempt's request id (a handoff names it), and the wait
+#   and records, in KEYS[6], what a handoff needs: owner id, watchdog timeout,
+#   this attempt's request id (the message names it), holder metadata; the wait
 #   is the holder's PTTL, or, when the lock is free but another caller heads
 #   the queue, what is left of the head's entry: when it expires, the next
 #   caller's retry finds itself at the head. The wait is capped by ARGV[4], so
@@ -277,7 +281,8 @@ if ARGV[3] ~= '' then
         local last = redis.call('zrange', KEYS[5], -1, -1, 'withscores')
         redis.call('zadd', KEYS[5], (tonumber(last[2]) or 0) + 1, ARGV[3])
     end
-    redis.call('hset', KEYS[6], ARGV[3], ARGV[1] .. '\\n' .. (ARGV[8] or '') .. '\\n' .. ARGV[5])
+    redis.call('hset', KEYS[6], ARGV[3],
+               ARGV[1] .. '\\n' .. ARGV[9] .. '\\n' .. ARGV[5] .. '\\n' .. ARGV[8])
     for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
         if redis.call('pttl', key) < life then
             redis.call('pexpire', key, life)
@@ -293,8 +298,7 @@ return wait
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] entry expiries,
 # KEYS[4] the owner's request latch, KEYS[5] arrival queue,
 # KEYS[6] fencing counter, KEYS[7] handoff entries
-# ARGV[1] owner id, ARGV[2] publish command, ARGV[3] this call's request id,
-# ARGV[4] the watchdog timeout in ms (a handed grant's life)
+# ARGV[1] owner id, ARGV[2] publish command, ARGV[3] this call's request id
 # Returns as scripts.RELEASE: -1 when the owner holds nothing (nothing is
 #   changed), else the owner's holds left; a resent call reports as there.
 #   At 0 the lock is free, and is handed to the queue's live head, if any
@@ -323,7 +327,7 @@ end
 """
     + NOW_MS_LUA
     + _PRUNE
-    + _HAND_ON.replace("WATCHDOG", "4")
+    + _HAND_ON
     + """
 return 0
 """,
@@ -334,7 +338,7 @@ return 0
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] entry expiries, KEYS[4] arrival queue,
 # KEYS[5] fencing counter, KEYS[6] handoff entries
-# ARGV[1] queue id, ARGV[2] publish command, ARGV[3] the watchdog timeout in ms
+# ARGV[1] queue id, ARGV[2] publish command
 # A waiter leaves the queue without the lock (its wait ran out, or it was
 #   cancelled). If the lock was handed to it (the hash's '~handoff' is its
 #   queue id), that grant is given back: nobody counts it. If it was queued or
@@ -354,7 +358,7 @@ end
 """
     + NOW_MS_LUA
     + _PRUNE
-    + _HAND_ON.replace("WATCHDOG", "3")
+    + _HAND_ON
     + """
 if head then
     return 1
@@ -367,37 +371,35 @@ return 0
 )
 
 
-def fair_acquire_call(call: ScriptCall, keys: FairKeys) -> ScriptCall:
+def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float) -> ScriptCall:
     """A plain lock's acquire call (:mod:`~django_rlock.core.calls`) as FAIR_ACQUIRE takes it.
 
     FAIR_ACQUIRE takes the KEYS and ARGV of scripts.ACQUIRE, plus the queue and
-    the handoff entries as its last keys: one builder for both kinds.
-    """
-    return ScriptCall(keys=[*call.keys, keys.queue, keys.entries], args=call.args, rid=call.rid)
-
-
-def fair_release_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float) -> ScriptCall:
-    """A plain lock's release call on ``keys``, as FAIR_RELEASE takes it.
-
-    Plus the queue, the fencing counter and the entries (a release that frees
-    the lock hands it on), and the life of a handed grant.
+    the handoff entries as its last keys, and the caller's watchdog timeout
+    (the life of a grant handed to it): one builder for both kinds.
     """
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.fence, keys.entries],
+        keys=[*call.keys, keys.queue, keys.entries],
         args=[*call.args, milliseconds(watchdog_timeout)],
         rid=call.rid,
     )
 
 
-def fair_abandon_call(
-    keys: FairKeys, queue_id: str, publish: str, watchdog_timeout: float
-) -> ScriptCall:
+def fair_release_call(call: ScriptCall, keys: FairKeys) -> ScriptCall:
+    """A plain lock's release call on ``keys``, as FAIR_RELEASE takes it.
+
+    Plus the queue, the fencing counter and the entries: a release that frees
+    the lock hands it on.
+    """
+    return ScriptCall(
+        keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args, rid=call.rid
+    )
+
+
+def fair_abandon_call(keys: FairKeys, queue_id: str, publish: str) -> ScriptCall:
     """A waiter leaves the queue without the lock (FAIR_ABANDON)."""
     call = abandon_call(keys, queue_id, publish)
-    return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.fence, keys.entries],
-        args=[*call.args, milliseconds(watchdog_timeout)],
-    )
+    return ScriptCall(keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args)
 
 
 class FairScripts:
