@@ -342,3 +342,34 @@ def test_an_async_head_holds_the_lock_without_an_acquire_call(
     assert outcome["count"] == 1
     assert outcome["locked"] is False
     assert outcome["token"] is not None
+
+
+def test_the_watchdog_renews_a_handed_grant(
+    redis_url: str, holder_client: LockClient, r: redis.Redis
+) -> None:
+    holder = holder_client.fair_lock("report")
+    assert holder.acquire()
+    with LockClient(redis_url, key_prefix="fair", watchdog_timeout=SHORT_WATCHDOG) as client:
+        lock = client.fair_lock("report")
+        held = threading.Event()
+        seen: dict[str, Any] = {}
+
+        def waiter() -> None:
+            assert lock.acquire(timeout=HANG)
+            seen["calls"] = script_calls(r)
+            held.set()
+            time.sleep(2 * SHORT_WATCHDOG)  # past the handed grant's first life
+            seen["lost"] = lock.lost
+            seen["count"] = lock.hold_count()
+            lock.release()
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
+        r.config_resetstat()
+        # At once: the waiter's last attempt is recent enough to take the grant as handed.
+        holder.release()
+        assert held.wait(HANG)
+        thread.join(HANG)
+    assert seen == {"calls": 1, "lost": False, "count": 1}
+    assert r.exists(lock.keys.hash) == 0
