@@ -150,7 +150,9 @@ class FairBase(LockBase):
         if not grant or waiting.lease is not None:
             return False
         token, _, rid = grant.partition(b" ")
-        if rid.decode() != self._last_requests.get(waiting.queue_id):
+        last = self._last_requests.get(waiting.queue_id)
+        # Anything else on the channel (a stale or foreign message) is only a wake-up.
+        if last is None or rid != last.encode() or not token.isdigit():
             return False
         watchdog = self._engine.watchdog_timeout
         if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
@@ -224,6 +226,13 @@ class FairLock(FairBase, RLock):
     def _release_sender(self) -> Callable[..., Any]:
         send: Callable[..., Any] = self.client.fair_scripts.release
         return send
+
+    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+        """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        self._local.lost = False
+        return True
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the queue without the lock, waking the next head if the lock is free."""
@@ -299,10 +308,7 @@ class _HandoffSubscription:
         """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
         woken = self.inner.wait(since, timeout)
         shell = self.shell
-        if shell.lock._take_handoff(shell, self.inner):
-            shell.lock._local.lost = False
-            return HANDED
-        return woken
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
 
 
 class _FairShell(Protocol):

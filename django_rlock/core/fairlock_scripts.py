@@ -143,9 +143,9 @@ def _fill(script: str, *, queue: int, entries: int, fence: int = 2) -> str:
 # Hands the lock to the live head: a new grant to the owner its entry names,
 # exactly as FAIR_ACQUIRE's (token, holder metadata), living the head's own
 # watchdog timeout (its entry says), marked '~handoff' = its queue id, the
-# head out of the queue. The
-# message names the head, the token and the request id of the head's last
-# attempt. A head with no entry (never written so) is only woken, by name.
+# head out of the queue. The message names the head, the token and the
+# request id of the head's last attempt. A head with no entry (never written
+# so) is only woken, by name.
 _HAND_ON = (
     """
 if head then

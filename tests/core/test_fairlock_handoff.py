@@ -373,3 +373,32 @@ def test_the_watchdog_renews_a_handed_grant(
         thread.join(HANG)
     assert seen == {"calls": 1, "lost": False, "count": 1}
     assert r.exists(lock.keys.hash) == 0
+
+
+def test_a_message_that_names_another_attempt_only_wakes_the_waiter(
+    client: LockClient, holder_client: LockClient, r: redis.Redis
+) -> None:
+    holder = holder_client.fair_lock("report")
+    assert holder.acquire()
+    lock = client.fair_lock("report")
+    acquired = threading.Event()
+
+    def waiter() -> None:
+        assert lock.acquire(timeout=HANG)
+        acquired.set()
+        lock.release()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
+    head = queue_ids(r, lock)[0]
+    # A handoff message of an older attempt (or a forged one): not a grant.
+    for message in (f"{head} 123 not-its-request", f"{head} 123 1", f"{head} garbage"):
+        r.publish(lock.keys.channel, message)
+    wait_until(lambda: script_calls(r) >= 4, "the waiter retried")
+    assert not acquired.wait(0.3)
+    assert holder.owned()  # still the holder's
+    holder.release()
+    assert acquired.wait(HANG)
+    thread.join(HANG)
+    assert not lock.locked()

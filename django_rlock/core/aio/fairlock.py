@@ -71,6 +71,18 @@ class AsyncFairLock(FairBase, AsyncRLock):
     def _release_sender(self) -> Callable[..., Awaitable[Any]]:
         return self.client.fair_scripts.release  # type: ignore[no-any-return]
 
+    def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
+    def _stop_waiting(self, queue_id: str) -> None:
+        self._end_waiting(queue_id)
+
     async def _abandon(self, waiter_id: str) -> None:
         call = self._abandon_call(waiter_id)
         await self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
@@ -112,7 +124,7 @@ class _AsyncFairWaiting:
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
-        self.lock._end_waiting(self.queue_id)
+        self.lock._stop_waiting(self.queue_id)
         if self.queued or (registered and self.queue_id):
             self.lock.client.spawn(self.lock._abandon(self.queue_id))
 
@@ -138,9 +150,4 @@ class _AsyncHandoffSubscription:
     async def wait(self, since: int, timeout: float) -> object:
         woken = await self.inner.wait(since, timeout)
         shell = self.shell
-        if shell.lock._take_handoff(shell, self.inner):
-            task = asyncio.current_task()
-            if task is not None:
-                shell.lock._lost_tasks.pop(task, None)
-            return HANDED
-        return woken
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
