@@ -44,7 +44,8 @@ bench: $(STAMP)
 # lock model (tests/model: threads and asyncio tasks, faults, invariants checked
 # after every step), each for SOAK_SECONDS (default 5 minutes). Prints what was
 # done, the faults by kind and every invariant broken. MODEL_ARGS="--known-bugs
-# none" keeps the model off the known bugs' paths. Not run in CI.
+# none" keeps the model off the known bugs' paths; MODEL_ARGS="--kind all" soaks
+# fair locks, semaphores and read-write locks too. Not run in CI.
 SOAK_SECONDS ?= 300
 soak: $(STAMP)
 	status=0; \

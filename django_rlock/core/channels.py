@@ -38,8 +38,12 @@ class Waiter(Protocol):
     def waiter_id(self) -> str:
         """Unique per waiter; a release message naming it wakes this waiter alone."""
 
-    def wake(self) -> None:
-        """A release (or a reconnect) happened: try again now."""
+    def wake(self, grant: bytes = b"") -> None:
+        """A release (or a reconnect) happened: try again now.
+
+        ``grant``: what a fair lock's handoff message says beyond the waiter's
+        id (its token and request id), else empty.
+        """
 
     def recheck(self) -> None:
         """Something it may be waiting on changed (a confirmation): look again."""
@@ -49,12 +53,17 @@ class WakeCount:
     """What both listeners' subscriptions share: a wake-up count and a signal to the sleeper."""
 
     _wakeups: int = 0
+    #: The last handoff message's rest ("<token> <request id>"), taken by the
+    #: fair lock's waiter (core/fairlock.py); empty when none came.
+    handoff: bytes = b""
 
     def _signal(self) -> None:
         raise NotImplementedError
 
-    def wake(self) -> None:
+    def wake(self, grant: bytes = b"") -> None:
         """A release or a reconnect: retry now (see :class:`ChannelTable`)."""
+        if grant:
+            self.handoff = grant
         self._wakeups += 1
         self._signal()
 
@@ -190,10 +199,12 @@ class ChannelTable(Generic[W]):
         channel = self.channels.get(name)
         if kind in (b"message", b"smessage"):
             if payload:
-                # A message naming another process's waiter is not for us.
-                target = self.waiters.get(payload)
+                # A message naming another process's waiter is not for us. A
+                # fair lock's handoff says more after the name (a space).
+                name_of, _, grant = payload.partition(b" ")
+                target = self.waiters.get(name_of)
                 if target is not None:
-                    target.wake()
+                    target.wake(grant)
             elif channel is not None:
                 for waiter in channel.subscriptions.values():
                     waiter.wake()

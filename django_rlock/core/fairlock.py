@@ -17,34 +17,46 @@ retrying is skipped once its entry expires, at most the watchdog timeout and
 half a second after its last attempt. A non-blocking ``acquire`` (or a zero
 timeout) never queues, and is refused while anyone is queued. The scripts and
 key layout are in :mod:`django_rlock.core.fairlock_scripts`.
+
+Handoff: the release that frees the lock grants it to the head inside the
+script and says so in its message, so a head waiting with the watchdog holds
+the lock when the message arrives, with no acquire call. Its deadline counts
+from its own last attempt's send time (the grant came after that attempt, and
+lives the watchdog timeout): never from the message's arrival. A head with a
+fixed lease, or whose last attempt is so old that the watchdog might not renew
+the grant before that deadline, confirms it with one acquire call instead.
 """
 
 from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Protocol, Unpack
 
 from django_rlock.core import clock
 from django_rlock.core.calls import ScriptCall
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.fairlock_scripts import (
     FairKeys,
     fair_abandon_call,
+    fair_acquire_call,
     fair_keys,
-    with_queue,
+    fair_release_call,
 )
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.lock import LockBase, LockOptions, RLock
-from django_rlock.core.plan import AcquirePlan, drive
+from django_rlock.core.names import milliseconds
+from django_rlock.core.plan import HANDED, AcquirePlan, drive
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from django_rlock.core.channels import WakeCount
     from django_rlock.core.client import LockClient
     from django_rlock.core.waiting import Subscription
 
-__all__ = ["FairBase", "FairLock", "sleep_cap"]
+__all__ = ["FairBase", "FairLock", "handoff_min_life", "sleep_cap"]
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -61,6 +73,18 @@ def sleep_cap(plan: AcquirePlan) -> float:
     """
     remaining = plan.deadline - clock.monotonic()
     return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
+
+
+def handoff_min_life(watchdog_timeout: float) -> float:
+    """The least life left, in seconds, for a handed grant to be taken without a call.
+
+    The watchdog renews on its own ticks (every third of the timeout) and
+    declares a hold lost when a renewal could end within a margin (a sixth)
+    of its deadline; a handed grant whose deadline is nearer than a tick and
+    two margins could be declared lost while Redis keeps it. Its waiter
+    confirms it with an acquire call instead, which renews it.
+    """
+    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
 
 
 class FairBase(LockBase):
@@ -85,19 +109,69 @@ class FairBase(LockBase):
             )
         self.fair_keys = fair_keys(engine.key_prefix, self.name)
         self.keys = self.fair_keys
+        #: Queue id -> request id of that waiter's last attempt, which a
+        #: handoff message names (one entry per waiting acquire call).
+        self._last_requests: dict[str, str] = {}
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
         """The plain acquire call on the fair keys, plus the queue (``waiter_id``: queue id)."""
-        return with_queue(super()._acquire_call(owner, lease, waiter_id, sleep), self.fair_keys)
+        call = fair_acquire_call(
+            super()._acquire_call(owner, lease, waiter_id, sleep),
+            self.fair_keys,
+            self._engine.watchdog_timeout,
+        )
+        if waiter_id:
+            self._last_requests[waiter_id] = call.rid
+        return call
 
     def _release_call(self, owner: str) -> ScriptCall:
-        """The plain release call on the fair keys, plus the queue."""
-        return with_queue(super()._release_call(owner), self.fair_keys)
+        """The plain release call on the fair keys, plus what a handoff needs."""
+        return fair_release_call(super()._release_call(owner), self.fair_keys)
 
     def _abandon_call(self, queue_id: str) -> ScriptCall:
         return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
+
+    def _take_handoff(
+        self,
+        waiting: _FairShell,
+        subscription: WakeCount,
+    ) -> bool:
+        """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
+
+        Taken only when the message names the caller's last attempt (so the
+        grant came after that attempt was sent, and its send time bounds the
+        deadline from below), the caller waits with the watchdog, and that
+        deadline leaves the watchdog time to renew. Otherwise the caller's
+        next attempt confirms the grant (FAIR_ACQUIRE), or finds it gone.
+        """
+        grant, subscription.handoff = subscription.handoff, b""
+        if not grant or waiting.lease is not None:
+            return False
+        token, _, rid = grant.partition(b" ")
+        last = self._last_requests.get(waiting.queue_id)
+        # Anything else on the channel (a stale or foreign message) is only a wake-up.
+        if last is None or rid != last.encode() or not token.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            waiting.owner,
+            token=int(token),
+            holds=1,
+            lease=None,
+            sent_at=waiting.sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=waiting.plan.started,
+        )
+        waiting.queued = False  # the handoff took the caller out of the queue
+        return True
+
+    def _end_waiting(self, queue_id: str) -> None:
+        self._last_requests.pop(queue_id, None)
 
     def _queue_id(self, plan: AcquirePlan, new_waiter_id: Callable[[], str]) -> str:
         """The caller's place in the queue for one acquire call ('' when it will not wait).
@@ -153,6 +227,13 @@ class FairLock(FairBase, RLock):
         send: Callable[..., Any] = self.client.fair_scripts.release
         return send
 
+    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+        """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        self._local.lost = False
+        return True
+
     def _abandon(self, waiter_id: str) -> None:
         """Leave the queue without the lock, waking the next head if the lock is free."""
         call = self._abandon_call(waiter_id)
@@ -176,15 +257,19 @@ class _FairWaiting:
     ) -> None:
         self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
         self.queue_id = queue_id
-        self.subscription: Subscription | None = None
+        self.subscription: _HandoffSubscription | None = None
         #: An attempt that may have queued the caller was sent, and no grant
         #: came back: the queue must be left on the way out.
         self.queued = False
+        #: When the last attempt was sent (at the latest): a handed grant's
+        #: deadline counts from it.
+        self.sent_at = plan.started
         self._stack = ExitStack()
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         # Before sending: a call whose reply is lost may have queued the caller.
         self.queued = self.queued or bool(self.queue_id)
+        self.sent_at = clock.monotonic()
         wait = self.lock._queued_attempt(
             self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
         )
@@ -194,11 +279,44 @@ class _FairWaiting:
 
     def listen(self) -> None:
         listener = self.lock.client.listener
-        self.subscription = self._stack.enter_context(
+        subscription = self._stack.enter_context(
             listener.listen(self.lock.keys.channel, self.queue_id)
         )
+        self.subscription = _HandoffSubscription(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         with self._stack:
+            self.lock._end_waiting(self.queue_id)
             if self.queued or (registered and self.queue_id):
                 self.lock._abandon(self.queue_id)
+
+
+class _HandoffSubscription:
+    """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
+
+    def __init__(self, shell: _FairWaiting, subscription: Subscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    def wait(self, since: int, timeout: float) -> object:
+        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
+        woken = self.inner.wait(since, timeout)
+        shell = self.shell
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
+
+
+class _FairShell(Protocol):
+    """What :meth:`FairBase._take_handoff` reads of a waiting shell (sync or asyncio)."""
+
+    owner: str
+    lease: float | None
+    plan: AcquirePlan
+    queue_id: str
+    queued: bool
+    sent_at: float

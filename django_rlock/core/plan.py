@@ -10,6 +10,8 @@ how long to wait; a shell performs each step and sends its result back:
 * ``("listen",)``: subscribe to the lock's release channel.
 * ``("wait_subscribed", timeout)``, ``("mark",)``, ``("wait", since, timeout)``:
   the subscription's own calls (see :class:`~django_rlock.core.waiting.Subscription`).
+  A wait that returns :data:`HANDED` ends the plan granted: the shell has
+  recorded a grant the release handed it (a fair lock's handoff).
 
 The generator returns whether the lock was granted. Whatever happens (a
 timeout, an error, a cancellation), the shell leaves the waiting set when
@@ -30,10 +32,13 @@ from typing import Any
 
 from django_rlock.core import clock
 
-__all__ = ["AcquirePlan", "Step", "drive", "drive_async"]
+__all__ = ["HANDED", "AcquirePlan", "Step", "drive", "drive_async"]
 
 #: A step: the name of the call to make and its arguments.
 Step = tuple[Any, ...]
+
+#: What a wait returns when the lock was handed to the waiter and recorded.
+HANDED = object()
 
 #: The steps run on the subscription (the others on the shell).
 _SUBSCRIPTION_CALLS = frozenset({"wait_subscribed", "mark", "wait"})
@@ -74,7 +79,10 @@ class AcquirePlan:
             remaining = self.deadline - clock.monotonic()
             if remaining <= 0:
                 return False
-            yield ("wait", since, min(pttl, remaining))
+            woken = yield ("wait", since, min(pttl, remaining))
+            if woken is HANDED:
+                self.registered = False  # the handoff took it out of the queue
+                return True
 
 
 def _target(shell: Any, step: Step) -> Callable[..., Any]:

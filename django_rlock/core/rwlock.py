@@ -92,6 +92,7 @@ class WriteSide(_Side):
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(self.keys.hash, owner),
             holder=describe(),
+            read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
         )
 
     def _acquire_reply(

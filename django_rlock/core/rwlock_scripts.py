@@ -182,14 +182,18 @@ return {0, 1, ttl}
 # KEYS[6] (optional) the owner's write request latch
 # ARGV[1..8] as scripts.ACQUIRE (owner, expiry ms, waiter id, sleep ms,
 #   request id, lost holds, their token, holder description),
-# ARGV[9] the read keys' common prefix ('<base>:rw:reader:')
+# ARGV[9] the read keys' common prefix ('<base>:rw:reader:'),
+# ARGV[10] 1 when the owner's read holds were declared lost by its client (0: none)
 # Returns {token, holds, pttl} when granted, exactly as scripts.ACQUIRE: a new
 #   grant's token is max(last + 1, the server's clock in microseconds), the
 #   counter expires with the write hash, a re-entry keeps the token and never
 #   shortens the key, a resend reports, lost holds go first.
 # Returns UPGRADE_REFUSED ('upgrade') when the owner holds a read but not the
 #   write: waiting would deadlock (the owner's own read keeps the write from
-#   it), so the caller is told at once, and nothing changes.
+#   it), so the caller is told at once, and nothing changes. A read its client
+#   declared lost (ARGV[10]) is the owner's no more: its key, which may live on
+#   until it expires, is taken off first (as lost holds are), so the owner
+#   is not told to release what it has given up.
 # Returns the PTTL in ms to wait at most when busy: the other writer's, or,
 #   when readers hold, the shortest-lived reader's (the first that may vanish
 #   without a release; see the module's docstring). The index is pruned of
@@ -205,6 +209,10 @@ end
 """
         + _REENTER.replace("FENCE", "KEYS[2]")
         + """
+if ARGV[10] == '1' then
+    redis.call('del', KEYS[5])
+    redis.call('srem', KEYS[4], ARGV[1])
+end
 if redis.call('hexists', KEYS[5], ARGV[1]) == 1 then
     return 'UPGRADE'
 end
@@ -476,8 +484,12 @@ def write_acquire_call(
     latch: str,
     lost: tuple[int, int] | None,
     holder: str,
+    read_lost: bool = False,
 ) -> ScriptCall:
-    """One write acquire (WRITE_ACQUIRE); ``lost``: (token, holds) declared lost, as for a lock."""
+    """One write acquire (WRITE_ACQUIRE); ``lost``: (token, holds) declared lost, as for a lock.
+
+    ``read_lost``: the owner's read holds were declared lost (taken off first).
+    """
     token, holds = lost or (0, 0)
     return ScriptCall(
         keys=[keys.write, keys.fence, keys.waiters, keys.readers, keys.reader(owner), latch],
@@ -491,6 +503,7 @@ def write_acquire_call(
             str(token),
             holder,
             keys.reader_prefix,
+            1 if read_lost else 0,
         ],
         rid=rid,
     )

@@ -482,3 +482,24 @@ def test_the_index_keeps_only_live_readers(lock_client: LockClient, r: redis.Red
             pass
     assert not r.exists(rw.keys.readers)
     assert r.ttl(rw.keys.write) == -2
+
+
+def test_a_read_declared_lost_does_not_refuse_its_owner_the_write(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    """Found by the model soak (tests/model, --kind mixed): a read declared lost
+    while its key lived on (a stall, a lost reply, a closed client) made its
+    owner's write acquire answer LockUpgradeError, telling it to release a read
+    it had already given up, until the key expired."""
+    rw = lock_client.read_write_lock("given-up")
+    rw.read.acquire()
+    (hold,) = lock_client.watched_holds()
+    lock_client.declare_lost(hold, "the local deadline passed")
+    with pytest.raises(LockLostError):
+        rw.read.release()
+    assert rw.read.hold_count() == 1  # the server still counts the lost read
+    assert rw.write.acquire(blocking=False)  # the lost read is taken off, not upgraded
+    assert rw.read.hold_count() == 0
+    assert not in_thread(try_once, rw.read)  # a writer now: other readers wait
+    rw.write.release()
+    assert in_thread(try_once, rw.read)

@@ -17,12 +17,21 @@ take a lock away on the server (an operator's force-release, FLUSHALL, a
 restart without persistence) excuse that: a :class:`Revocation` excuses every
 belief it may have hit. Fencing tokens have no excuse: they must grow across
 grants of one name even when Redis forgets the counter (DESIGN.md, Fencing).
+
+The sibling kinds keep the same belief rules with their own invariants, each
+belief carrying its :data:`Belief.kind`: a read-write lock's write belief
+overlaps no other owner's read or write belief of its name (reads overlap
+freely; an owner's own read while it writes is allowed), and only write grants
+carry tokens; a semaphore's permit beliefs of one name never add up to more
+than its permits at one instant (an owner's re-entry is one more permit, a
+release ends one from the moment it starts), and carry no tokens.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django_rlock.core import clock
@@ -32,8 +41,10 @@ __all__ = [
     "DOUBLE_HOLDER",
     "HOLDER_NOT_TOLD",
     "LEAK",
+    "PERMITS",
     "RELEASE_OUTCOME",
     "TOKEN_ORDER",
+    "UPGRADE",
     "Belief",
     "DoubleHolder",
     "History",
@@ -42,8 +53,10 @@ __all__ = [
     "ModelViolation",
     "Revocation",
     "TokenWentBackwards",
+    "TooManyPermits",
     "Violation",
     "WrongReleaseOutcome",
+    "WrongUpgradeOutcome",
 ]
 
 DOUBLE_HOLDER = "two owners believed they held"
@@ -51,6 +64,13 @@ TOKEN_ORDER = "fencing token did not increase"
 RELEASE_OUTCOME = "wrong release outcome"
 HOLDER_NOT_TOLD = "holder not told its hold ended"
 LEAK = "something grew"
+PERMITS = "more permits believed than the semaphore has"
+UPGRADE = "wrong outcome of a reader asking to write"
+
+#: The kinds of belief: a lock's hold, a semaphore's permits, a read-write lock's sides.
+LOCK, PERMIT, READ, WRITE = "lock", "permit", "read", "write"
+#: The kinds whose grants carry fencing tokens.
+FENCED = frozenset({LOCK, WRITE})
 
 
 class ModelViolation(AssertionError):
@@ -77,12 +97,22 @@ class Leak(ModelViolation):
     """Connections, threads, keys or channels were left behind."""
 
 
+class TooManyPermits(ModelViolation):
+    """Owners believed they held more permits of one semaphore than it has, at one instant."""
+
+
+class WrongUpgradeOutcome(ModelViolation):
+    """A reader asking to write was granted, or an owner reading nothing was refused as one."""
+
+
 _ERRORS: dict[str, type[ModelViolation]] = {
     DOUBLE_HOLDER: DoubleHolder,
     TOKEN_ORDER: TokenWentBackwards,
     RELEASE_OUTCOME: WrongReleaseOutcome,
     HOLDER_NOT_TOLD: HolderNotTold,
     LEAK: Leak,
+    PERMITS: TooManyPermits,
+    UPGRADE: WrongUpgradeOutcome,
 }
 
 
@@ -102,6 +132,10 @@ class Belief:
     released_at: float | None = None
     #: When the library started declaring the hold lost (just before the flag is set).
     lost_at: float | None = None
+    #: What was granted: LOCK, PERMIT, READ or WRITE.
+    kind: str = LOCK
+    #: For PERMIT: (from when, how many permits the owner believed it held), in time order.
+    counts: list[tuple[float, int]] = field(default_factory=list)
 
     def end_by(self, now: float) -> float | None:
         """A time the belief lasted at least until, as seen at ``now``; None: unknown yet.
@@ -119,15 +153,6 @@ class Belief:
             return None if self.lost_at is None and self.released_at is None else end
         return now
 
-    def re_entered_by(self, later: Belief, now: float) -> bool:
-        """Whether ``later`` re-entered this grant: the same owner and token, asked for
-        while this one was still believed (through another client: owner ids are per
-        thread or task, so a closed client's fixed-lease hold is still the owner's)."""
-        if later.owner != self.owner or later.token != self.token:
-            return False
-        end = self.end_by(now)
-        return end is not None and end > later.sent_at
-
     def describe(self) -> str:
         ended = []
         if self.released_at is not None:
@@ -135,8 +160,11 @@ class Belief:
         if self.lost_at is not None:
             ended.append(f"declared lost {self.lost_at:.3f}")
         ended.append(f"deadline {self.hold.deadline:.3f}")
+        what = f"{self.kind} token {self.token}" if self.kind != LOCK else f"token {self.token}"
+        if self.kind == PERMIT:
+            what = "permits " + ",".join(f"{count}@{at:.3f}" for at, count in list(self.counts))
         return (
-            f"{self.owner} token {self.token} ({'watchdog' if self.hold.watchdog else 'lease'}): "
+            f"{self.owner} {what} ({'watchdog' if self.hold.watchdog else 'lease'}): "
             f"sent {self.sent_at:.3f}, granted {self.granted_at:.3f}, " + ", ".join(ended)
         )
 
@@ -188,17 +216,21 @@ class History:
     steps: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _by_hold: dict[int, Belief] = field(default_factory=dict)
-    _reported: set[tuple[int, int, str]] = field(default_factory=set)
+    _reported: set[tuple[object, ...]] = field(default_factory=set)
 
-    def granted(self, owner: str, hold: Hold, granted_at: float) -> Belief:
-        """Record a new grant (the caller checked it is not a re-entry)."""
+    def granted(
+        self, owner: str, hold: Hold, granted_at: float, kind: str = LOCK, name: str = ""
+    ) -> Belief:
+        """Record a new grant (the caller checked it is not a re-entry) of ``name`` (the hold's)."""
         belief = Belief(
             owner=owner,
-            name=hold.name,
+            name=name or hold.name,
             token=hold.token,
             hold=hold,
             sent_at=hold.acquired_at,
             granted_at=granted_at,
+            kind=kind,
+            counts=[(granted_at, hold.count)],
         )
         with self._lock:
             self.beliefs.append(belief)
@@ -209,6 +241,22 @@ class History:
         with self._lock:
             belief = self._by_hold.get(id(hold))
         return belief if belief is not None and belief.hold is hold else None
+
+    def released_elsewhere(self, owner: str, name: str, kind: str, at: float) -> None:
+        """``owner`` released ``name`` holding nothing in its client: its older beliefs end.
+
+        Such a belief is of a hold its closed client got, which its new client
+        knows nothing of, and which the release may just have given back.
+        """
+        with self._lock:
+            beliefs = [
+                belief
+                for belief in self.beliefs
+                if belief.owner == owner and belief.name == name and belief.kind == kind
+            ]
+        for belief in beliefs:
+            if belief.released_at is None:
+                belief.released_at = at
 
     def declaring_lost(self, hold: Hold, at: float) -> None:
         """The library is about to declare ``hold`` lost (called before the flag is set)."""
@@ -261,6 +309,8 @@ class History:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[tuple[Belief, float]]] = {}
         for belief in beliefs:
+            if belief.kind == PERMIT:
+                continue  # permits are counted (check_permits), not exclusive
             end = belief.end_by(now)
             if end is not None and end > belief.granted_at:
                 by_name.setdefault(belief.name, []).append((belief, end))
@@ -273,6 +323,8 @@ class History:
                         continue  # sorted by start: later ones may still overlap
                     if second.owner == first.owner:
                         continue
+                    if first.kind == second.kind == READ:
+                        continue  # readers share
                     both_until = min(first_end, second_end)
                     if both_until <= second.granted_at:
                         continue
@@ -290,14 +342,19 @@ class History:
     def check_tokens(self) -> list[Violation]:
         """A grant whose token is not above every grant made before it was asked for.
 
-        Except a re-entry of a grant its owner still believed in (:meth:`Belief.re_entered_by`).
+        One pair is no grant: an owner whose client was closed under a live hold
+        asks again through its new client, which knows nothing of the hold; the
+        server re-enters it (same owner, same token) and the new client records
+        a hold of its own. Its acquire returned while the earlier belief lived,
+        so the server still had the owner's hold when it answered.
         """
         now = clock.monotonic()
         with self._lock:
             beliefs = list(self.beliefs)
         by_name: dict[str, list[Belief]] = {}
         for belief in beliefs:
-            by_name.setdefault(belief.name, []).append(belief)
+            if belief.kind in FENCED:  # permits and reads carry no token
+                by_name.setdefault(belief.name, []).append(belief)
         found = []
         for grants in by_name.values():
             grants.sort(key=lambda belief: belief.granted_at)
@@ -307,7 +364,7 @@ class History:
                     for belief in grants
                     if belief.granted_at < later.sent_at
                     and belief.token >= later.token
-                    and not belief.re_entered_by(later, now)
+                    and not _reentered(belief, later, now)
                 ]
                 if earlier:
                     first = max(earlier, key=lambda belief: belief.token)
@@ -320,10 +377,52 @@ class History:
                     )
         return found
 
+    def check_permits(self, permits: int) -> list[Violation]:
+        """An instant at which owners believed more than ``permits`` permits of one name."""
+        now = clock.monotonic()
+        with self._lock:
+            beliefs = [belief for belief in self.beliefs if belief.kind == PERMIT]
+        # Per name, (when, change in permits believed, whose) as each count starts and ends.
+        changes: dict[str, list[tuple[float, int, Belief]]] = {}
+        for belief in beliefs:
+            end = belief.end_by(now)
+            if end is None or end <= belief.granted_at or self.excused(belief, now):
+                continue
+            steps = list(belief.counts)
+            for index, (start, count) in enumerate(steps):
+                until = min(end, steps[index + 1][0]) if index + 1 < len(steps) else end
+                if count > 0 and until > start:
+                    changes.setdefault(belief.name, []).append((start, count, belief))
+                    changes[belief.name].append((until, -count, belief))
+        found = []
+        for name, timeline in changes.items():
+            # At one instant, ends before starts: a permit handed over is not two.
+            timeline.sort(key=lambda change: (change[0], change[1]))
+            holding: dict[int, tuple[Belief, int]] = {}
+            for when, change, belief in timeline:
+                if change > 0:
+                    holding[id(belief)] = (belief, change)
+                else:
+                    holding.pop(id(belief), None)  # its next count, if any, starts now
+                believed = _permits_believed(holding.values())
+                if believed > permits:
+                    found += self._report_once(
+                        (PERMITS, *sorted(holding)),
+                        PERMITS,
+                        f"{name!r}: {believed} permits believed at {when:.3f} (the semaphore "
+                        f"has {permits}): "
+                        + "; ".join(f"[{held.describe()}]" for held, _ in holding.values()),
+                    )
+        return found
+
     def _report(
         self, first: Belief, second: Belief, invariant: str, detail: str
     ) -> list[Violation]:
-        seen = (id(first), id(second), invariant)
+        return self._report_once((id(first), id(second), invariant), invariant, detail)
+
+    def _report_once(
+        self, seen: tuple[object, ...], invariant: str, detail: str
+    ) -> list[Violation]:
         with self._lock:
             if seen in self._reported:
                 return []
@@ -331,3 +430,25 @@ class History:
             violation = Violation(invariant, detail)
             self.violations.append(violation)
         return [violation]
+
+
+def _reentered(earlier: Belief, later: Belief, now: float) -> bool:
+    """Whether ``later`` re-entered ``earlier``'s hold on the server (see check_tokens)."""
+    if earlier.owner != later.owner or earlier.token != later.token:
+        return False
+    end = earlier.end_by(now)
+    return end is None or later.granted_at < end
+
+
+def _permits_believed(holding: Iterable[tuple[Belief, int]]) -> int:
+    """The permits owners believe they hold, from each live belief and its count now.
+
+    An owner's permits of one name are one count on the server (its permit
+    hash), which each of its beliefs reads: a belief its new client got after
+    the old one was closed already counts the old one's. So an owner believes
+    the most any one of its beliefs says, not their sum.
+    """
+    most: dict[str, int] = {}
+    for belief, count in holding:
+        most[belief.owner] = max(most.get(belief.owner, 0), count)
+    return sum(most.values())

@@ -7,6 +7,10 @@ owners (who carry them out concurrently) and inject the faults the
 after every step. Grants go into a bundle, so releases mostly aim at what was
 asked for; another rule releases anything, which must then be refused.
 
+Names of every kind the config lists are drawn alike; for a read-write lock
+an operation also draws its side (``read`` or ``write``), so owners read,
+write, read while writing and ask to write while reading.
+
 Each example ends by releasing everything and checking that nothing grew
 (keys, channels, connections, threads), see :meth:`World.close`.
 """
@@ -78,7 +82,10 @@ def machine_for(
     checks (the soak stops there when its time is up, by raising a BaseException).
     """
     owners = st.integers(0, config.owners - 1)
-    names = st.sampled_from(config.names)
+    names = st.sampled_from(config.all_names)
+    # Drawn only when a read-write lock is in the run, so runs without one draw
+    # exactly as before; a side is ignored for names that have none.
+    sides = st.sampled_from(["read", "write"]) if config.rw_names else st.just("")
     leases = st.one_of(st.none(), st.sampled_from(config.leases))
     clients = st.integers(0, config.clients - 1)
     # Up to about twice the watchdog timeout: long enough to outlast renewals.
@@ -96,18 +103,23 @@ def machine_for(
 
         # -- owners --------------------------------------------------------------------
 
+        def side(self, name: str, drawn: str) -> str:
+            return drawn if name in config.rw_names else ""
+
         @rule(
             target=grants,
             owner=owners,
             name=names,
             lease=leases,
             wait=st.sampled_from(WAITS),
+            side=sides,
         )
         def acquire(
-            self, owner: int, name: str, lease: float | None, wait: float | None
-        ) -> tuple[int, str]:
-            self.world.submit(owner, Acquire(name, lease, wait))
-            return owner, name
+            self, owner: int, name: str, lease: float | None, wait: float | None, side: str
+        ) -> tuple[int, str, str]:
+            side = self.side(name, side)
+            self.world.submit(owner, Acquire(name, lease, wait, side))
+            return owner, name, side
 
         @rule(
             target=grants,
@@ -115,22 +127,29 @@ def machine_for(
             name=names,
             lease=leases,
             wait=st.sampled_from(WAITS),
+            side=sides,
         )
         def contend(
-            self, contenders: list[int], name: str, lease: float | None, wait: float | None
-        ) -> MultipleResults[tuple[int, str]]:
+            self,
+            contenders: list[int],
+            name: str,
+            lease: float | None,
+            wait: float | None,
+            side: str,
+        ) -> MultipleResults[tuple[int, str, str]]:
+            side = self.side(name, side)
             for owner in contenders:
-                self.world.submit(owner, Acquire(name, lease, wait))
-            return multiple(*((owner, name) for owner in contenders))
+                self.world.submit(owner, Acquire(name, lease, wait, side))
+            return multiple(*((owner, name, side) for owner in contenders))
 
         @rule(grant=consumes(grants))
-        def release_what_was_asked(self, grant: tuple[int, str]) -> None:
-            owner, name = grant
-            self.world.submit(owner, Release(name))
+        def release_what_was_asked(self, grant: tuple[int, str, str]) -> None:
+            owner, name, side = grant
+            self.world.submit(owner, Release(name, side))
 
-        @rule(owner=owners, name=names)
-        def release_anything(self, owner: int, name: str) -> None:
-            self.world.submit(owner, Release(name))
+        @rule(owner=owners, name=names, side=sides)
+        def release_anything(self, owner: int, name: str, side: str) -> None:
+            self.world.submit(owner, Release(name, self.side(name, side)))
 
         @rule(seconds=st.sampled_from([0.05, 0.2, 0.5, 1.0]))
         def time_passes(self, seconds: float) -> None:

@@ -15,7 +15,11 @@ sync threads (each its own owner, several per client) and asyncio tasks on one
 :class:`AsyncLockClient`; each runs the operations it is given in order, on
 its own, so operations of different owners overlap in time as in production.
 
-An operator (a direct client) force-releases locks; the admin connection
+Names may also be semaphores (``Config.semaphores``: owners take and give
+back permits) and read-write locks (``Config.rw_names``: owners take the
+``read`` or the ``write`` side), each judged by its own invariants
+(:mod:`tests.model.history`). An operator (a direct client) force-releases
+locks, semaphores and both sides of read-write locks; the admin connection
 injects the server-side faults. What every owner saw goes into a
 :class:`~tests.model.history.History`, which the checks read.
 """
@@ -38,17 +42,25 @@ from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock, clock
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from django_rlock.core.exceptions import LockUpgradeError
 from django_rlock.core.fairlock_scripts import FairKeys, fair_keys
 from django_rlock.core.hold import Hold
 from django_rlock.core.identity import task_owner, thread_owner
 from django_rlock.core.names import LockKeys
+from django_rlock.core.rwlock_scripts import RWKeys
+from django_rlock.core.semaphore_scripts import permit_prefix, semaphore_keys
 from tests.faults.conftest import server_major
 from tests.faults.proxy import FaultProxy
 from tests.model.history import (
     DOUBLE_HOLDER,
     HOLDER_NOT_TOLD,
     LEAK,
+    LOCK,
+    PERMIT,
+    READ,
     RELEASE_OUTCOME,
+    UPGRADE,
+    WRITE,
     History,
     Revocation,
 )
@@ -106,6 +118,35 @@ class Config:
     retry_unanswered: bool = True
     #: Every lock is a fair lock (``fair_lock``): the same invariants hold.
     fair: bool = False
+    #: Names that are semaphores of ``permits`` permits (besides the locks of ``names``).
+    semaphores: tuple[str, ...] = ()
+    permits: int = 2
+    #: Names that are read-write locks: owners take their ``read`` or ``write`` side.
+    rw_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(set(self.all_names)) != len(self.all_names):
+            raise ValueError(
+                f"a name has one kind: names {self.names}, semaphores {self.semaphores} and "
+                f"rw_names {self.rw_names} must not share one"
+            )
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """Every name of the run: locks, then semaphores, then read-write locks."""
+        return (*self.names, *self.semaphores, *self.rw_names)
+
+    def sides(self, name: str) -> tuple[str, ...]:
+        """What an owner can hold of ``name``: a read-write lock's two sides, else one."""
+        return (READ, WRITE) if name in self.rw_names else ("",)
+
+    def kind_of(self, name: str, side: str) -> str:
+        """The belief kind of a hold of ``side`` of ``name`` (see tests/model/history.py)."""
+        if name in self.semaphores:
+            return PERMIT
+        if name in self.rw_names:
+            return side
+        return LOCK
 
     @property
     def owners(self) -> int:
@@ -124,11 +165,15 @@ class Config:
 
 @dataclass(frozen=True)
 class Acquire:
-    """Acquire ``name`` (re-entry when held): ``wait`` None is one attempt (blocking=False)."""
+    """Acquire ``name`` (re-entry when held): ``wait`` None is one attempt (blocking=False).
+
+    ``side`` is READ or WRITE for a read-write lock, else empty.
+    """
 
     name: str
     lease: float | None
     wait: float | None
+    side: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,13 +181,15 @@ class Release:
     """Release one hold of ``name`` (also when the owner holds none: that must be refused)."""
 
     name: str
+    side: str = ""
 
 
 @dataclass(frozen=True)
 class ReportLost:
     """Check that every watchdog hold an owner believed in on its closed client reads as lost."""
 
-    believed: tuple[str, ...]
+    #: (name, side) of each such hold.
+    believed: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -163,6 +210,8 @@ class Owner:
         self.history = world.history
         #: Names whose acquire went unanswered, with when the owner may try them again.
         self.tainted: dict[str, float] = {}
+        #: Read-write names whose read release went unanswered, with when that read expires.
+        self.unsure_reads: dict[str, float] = {}
         self.pending = 0
         self._pending_lock = threading.Lock()
         #: The library's owner id of this thread or task, once it runs.
@@ -170,19 +219,67 @@ class Owner:
 
     # -- implemented by the thread and the task owners -----------------------------
 
-    def holds(self, name: str) -> list[Hold]:
+    def lock(self, name: str, side: str = "") -> Any:
+        raise NotImplementedError
+
+    def holds(self, name: str, side: str = "") -> list[Hold]:
         raise NotImplementedError
 
     # -- shared bookkeeping ----------------------------------------------------------
 
-    def top(self, name: str) -> Hold | None:
-        stack = self.holds(name)
+    def top(self, name: str, side: str = "") -> Hold | None:
+        stack = self.holds(name, side)
         return stack[-1] if stack else None
+
+    def kind(self, name: str, side: str) -> str:
+        return self.world.config.kind_of(name, side)
+
+    def outcome(self, name: str, side: str, text: str) -> None:
+        """Count an operation's outcome, under its kind (a lock's bare, as before kinds)."""
+        kind = self.kind(name, side)
+        self.history.operation(text if kind == LOCK else f"{kind} {text}")
+
+    def reading(self, op: Acquire) -> Hold | None:
+        """For a write of a read-write lock, the owner's newest read hold (else None)."""
+        return self.top(op.name, READ) if op.side == WRITE else None
+
+    def upgrade_refused(self, op: Acquire, read: Hold | None) -> None:
+        """LockUpgradeError: expected of an owner that may hold a read, a violation otherwise."""
+        self.outcome(op.name, op.side, "acquire LockUpgradeError")
+        now = clock.monotonic()
+        # The server may keep a read the owner does not count: one whose grant or
+        # release went unanswered, until it expires.
+        unsure = max(self.tainted.get(op.name, 0.0), self.unsure_reads.get(op.name, 0.0))
+        if read is None and now >= unsure:
+            self.history.violated(
+                UPGRADE,
+                f"{self.label} asked to write {op.name!r} holding no read and got LockUpgradeError",
+            )
+
+    def check_upgrade(
+        self, op: Acquire, before: Hold | None, read: Hold | None, granted: bool, at: float
+    ) -> None:
+        """A new write grant while the owner's read lived on the server: an upgrade let through."""
+        if read is None or not granted or self.top(op.name, op.side) is before:
+            return
+        belief = self.history.belief_of(read)
+        if (
+            not read.lost
+            and not read.released
+            and read.deadline > at
+            and belief is not None
+            and not self.history.excused(belief, at)
+        ):
+            self.history.violated(
+                UPGRADE,
+                f"{self.label} was granted the write of {op.name!r} while its read lived "
+                f"[{belief.describe()}]: a reader asking to write must get LockUpgradeError",
+            )
 
     def acquire_lease(self, op: Acquire) -> float | bool | None:
         """The lease to ask for, or False to skip the operation (known-bug discipline)."""
         config = self.world.config
-        top = self.top(op.name)
+        top = self.top(op.name, op.side)
         held = top is not None and not top.lost
         until = self.tainted.get(op.name)
         if until is not None and not config.retry_unanswered:
@@ -195,42 +292,54 @@ class Owner:
                 return None if top.watchdog else config.leases[0]
         return op.lease
 
-    def acquired(self, name: str, before: Hold | None, granted: bool, at: float) -> None:
-        self.history.operation("acquire granted" if granted else "acquire refused")
+    def acquired(self, name: str, side: str, before: Hold | None, granted: bool, at: float) -> None:
+        self.outcome(name, side, "acquire granted" if granted else "acquire refused")
         if not granted:
             return
-        hold = self.top(name)
+        hold = self.top(name, side)
         assert hold is not None, "acquire returned True but the library records no hold"
+        kind = self.kind(name, side)
         if hold is not before:
-            self.history.granted(self.label, hold, at)
+            # Under the model's name: a broken world's lock may be another name's.
+            self.history.granted(self.label, hold, at, kind, name)
+        elif kind == PERMIT and (belief := self.history.belief_of(hold)) is not None:
+            # A re-entry of a semaphore is one more permit, believed from now on.
+            belief.counts.append((at, hold.count))
 
-    def acquire_failed(self, name: str, error: BaseException) -> None:
-        self.history.operation(f"acquire {type(error).__name__}")
+    def acquire_failed(self, name: str, side: str, error: BaseException) -> None:
+        self.outcome(name, side, f"acquire {type(error).__name__}")
         # Unanswered (a timeout, a reset twice, however the library words it): the
         # server may have granted it. Stay off until that grant has expired.
         self.tainted[name] = clock.monotonic() + self.world.config.longest_hold + 0.5
 
-    def releasing(self, name: str) -> tuple[Hold | None, float, float, bool]:
-        hold = self.top(name)
+    def releasing(self, name: str, side: str) -> tuple[Hold | None, float, float, bool, int]:
+        hold = self.top(name, side)
         started = clock.monotonic()
         if hold is None:
-            return None, started, 0.0, False
-        return hold, started, hold.deadline, hold.lost
+            return None, started, 0.0, False, 0
+        return hold, started, hold.deadline, hold.lost, hold.count
 
     def released(
         self,
         name: str,
-        before: tuple[Hold | None, float, float, bool],
+        side: str,
+        before: tuple[Hold | None, float, float, bool, int],
         error: BaseException | None,
     ) -> None:
-        hold, started, deadline, was_lost = before
+        hold, started, deadline, was_lost, count = before
         answered = clock.monotonic()
         outcome = "ok" if error is None else type(error).__name__
-        self.history.operation(f"release {outcome}")
+        self.outcome(name, side, f"release {outcome}")
+        if side == READ and error is not None and not isinstance(error, LockNotOwnedError):
+            # Its outcome is unknown: the server may keep the read until it expires.
+            # (A read declared lost may live on too, but the owner's write takes
+            # it off: its client tells the script.)
+            self.unsure_reads[name] = answered + self.world.config.longest_hold + 0.5
         if name in self.tainted:
             # A release while tainted: the possible orphan grant ends from here on.
             self.tainted[name] = answered + self.world.config.longest_hold + 0.5
         if hold is None:
+            self.history.released_elsewhere(self.label, name, self.kind(name, side), started)
             if isinstance(error, LockLostError):
                 self.history.violated(
                     RELEASE_OUTCOME,
@@ -240,6 +349,9 @@ class Owner:
         belief = self.history.belief_of(hold)
         if belief is not None and (hold.released or hold.lost) and belief.released_at is None:
             belief.released_at = started
+        if belief is not None and belief.kind == PERMIT:
+            # One permit fewer from the moment its release started, whatever the outcome.
+            belief.counts.append((started, count - 1))
         if type(error) is LockNotOwnedError:
             self.history.violated(
                 RELEASE_OUTCOME,
@@ -265,11 +377,12 @@ class Owner:
                 f"in [{belief.describe()}]",
             )
 
-    def report_lost(self, name: str, lost: bool) -> None:
+    def report_lost(self, name: str, side: str, lost: bool) -> None:
         if not lost:
             self.history.violated(
                 HOLDER_NOT_TOLD,
-                f"{self.label}'s client was closed while it held {name!r}; lock.lost stays False "
+                f"{self.label}'s client was closed while it held {name!r} {side}; "
+                f"lock.lost stays False "
                 f"(its hold ended untold: the key expires unrenewed)",
             )
 
@@ -312,12 +425,12 @@ class ThreadOwner(Owner):
         self.thread = threading.Thread(target=self._run, name=f"model-{label}", daemon=True)
         self.thread.start()
 
-    def lock(self, name: str) -> RLock:
-        return self.world.sync_lock(self.client_index, name)
+    def lock(self, name: str, side: str = "") -> RLock:
+        return self.world.sync_lock(self.client_index, name, side)
 
-    def holds(self, name: str) -> list[Hold]:
-        lock = self.lock(name)
-        return lock.client.holds.holds_of(lock.keys.hash, self.owner_id)
+    def holds(self, name: str, side: str = "") -> list[Hold]:
+        lock = self.lock(name, side)
+        return lock.client.holds.holds_of(lock.hold_keys(self.owner_id)[0], self.owner_id)
 
     def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
         self.ops.put((op, done))
@@ -347,32 +460,43 @@ class ThreadOwner(Owner):
                 self.history.operation("skipped (known-bug discipline)")
                 return
             assert lease is not True
-            before = self.top(op.name)
+            before = self.top(op.name, op.side)
+            read = self.reading(op)
             try:
-                granted = self.lock(op.name).acquire(
+                granted = self.lock(op.name, op.side).acquire(
                     blocking=op.wait is not None, timeout=op.wait, lease=lease
                 )
-            except EXPECTED as failure:
-                self.acquire_failed(op.name, failure)
+            except LockUpgradeError:
+                self.upgrade_refused(op, read)
                 return
-            self.acquired(op.name, before, granted, clock.monotonic())
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, op.side, failure)
+                return
+            at = clock.monotonic()
+            self.acquired(op.name, op.side, before, granted, at)
+            self.check_upgrade(op, before, read, granted, at)
         elif isinstance(op, Release):
-            before_release = self.releasing(op.name)
+            before_release = self.releasing(op.name, op.side)
             error: BaseException | None = None
             try:
-                self.lock(op.name).release()
+                self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
-            self.released(op.name, before_release, error)
+            self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
-            for name in op.believed:
-                self.report_lost(name, self.lock(name).lost)
+            for name, side in op.believed:
+                self.report_lost(name, side, self.lock(name, side).lost)
         else:
-            for name in self.world.config.names:
+            self._release_all()
+
+    def _release_all(self) -> None:
+        config = self.world.config
+        for name in config.all_names:
+            for side in config.sides(name):
                 for _ in range(10):
-                    if not self.holds(name):
+                    if not self.holds(name, side):
                         break
-                    self._do(Release(name))
+                    self._do(Release(name, side))
 
 
 class TaskOwner(Owner):
@@ -386,12 +510,13 @@ class TaskOwner(Owner):
         )
         self.task = asyncio.run_coroutine_threadsafe(self._run(), loop)
 
-    def lock(self, name: str) -> AsyncRLock:
-        return self.world.async_lock(name)
+    def lock(self, name: str, side: str = "") -> AsyncRLock:
+        return self.world.async_lock(name, side)
 
-    def holds(self, name: str) -> list[Hold]:
-        lock = self.lock(name)
-        return lock.client.engine.holds.holds_of(lock.keys.hash, self.owner_id)
+    def holds(self, name: str, side: str = "") -> list[Hold]:
+        lock = self.lock(name, side)
+        registry = lock.client.engine.holds
+        return registry.holds_of(lock.hold_keys(self.owner_id)[0], self.owner_id)
 
     def _enqueue(self, op: Operation, done: concurrent.futures.Future[None]) -> None:
         self.world.loop.call_soon_threadsafe(self.ops.put_nowait, (op, done))
@@ -422,32 +547,43 @@ class TaskOwner(Owner):
                 self.history.operation("skipped (known-bug discipline)")
                 return
             assert lease is not True
-            before = self.top(op.name)
+            before = self.top(op.name, op.side)
+            read = self.reading(op)
             try:
-                granted = await self.lock(op.name).acquire(
+                granted = await self.lock(op.name, op.side).acquire(
                     blocking=op.wait is not None, timeout=op.wait, lease=lease
                 )
-            except EXPECTED as failure:
-                self.acquire_failed(op.name, failure)
+            except LockUpgradeError:
+                self.upgrade_refused(op, read)
                 return
-            self.acquired(op.name, before, granted, clock.monotonic())
+            except EXPECTED as failure:
+                self.acquire_failed(op.name, op.side, failure)
+                return
+            at = clock.monotonic()
+            self.acquired(op.name, op.side, before, granted, at)
+            self.check_upgrade(op, before, read, granted, at)
         elif isinstance(op, Release):
-            before_release = self.releasing(op.name)
+            before_release = self.releasing(op.name, op.side)
             error: BaseException | None = None
             try:
-                await self.lock(op.name).release()
+                await self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
-            self.released(op.name, before_release, error)
+            self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
-            for name in op.believed:
-                self.report_lost(name, self.lock(name).lost)
+            for name, side in op.believed:
+                self.report_lost(name, side, self.lock(name, side).lost)
         else:
-            for name in self.world.config.names:
+            await self._release_all()
+
+    async def _release_all(self) -> None:
+        config = self.world.config
+        for name in config.all_names:
+            for side in config.sides(name):
                 for _ in range(10):
-                    if not self.holds(name):
+                    if not self.holds(name, side):
                         break
-                    await self._do(Release(name))
+                    await self._do(Release(name, side))
 
 
 async def _make_queue() -> asyncio.Queue[Any]:
@@ -461,7 +597,8 @@ class _Links:
     proxy: FaultProxy
     sync: LockClient | None = None
     aio: AsyncLockClient | None = None
-    locks: dict[str, Any] = field(default_factory=dict)
+    #: Lock objects by (name, side); a read-write lock's sides share one object.
+    locks: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 class World:
@@ -548,23 +685,33 @@ class World:
         registry.declare_lost = declare_lost  # type: ignore[method-assign]
         return client
 
-    def sync_lock(self, index: int, name: str) -> RLock:
+    def make_lock(self, client: LockClient | AsyncLockClient, name: str, side: str) -> Any:
+        """The object ``client`` takes ``side`` of ``name`` through (the kind's own class).
+
+        Sync and asyncio clients name their factories alike, so this serves both.
+        """
+        config = self.config
+        if name in config.semaphores:
+            return client.semaphore(name, config.permits)
+        if name in config.rw_names:
+            return getattr(client.read_write_lock(name), side)
+        return client.fair_lock(name) if config.fair else client.lock(name)
+
+    def sync_lock(self, index: int, name: str, side: str = "") -> RLock:
         links = self.links[index]
-        lock = links.locks.get(name)
+        lock = links.locks.get((name, side))
         if lock is None:
             assert links.sync is not None
-            make = links.sync.fair_lock if self.config.fair else links.sync.lock
-            lock = links.locks[name] = make(name)
+            lock = links.locks[name, side] = self.make_lock(links.sync, name, side)
         assert isinstance(lock, RLock)
         return lock
 
-    def async_lock(self, name: str) -> AsyncRLock:
+    def async_lock(self, name: str, side: str = "") -> AsyncRLock:
         links = self.links[self.config.sync_clients]
-        lock = links.locks.get(name)
+        lock = links.locks.get((name, side))
         if lock is None:
             assert links.aio is not None
-            make_async = links.aio.fair_lock if self.config.fair else links.aio.lock
-            lock = links.locks[name] = make_async(name)
+            lock = links.locks[name, side] = self.make_lock(links.aio, name, side)
         assert isinstance(lock, AsyncRLock)
         return lock
 
@@ -623,10 +770,17 @@ class World:
         self.admin.client_kill_filter(_type=kind, skipme=True)
 
     def force_release(self, name: str) -> None:
-        """An operator deletes the lock whoever holds it."""
+        """An operator deletes the lock (every permit, both sides) whoever holds it."""
         self.history.fault("force release", repr(name))
         sent = clock.monotonic()
-        self.operator.lock(name).force_release()
+        if name in self.config.rw_names:
+            # The writer first: a reader let in between would not be excused.
+            rw = self.operator.read_write_lock(name)
+            rw.write.force_release()
+            rw.read.force_release()
+        else:
+            # Each kind's own keys (a fair lock's are not a plain lock's).
+            self.make_lock(self.operator, name, "").force_release()
         self.history.revoked(
             Revocation("force release", frozenset({name}), sent, clock.monotonic())
         )
@@ -660,7 +814,7 @@ class World:
         self.history.fault("client closed with live holds", f"client {index}")
         self.settle()
         now = clock.monotonic()
-        believed: dict[int, tuple[str, ...]] = {}
+        believed: dict[int, tuple[tuple[str, str], ...]] = {}
         for number, owner in enumerate(self.owners):
             if owner.client_index != index:
                 continue
@@ -668,13 +822,21 @@ class World:
             # close (nothing renews it now); a fixed lease runs on to its deadline
             # and may still be released.
             believed[number] = tuple(
-                name
-                for name in self.config.names
-                if (top := owner.top(name)) is not None
+                (name, side)
+                for name in self.config.all_names
+                for side in self.config.sides(name)
+                if (top := owner.top(name, side)) is not None
                 and not top.lost
                 and now < top.deadline
-                and any(hold.watchdog for hold in owner.holds(name))
+                and any(hold.watchdog for hold in owner.holds(name, side))
             )
+            # A fixed-lease read of the closed client is still the owner's (only
+            # watchdog holds are declared lost at close), where its new client
+            # knows nothing of it: asking to write is refused as an upgrade
+            # until it expires.
+            for name in self.config.rw_names:
+                if any(not hold.watchdog for hold in owner.holds(name, READ)):
+                    owner.unsure_reads[name] = now + self.config.longest_hold + 0.5
         links = self.links[index]
         if links.sync is not None:
             links.sync.close()
@@ -691,6 +853,8 @@ class World:
         """Raise the first violation found so far (see :mod:`tests.model.history`)."""
         self.history.check_overlaps()
         self.history.check_tokens()
+        if self.config.semaphores:
+            self.history.check_permits(self.config.permits)
         self.history.raise_first()
 
     def close(self, *, check: bool = True) -> None:
@@ -759,20 +923,47 @@ class World:
         waiters = {key.waiters for key in keys} | {
             key.queue for key in keys if isinstance(key, FairKeys)
         }
+        # Keys holding holds that must expire: a semaphore's permit hashes, a reader's key.
+        per_owner: list[str] = []
+        # Index sets that may outlive their dead members, each with its bound.
+        indexes: dict[str, int] = {}
+        # A fencing counter per name and a request latch per owner and name at most.
+        bound = len(names) * (1 + config.owners)
+        for name in config.semaphores:
+            semaphore = semaphore_keys(PREFIX, name)
+            waiters.add(semaphore.waiters)
+            per_owner.append(permit_prefix(semaphore))
+            indexes[semaphore.hash] = config.permits
+            bound += 1 + config.owners  # the index, a latch per owner
+        for name in config.rw_names:
+            rw = RWKeys.build(PREFIX, name)
+            hashes.add(rw.write)
+            waiters.add(rw.waiters)
+            per_owner.append(rw.reader_prefix)
+            indexes[rw.readers] = config.owners
+            bound += 2 + 2 * config.owners  # fence, readers index, read and write latches
+
+        def holding_keys() -> set[str]:
+            found = {_text(key) for key in self.admin.keys(f"{PREFIX}:*")}
+            return (found & (hashes | waiters)) | {
+                key for key in found if key.startswith(tuple(per_owner))
+            }
+
         # Grants whose reply was lost, and holds of a failed release, expire unrenewed.
         left = _eventually(
-            lambda: {_text(key) for key in self.admin.keys(f"{PREFIX}:*")} & (hashes | waiters),
-            seconds=config.longest_hold + 2 * config.socket_timeout + 2,
+            holding_keys, seconds=config.longest_hold + 2 * config.socket_timeout + 2
         )
         if left:
             self.history.violated(LEAK, f"locks or waiting sets still there after expiry: {left}")
-        # A fencing counter per name and a request latch per owner and name at most.
-        bound = len(names) * (1 + config.owners)
+        for index, most in indexes.items():
+            members = int(self.admin.scard(index))
+            if members > most:
+                self.history.violated(LEAK, f"{index} has {members} members (bound {most})")
         size = int(self.admin.dbsize())
         if size > bound:
             self.history.violated(LEAK, f"{size} keys after every hold ended (bound {bound})")
         channels = self.admin.pubsub_channels()
-        if len(channels) > len(names):
+        if len(channels) > len(config.all_names):
             self.history.violated(LEAK, f"{len(channels)} channels subscribed: {channels}")
         self.history.raise_first()
 

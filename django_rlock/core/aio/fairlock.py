@@ -8,18 +8,21 @@ wait in one queue, in arrival order. The owner is the current task::
         await build(report, fence=lock.token)
 
 A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
-as it was cancelled), as :class:`~django_rlock.core.aio.lock.AsyncRLock` does.
+as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
+:class:`~django_rlock.core.aio.lock.AsyncRLock` does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
+from django_rlock.core import clock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.fairlock import FairBase, sleep_cap
 from django_rlock.core.identity import task_owner
 from django_rlock.core.lock import LockOptions
-from django_rlock.core.plan import AcquirePlan, drive_async
+from django_rlock.core.plan import HANDED, AcquirePlan, drive_async
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -68,6 +71,18 @@ class AsyncFairLock(FairBase, AsyncRLock):
     def _release_sender(self) -> Callable[..., Awaitable[Any]]:
         return self.client.fair_scripts.release  # type: ignore[no-any-return]
 
+    def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
+    def _stop_waiting(self, queue_id: str) -> None:
+        self._end_waiting(queue_id)
+
     async def _abandon(self, waiter_id: str) -> None:
         call = self._abandon_call(waiter_id)
         await self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
@@ -86,12 +101,15 @@ class _AsyncFairWaiting:
     ) -> None:
         self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
         self.queue_id = queue_id
-        self.subscription: AsyncSubscription | None = None
+        self.subscription: _AsyncHandoffSubscription | None = None
         #: An attempt that may have queued the caller was sent, and no grant came back.
         self.queued = False
+        #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
+        self.sent_at = plan.started
 
     async def attempt(self, waiter: bool, sleep: float) -> float | None:
         self.queued = self.queued or bool(self.queue_id)
+        self.sent_at = clock.monotonic()
         wait = await self.lock._queued_attempt(
             self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
         )
@@ -100,12 +118,36 @@ class _AsyncFairWaiting:
         return wait
 
     def listen(self) -> None:
-        self.subscription = self.lock.client.listener.subscribe(
-            self.lock.keys.channel, self.queue_id
-        )
+        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel, self.queue_id)
+        self.subscription = _AsyncHandoffSubscription(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
-            self.lock.client.listener.unsubscribe(self.subscription)
+            self.lock.client.listener.unsubscribe(self.subscription.inner)
+        self.lock._stop_waiting(self.queue_id)
         if self.queued or (registered and self.queue_id):
             self.lock.client.spawn(self.lock._abandon(self.queue_id))
+
+
+class _AsyncHandoffSubscription:
+    """The asyncio twin of ``_HandoffSubscription``: a handoff ends the plan granted.
+
+    Nothing awaits between taking the handoff and the plan's end, so a
+    cancellation either comes before (the caller never counted the grant, and
+    FAIR_ABANDON gives it back) or after (the caller holds the lock).
+    """
+
+    def __init__(self, shell: _AsyncFairWaiting, subscription: AsyncSubscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    async def wait_subscribed(self, timeout: float) -> bool:
+        return await self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    async def wait(self, since: int, timeout: float) -> object:
+        woken = await self.inner.wait(since, timeout)
+        shell = self.shell
+        return HANDED if shell.lock._handed(shell, self.inner) else woken

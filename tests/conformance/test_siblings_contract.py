@@ -1,10 +1,13 @@
-"""The lock contract, rerun on fair locks: a FairLock is an RLock, rule for rule.
+"""The lock contract, rerun on the siblings that promise it: fair locks and write locks.
 
-Every rule of the contract, waiting and fault modules runs again here on the
-engines that have fair locks (the sync and asyncio clients), with the driver's
-locks made by ``fair_lock`` instead of ``lock``. The rules are the very
+A FairLock is an RLock, rule for rule, and so is a read-write lock's write side
+(exclusive, reentrant, renewed, fenced). Every rule of the contract, waiting
+and fault modules runs again here on the engines that have both (the sync and
+asyncio clients), once with the driver's locks made by ``fair_lock`` and once
+by ``read_write_lock(name).write`` instead of ``lock``. The rules are the very
 functions of those modules (copied with new parameters), so a rule added there
-is run on fair locks too, and a fair lock that drifts from the contract fails.
+is run on the siblings too, and a sibling that drifts from the contract fails.
+(A read side shares by design, so it has rules of its own in tests/core.)
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from django_rlock.core import FairLock
-from django_rlock.core.aio import AsyncFairLock
+from django_rlock.core import FairLock, WriteLock
+from django_rlock.core.aio import AsyncFairLock, AsyncWriteLock
 from tests.conformance import test_contract, test_faults, test_waiting
 from tests.conformance.drivers import Driver, Engine
 from tests.conformance.test_faults import acl_user  # the fault rules' own fixture
@@ -25,29 +28,37 @@ __all__ = ["acl_user"]  # re-exported for the copied fault rules
 
 Connect = Callable[..., Driver]
 
-#: The engines with a ``fair_lock``: the core's clients (Django's faces have none yet).
+#: The engines with fair and read-write locks: the core's clients (Django's faces have none).
 FAIR_ENGINES = ("sync", "asyncio")
 
+Sibling = FairLock | AsyncFairLock | WriteLock | AsyncWriteLock
 
-@pytest.fixture
-def connect(connect: Connect) -> Connect:
-    """The suite's ``connect``, whose drivers make fair locks."""
+#: How each sibling is made from a client, with a lock's arguments.
+SIBLINGS: dict[str, Callable[..., Sibling]] = {
+    "fair": lambda client, name, **defaults: client.fair_lock(name, **defaults),
+    "write": lambda client, name, **defaults: client.read_write_lock(name, **defaults).write,
+}
 
-    def connect_fair(engine: Engine, **options: Any) -> Driver:
+
+@pytest.fixture(params=sorted(SIBLINGS))
+def connect(connect: Connect, request: pytest.FixtureRequest) -> Connect:
+    """The suite's ``connect``, whose drivers make the sibling of this run."""
+    make = SIBLINGS[request.param]
+
+    def connect_sibling(engine: Engine, **options: Any) -> Driver:
         driver = connect(engine, **options)
-        # The driver's lock factory is its client's bound `lock`: the same
-        # client's `fair_lock` takes the same arguments.
-        fair_lock = driver.new_lock.__self__.fair_lock  # type: ignore[attr-defined]
+        # The driver's lock factory is its client's bound `lock`.
+        client = driver.new_lock.__self__  # type: ignore[attr-defined]
 
-        def new_lock(name: str, **defaults: Any) -> FairLock | AsyncFairLock:
-            made = fair_lock(name, **defaults)
-            assert isinstance(made, FairLock | AsyncFairLock)
+        def new_lock(name: str, **defaults: Any) -> Sibling:
+            made = make(client, name, **defaults)
+            assert isinstance(made, FairLock | AsyncFairLock | WriteLock | AsyncWriteLock)
             return made
 
         driver.new_lock = new_lock
         return driver
 
-    return connect_fair
+    return connect_sibling
 
 
 def _engine_params(rule: Callable[..., Any]) -> list[Any]:
