@@ -382,10 +382,10 @@ class LockBase:
         if hold is None or not dropped:
             return
         logger.warning(
-            "releasing lock %r failed (%s): it will expire by itself within %ss",
+            "releasing lock %r failed (%s): it will expire by itself within %s",
             self.name,
             type(error).__name__,
-            self._engine.watchdog_timeout if hold.watchdog else "its lease",
+            f"{self._engine.watchdog_timeout:g}s" if hold.watchdog else "its lease",
         )
 
     def _acknowledge_lost(self, hold: Hold, remember_lost: Callable[[], None]) -> None:
