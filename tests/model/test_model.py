@@ -59,5 +59,6 @@ def test_model() -> None:
     operations = sum((history.operations for history in histories), start=History().operations)
     faults = sum((history.faults for history in histories), start=History().faults)
     print(f"FIGURES model: {dict(operations)}; faults {dict(faults)}")
-    assert operations["acquire granted"] >= 10
+    # One opening grant per example at least (machine.py), and more drawn.
+    assert operations["acquire granted"] >= BOUNDED.max_examples
     assert len(faults) >= 4

@@ -46,6 +46,6 @@ def test_rwlock_model() -> None:
     operations = sum((history.operations for history in histories), start=History().operations)
     faults = sum((history.faults for history in histories), start=History().faults)
     print(f"FIGURES rwlock model: {dict(operations)}; faults {dict(faults)}")
-    assert operations["read acquire granted"] >= 5
-    assert operations["write acquire granted"] >= 5
+    assert operations["write acquire granted"] >= 8  # one opening write per example
+    assert operations["read acquire granted"] >= 1
     assert len(faults) >= 3

@@ -48,5 +48,5 @@ def test_semaphore_model() -> None:
     operations = sum((history.operations for history in histories), start=History().operations)
     faults = sum((history.faults for history in histories), start=History().faults)
     print(f"FIGURES semaphore model: {dict(operations)}; faults {dict(faults)}")
-    assert operations["permit acquire granted"] >= 10
+    assert operations["permit acquire granted"] >= 7  # one opening grant per example
     assert len(faults) >= 3
