@@ -72,14 +72,18 @@ class AcquirePlan:
             yield ("wait_subscribed", min(pttl, remaining))
             since = yield ("mark",)
             self.registered = True
-            pttl = yield ("attempt", True, min(pttl, remaining, self.watchdog_timeout))
+            # The waiting-set entry this attempt makes lives as long as the
+            # sleep it announces (+ a margin): the sleep must never be longer,
+            # or a release would find the entry gone and name nobody.
+            announced = min(pttl, remaining, self.watchdog_timeout)
+            pttl = yield ("attempt", True, announced)
             if pttl is None:
                 self.registered = False  # the grant took it out of the waiting set
                 return True
             remaining = self.deadline - clock.monotonic()
             if remaining <= 0:
                 return False
-            woken = yield ("wait", since, min(pttl, remaining))
+            woken = yield ("wait", since, min(pttl, remaining, announced))
             if woken is HANDED:
                 self.registered = False  # the handoff took it out of the queue
                 return True

@@ -45,6 +45,28 @@ def test_waiter_wakes_on_release_not_on_the_lease(connect: Connect, engine: Engi
     assert time.monotonic() - released < 3.0
 
 
+# Every engine: `with` is all this rule uses.
+@pytest.mark.parametrize("engine", engines(full_api=False))
+def test_a_waiter_on_a_lease_longer_than_the_watchdog_timeout_still_wakes_on_release(
+    connect: Connect, engine: Engine
+) -> None:
+    # A waiter's entry in the waiting set lives as long as the sleep it
+    # announced (at most the watchdog timeout) + 0.5 s. It once slept on to the
+    # holder's PTTL instead, outliving its entry: a release found no waiter to
+    # name, and the waiter slept to its own timeout with the lock free.
+    driver = connect(engine, watchdog_timeout=1.0)
+    a, b = driver.owners(2)
+    held = driver.lock("long-lease", lease=LONG_LEASE)
+    a.call(held, "enter")
+    waiter = b.start(driver.lock("long-lease", timeout=HANG), "enter")
+    time.sleep(2.5)  # past the first entry's life (1.0 + 0.5 s)
+    assert not waiter.done()
+    a.call(held, "exit")
+    released = time.monotonic()
+    waiter.result(HANG)
+    assert time.monotonic() - released < 3.0
+
+
 def _loss_cases() -> list[Any]:
     """(engine, how): every engine loses its lock to a force-release by another owner;
     only engines with a server the test reaches can have the key deleted under them."""
