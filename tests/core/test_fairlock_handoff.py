@@ -1,9 +1,9 @@
 """A fair lock's handoff: the release grants the lock to the queue's head itself.
 
 Against a real redis-server. A message is "lost" here by sending the holder's
-release with SPUBLISH: a waiter subscribed with SUBSCRIBE never hears it, as
-when its pub/sub connection drops at that moment, so the head is handed the
-lock without being told.
+release with a publish that reaches nobody (see :func:`release_unheard`), as
+when the waiter's pub/sub connection drops at that moment, so the head is
+handed the lock without being told.
 """
 
 from __future__ import annotations
@@ -76,10 +76,14 @@ def text(raw: Any) -> str:
 
 
 def release_unheard(holder_client: LockClient, lock: FairLock) -> None:
-    """Release the calling thread's hold with SPUBLISH: the handoff message is lost."""
+    """Release the calling thread's hold, its handoff message heard by nobody.
+
+    The script's publish command is replaced by EXISTS, which takes the same
+    arguments and sends nothing (SPUBLISH did this on Redis 7, not on 6.2).
+    """
     call = lock._release_call(thread_owner())
     args = list(call.args)
-    args[1] = "spublish"
+    args[1] = "exists"
     assert holder_client.fair_scripts.release(keys=call.keys, args=args) == 0
 
 
