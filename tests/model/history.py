@@ -29,9 +29,11 @@ release ends one from the moment it starts), and carry no tokens.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django_rlock.core import clock
@@ -264,9 +266,24 @@ class History:
         if belief is not None and (belief.lost_at is None or at < belief.lost_at):
             belief.lost_at = at
 
-    def revoked(self, revocation: Revocation) -> None:
+    @contextlib.contextmanager
+    def revoking(self, kind: str, names: frozenset[str] | None) -> Iterator[None]:
+        """Around a fault that takes locks away on the server: it excuses from when it is sent.
+
+        An owner racing the fault (a release finding its hold gone) may be
+        checked before the fault's call returns, so the revocation counts as
+        open-ended until then, and as ``sent``..``answered`` after.
+        """
+        sent = clock.monotonic()
+        pending = Revocation(kind, names, sent, math.inf)
         with self._lock:
-            self.revocations.append(revocation)
+            self.revocations.append(pending)
+        try:
+            yield
+        finally:
+            with self._lock:
+                index = next(i for i, known in enumerate(self.revocations) if known is pending)
+                self.revocations[index] = Revocation(kind, names, sent, clock.monotonic())
 
     def operation(self, outcome: str) -> None:
         with self._lock:

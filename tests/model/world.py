@@ -62,7 +62,6 @@ from tests.model.history import (
     UPGRADE,
     WRITE,
     History,
-    Revocation,
 )
 from tests.servers import RedisServer
 
@@ -772,42 +771,37 @@ class World:
     def force_release(self, name: str) -> None:
         """An operator deletes the lock (every permit, both sides) whoever holds it."""
         self.history.fault("force release", repr(name))
-        sent = clock.monotonic()
-        if name in self.config.rw_names:
-            # The writer first: a reader let in between would not be excused.
-            rw = self.operator.read_write_lock(name)
-            rw.write.force_release()
-            rw.read.force_release()
-        else:
-            # Each kind's own keys (a fair lock's are not a plain lock's).
-            self.make_lock(self.operator, name, "").force_release()
-        self.history.revoked(
-            Revocation("force release", frozenset({name}), sent, clock.monotonic())
-        )
+        with self.history.revoking("force release", frozenset({name})):
+            if name in self.config.rw_names:
+                # The writer first: a reader let in between would not be excused.
+                rw = self.operator.read_write_lock(name)
+                rw.write.force_release()
+                rw.read.force_release()
+            else:
+                # Each kind's own keys (a fair lock's are not a plain lock's).
+                self.make_lock(self.operator, name, "").force_release()
 
     def flushall(self) -> None:
         self.history.fault("flushall")
-        sent = clock.monotonic()
-        self.admin.flushall()
-        self.history.revoked(Revocation("flushall", None, sent, clock.monotonic()))
+        with self.history.revoking("flushall", None):
+            self.admin.flushall()
 
     def restart(self, down_for: float) -> None:
         """SHUTDOWN NOSAVE, ``down_for`` seconds down, start again on the same port."""
         self.history.fault("restart", f"down {down_for}s")
-        sent = clock.monotonic()
         process = self.server.process
         assert process is not None
-        with (
-            self.server.client(retry=Retry(NoBackoff(), 0)) as admin,
-            contextlib.suppress(redis.ConnectionError),
-        ):
-            admin.shutdown(nosave=True)
-        process.wait(10)
-        time.sleep(down_for)
-        self.server.start()
-        self.admin.close()
-        self.admin = self.server.client(socket_timeout=10, retry=Retry(NoBackoff(), 3))
-        self.history.revoked(Revocation("restart", None, sent, clock.monotonic()))
+        with self.history.revoking("restart", None):
+            with (
+                self.server.client(retry=Retry(NoBackoff(), 0)) as admin,
+                contextlib.suppress(redis.ConnectionError),
+            ):
+                admin.shutdown(nosave=True)
+            process.wait(10)
+            time.sleep(down_for)
+            self.server.start()
+            self.admin.close()
+            self.admin = self.server.client(socket_timeout=10, retry=Retry(NoBackoff(), 3))
 
     def close_client(self, index: int) -> None:
         """Close client ``index`` with its owners' holds live, check they are told, reconnect."""
