@@ -138,6 +138,9 @@ class Belief:
     kind: str = LOCK
     #: For PERMIT: (from when, how many permits the owner believed it held), in time order.
     counts: list[tuple[float, int]] = field(default_factory=list)
+    #: The replies that set the hold's deadline (grant and re-entries): (sent, PTTL ms, holds).
+    #: Shown in a violation's report, so the deadline can be checked against its replies.
+    replies: list[tuple[float, int, int]] = field(default_factory=list)
 
     def end_by(self, now: float) -> float | None:
         """A time the belief lasted at least until, as seen at ``now``; None: unknown yet.
@@ -162,6 +165,14 @@ class Belief:
         if self.lost_at is not None:
             ended.append(f"declared lost {self.lost_at:.3f}")
         ended.append(f"deadline {self.hold.deadline:.3f}")
+        if len(self.replies) > 1:
+            ended.append(
+                "replies "
+                + ", ".join(
+                    f"sent {sent:.3f} pttl {pttl_ms} ms holds {holds}"
+                    for sent, pttl_ms, holds in list(self.replies)[-3:]
+                )
+            )
         what = f"{self.kind} token {self.token}" if self.kind != LOCK else f"token {self.token}"
         if self.kind == PERMIT:
             what = "permits " + ",".join(f"{count}@{at:.3f}" for at, count in list(self.counts))
@@ -218,6 +229,7 @@ class History:
     steps: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _by_hold: dict[int, Belief] = field(default_factory=dict)
+    _replies: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
     _reported: set[tuple[object, ...]] = field(default_factory=set)
 
     def granted(
@@ -233,11 +245,21 @@ class History:
             granted_at=granted_at,
             kind=kind,
             counts=[(granted_at, hold.count)],
+            replies=list(self._replies.pop(id(hold), [])),
         )
         with self._lock:
             self.beliefs.append(belief)
             self._by_hold[id(hold)] = belief
         return belief
+
+    def reply(self, hold: Hold, sent_at: float, pttl_ms: int, holds: int) -> None:
+        """An acquire reply that granted or re-entered ``hold`` (before its belief, if new)."""
+        with self._lock:
+            belief = self._by_hold.get(id(hold))
+            if belief is not None and belief.hold is hold:
+                belief.replies.append((sent_at, pttl_ms, holds))
+            else:
+                self._replies[id(hold)] = [(sent_at, pttl_ms, holds)]
 
     def belief_of(self, hold: Hold) -> Belief | None:
         with self._lock:

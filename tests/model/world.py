@@ -667,7 +667,11 @@ class World:
         )
 
     def _instrument(self, client: LockClient) -> LockClient:
-        """Note when the library starts declaring a hold lost (before the flag is set)."""
+        """Note when the library starts declaring a hold lost (before the flag is set).
+
+        Also note every acquire reply that grants or re-enters a hold, so a
+        violation's report shows the replies its deadline came from.
+        """
         # Every loss goes through the registry's declare_lost (the watchdog's, via
         # the client, too): wrapping it on the instance sees them all.
         registry = client.holds
@@ -682,6 +686,14 @@ class World:
                 history.declaring_lost(hold, at)
 
         registry.declare_lost = declare_lost  # type: ignore[method-assign]
+        grant = registry.grant
+
+        def granted(*args: Any, **kwargs: Any) -> Hold:
+            hold = grant(*args, **kwargs)
+            history.reply(hold, kwargs["sent_at"], kwargs["pttl_ms"], kwargs["holds"])
+            return hold
+
+        registry.grant = granted  # type: ignore[method-assign]
         return client
 
     def make_lock(self, client: LockClient | AsyncLockClient, name: str, side: str) -> Any:
