@@ -436,7 +436,13 @@ class HoldRegistry:
             locks = list(hold.locks)
             # The server may still count these holds: the owner's next acquire,
             # through any client of the process, takes them off first (lostholds).
-            lostholds.record(hold.key, hold.owner, hold.token, hold.count)
+            # Not so for a hold a newer grant has replaced (the server granted
+            # afresh: it had let this one expire): the record would then name the
+            # newer grant, and a read or a permit carries no token to tell the two
+            # apart, so the owner's next call would take off its own live hold.
+            stack = self._holds.get((hold.key, hold.owner), [])
+            if not stack or stack[-1] is hold:
+                lostholds.record(hold.key, hold.owner, hold.token, hold.count)
         logger.warning("lock %r lost: %s", hold.name, reason)
         calls: _Calls = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
         calls += [(callback, hold) for callback in self._lost]
