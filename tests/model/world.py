@@ -960,7 +960,11 @@ class World:
             holding_keys, seconds=config.longest_hold + 2 * config.socket_timeout + 2
         )
         if left:
-            self.history.violated(LEAK, f"locks or waiting sets still there after expiry: {left}")
+            self.history.violated(
+                LEAK,
+                f"locks or waiting sets still there after expiry: {self._describe_keys(left)}; "
+                f"holds the owners' clients know of: {self._known_holds()}",
+            )
         for index, most in indexes.items():
             members = int(self.admin.scard(index))
             if members > most:
@@ -972,6 +976,29 @@ class World:
         if len(channels) > len(config.all_names):
             self.history.violated(LEAK, f"{len(channels)} channels subscribed: {channels}")
         self.history.raise_first()
+
+    def _describe_keys(self, keys: set[str]) -> dict[str, str]:
+        """Each key's type, PTTL and (for a hash) fields, for a leak's report."""
+        described = {}
+        for key in sorted(keys):
+            kind = _text(self.admin.type(key))
+            fields = self.admin.hgetall(key) if kind == "hash" else {}
+            content = {_text(field): _text(value) for field, value in fields.items()}
+            described[key] = f"{kind} pttl {self.admin.pttl(key)} {content}"
+        return described
+
+    def _known_holds(self) -> list[str]:
+        """Every hold still in an owner's registry: whose, on which key, and its state."""
+        known = [f"{owner.label} is {owner.owner_id}" for owner in self.owners]
+        for owner in self.owners:
+            for name in self.config.all_names:
+                for side in self.config.sides(name):
+                    known += [
+                        f"{owner.label} {hold.key} count {hold.count} lost {hold.lost} "
+                        f"watchdog {hold.watchdog}"
+                        for hold in owner.holds(name, side)
+                    ]
+        return known
 
     def _check_nothing_left_on_the_server(self) -> None:
         """Every client closed: the admin's is the only connection, no channel is left."""
