@@ -9,12 +9,9 @@ first, and a plain lock's release wakes the waiter whose entry ends first
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,9 +19,8 @@ import redis
 
 from django_rlock.core import FairLock, LockClient, LockTimeout
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
+from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
 from tests.servers import RedisServer
-
-HANG = 15.0  # seconds: only reached when something hangs
 
 #: Short, so that a dead waiter's entry expires within a couple of seconds.
 WATCHDOG_TIMEOUT = 1.5
@@ -43,20 +39,6 @@ def client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
 
 def queue_of(lock: FairLock | AsyncFairLock) -> str:
     return lock.fair_keys.queue
-
-
-def queued(r: redis.Redis, lock: FairLock | AsyncFairLock, count: int) -> Callable[[], bool]:
-    """Whether ``count`` callers are in ``lock``'s queue."""
-    return lambda: r.zcard(queue_of(lock)) == count
-
-
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` until it holds (a test's own bounded wait, never the lock's)."""
-    deadline = time.monotonic() + HANG
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -157,23 +139,7 @@ def test_a_killed_waiter_stalls_the_queue_at_most_about_the_watchdog_timeout(
 ) -> None:
     lock = client.fair_lock("report")
     assert lock.acquire(lease=60)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(f"""
-                from django_rlock.core import LockClient
-                client = LockClient({redis_server.url!r}, key_prefix="fair",
-                                    watchdog_timeout={WATCHDOG_TIMEOUT})
-                client.fair_lock("report").acquire()
-            """),
-        ]
-    )
-    try:
-        wait_until(queued(r, lock, 1), "the child is queued")
-    finally:
-        child.kill()
-        child.wait(HANG)
+    kill_once_queued(redis_server.url, WATCHDOG_TIMEOUT, queued(r, lock, 1))
     got: dict[str, float] = {}
 
     def next_in_line() -> None:

@@ -9,9 +9,6 @@ handed the lock without being told.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,9 +20,8 @@ import redis
 from django_rlock.core import FairLock, LockClient
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
 from django_rlock.core.identity import thread_owner
+from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
 from tests.servers import RedisServer
-
-HANG = 15.0  # seconds: only reached when something hangs
 
 #: Long: no watchdog renewal (an EVALSHA) falls inside a test's count.
 LONG_WATCHDOG = 60.0
@@ -45,15 +41,6 @@ def holder_client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
     """The holder's own client: its release may be sent by hand (see ``release_unheard``)."""
     with LockClient(redis_url, key_prefix="fair", watchdog_timeout=LONG_WATCHDOG) as made:
         yield made
-
-
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    """Poll ``check`` until it holds (a test's own bounded wait, never the lock's)."""
-    deadline = time.monotonic() + HANG
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.01)
 
 
 def script_calls(r: redis.Redis) -> int:
@@ -87,11 +74,49 @@ def release_unheard(holder_client: LockClient, lock: FairLock) -> None:
     assert holder_client.fair_scripts.release(keys=call.keys, args=args) == 0
 
 
+def hold(holder_client: LockClient, lease: float | None = None) -> FairLock:
+    """The holder's hold of "report", taken on this thread (``lease`` as ``acquire`` takes it)."""
+    holder = holder_client.fair_lock("report")
+    assert holder.acquire(lease=lease)
+    return holder
+
+
+def sleeps_on_the_channel(r: redis.Redis) -> Callable[[], bool]:
+    """Whether the one waiter sleeps on the lock's channel, by the server's script count.
+
+    The holder's acquire, the waiter's first attempt, and its attempt once subscribed.
+    """
+    return lambda: script_calls(r) == 3
+
+
+def release_to_sleeping_waiter(
+    r: redis.Redis, holder: FairLock, waiter: Callable[[], None], settle: float = 0.05
+) -> threading.Thread:
+    """Start ``waiter`` on a thread; once it sleeps on the channel, release ``holder``'s hold.
+
+    The script count is reset just before the release (``settle`` seconds after
+    the waiter went to sleep), so a test counts what the handoff alone ran.
+    """
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    wait_until(sleeps_on_the_channel(r), "the waiter sleeps on the channel")
+    time.sleep(settle)
+    r.config_resetstat()
+    holder.release()
+    return thread
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll ``check`` from a task until it holds (bounded by HANG, never the lock's wait)."""
+    async with asyncio.timeout(HANG):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
 def test_the_woken_head_holds_the_lock_without_an_acquire_call(
     client: LockClient, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire()
+    holder = hold(holder_client)
     lock = client.fair_lock("report")
     held = threading.Event()
     done = threading.Event()
@@ -105,13 +130,7 @@ def test_the_woken_head_holds_the_lock_without_an_acquire_call(
         seen["count"] = lock.hold_count()
         lock.release()
 
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    # The holder's acquire, the waiter's first attempt, and its attempt once subscribed.
-    wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
-    time.sleep(0.05)
-    r.config_resetstat()
-    holder.release()
+    thread = release_to_sleeping_waiter(r, holder, waiter)
     assert held.wait(HANG)
     assert script_calls(r) == 1  # the release, and nothing else
     assert seen["token"] == int(r.get(lock.keys.fence) or 0)
@@ -125,8 +144,7 @@ def test_the_woken_head_holds_the_lock_without_an_acquire_call(
 def test_a_lost_message_is_confirmed_by_the_next_attempt_as_one_grant(
     redis_url: str, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire(lease=60)
+    holder = hold(holder_client, lease=60)
     with LockClient(redis_url, key_prefix="fair", watchdog_timeout=SHORT_WATCHDOG) as client:
         lock = client.fair_lock("report")
         seen: dict[str, Any] = {}
@@ -140,7 +158,7 @@ def test_a_lost_message_is_confirmed_by_the_next_attempt_as_one_grant(
 
         thread = threading.Thread(target=waiter)
         thread.start()
-        wait_until(lambda: len(queue_ids(r, lock)) == 1, "the waiter is queued")
+        wait_until(queued(r, lock, 1), "the waiter is queued")
         head = queue_ids(r, lock)[0]
         release_unheard(holder_client, holder)
         assert handed_to(r, lock) == head
@@ -155,8 +173,7 @@ def test_a_lost_message_is_confirmed_by_the_next_attempt_as_one_grant(
 def test_a_waiter_giving_up_as_it_is_handed_the_lock_hands_it_on(
     client: LockClient, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire(lease=60)
+    holder = hold(holder_client, lease=60)
     lock = client.fair_lock("report")
     outcomes: dict[str, Any] = {}
 
@@ -170,10 +187,10 @@ def test_a_waiter_giving_up_as_it_is_handed_the_lock_hands_it_on(
 
     first = threading.Thread(target=quitter)
     first.start()
-    wait_until(lambda: len(queue_ids(r, lock)) == 1, "the quitter is queued")
+    wait_until(queued(r, lock, 1), "the quitter is queued")
     second = threading.Thread(target=patient)
     second.start()
-    wait_until(lambda: len(queue_ids(r, lock)) == 2, "the patient waiter is queued")
+    wait_until(queued(r, lock, 2), "the patient waiter is queued")
     quitter_id = queue_ids(r, lock)[0]
     release_unheard(holder_client, holder)
     assert handed_to(r, lock) == quitter_id
@@ -187,8 +204,7 @@ def test_a_waiter_giving_up_as_it_is_handed_the_lock_hands_it_on(
 def test_a_cancelled_task_handed_the_lock_gives_it_to_the_next_waiter(
     redis_url: str, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire(lease=60)
+    holder = hold(holder_client, lease=60)
 
     async def main() -> dict[str, Any]:
         async with AsyncLockClient(
@@ -203,13 +219,9 @@ def test_a_cancelled_task_handed_the_lock_gives_it_to_the_next_waiter(
                 await lock.release()
 
             cancelled = asyncio.create_task(lock.acquire())
-            async with asyncio.timeout(HANG):
-                while len(queue_ids(r, lock)) != 1:
-                    await asyncio.sleep(0.01)
+            await until(queued(r, lock, 1))
             second = asyncio.create_task(patient())
-            async with asyncio.timeout(HANG):
-                while len(queue_ids(r, lock)) != 2:
-                    await asyncio.sleep(0.01)
+            await until(queued(r, lock, 2))
             head = queue_ids(r, lock)[0]
             # asyncio.run runs on this thread: the holder's owner (a blocking call is fine here).
             release_unheard(holder_client, holder)
@@ -230,27 +242,10 @@ def test_a_cancelled_task_handed_the_lock_gives_it_to_the_next_waiter(
 def test_a_killed_head_that_was_handed_the_lock_stalls_the_queue_about_the_watchdog_timeout(
     redis_url: str, holder_client: LockClient, r: redis.Redis, redis_server: RedisServer
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire(lease=60)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(f"""
-                from django_rlock.core import LockClient
-                client = LockClient({redis_server.url!r}, key_prefix="fair",
-                                    watchdog_timeout={SHORT_WATCHDOG})
-                client.fair_lock("report").acquire()
-            """),
-        ]
-    )
+    holder = hold(holder_client, lease=60)
     with LockClient(redis_url, key_prefix="fair", watchdog_timeout=SHORT_WATCHDOG) as client:
         lock = client.fair_lock("report")
-        try:
-            wait_until(lambda: len(queue_ids(r, lock)) == 1, "the child is queued")
-        finally:
-            child.kill()
-            child.wait(HANG)
+        kill_once_queued(redis_server.url, SHORT_WATCHDOG, queued(r, lock, 1))
         dead = queue_ids(r, lock)[0]
         got: dict[str, float] = {}
 
@@ -262,7 +257,7 @@ def test_a_killed_head_that_was_handed_the_lock_stalls_the_queue_about_the_watch
 
         thread = threading.Thread(target=next_in_line)
         thread.start()
-        wait_until(lambda: len(queue_ids(r, lock)) == 2, "the next waiter is queued")
+        wait_until(queued(r, lock, 2), "the next waiter is queued")
         holder.release()
         released = time.monotonic()
         assert handed_to(r, lock) == dead  # its entry was live: it was handed the lock
@@ -276,8 +271,7 @@ def test_a_killed_head_that_was_handed_the_lock_stalls_the_queue_about_the_watch
 def test_a_waiter_with_a_fixed_lease_gets_its_own_lease(
     client: LockClient, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire()
+    holder = hold(holder_client)
     lock = client.fair_lock("report")
     held = threading.Event()
     done = threading.Event()
@@ -292,12 +286,7 @@ def test_a_waiter_with_a_fixed_lease_gets_its_own_lease(
         done.wait(HANG)
         lock.release()
 
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
-    time.sleep(0.05)
-    r.config_resetstat()
-    holder.release()
+    thread = release_to_sleeping_waiter(r, holder, waiter)
     assert held.wait(HANG)
     assert script_calls(r) == 2  # the release, and the waiter's confirmation
     assert seen["ttl"] is not None and 4 < seen["ttl"] <= 5  # its lease, not the watchdog's
@@ -312,8 +301,7 @@ def test_a_waiter_with_a_fixed_lease_gets_its_own_lease(
 def test_an_async_head_holds_the_lock_without_an_acquire_call(
     redis_url: str, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire()
+    holder = hold(holder_client)
 
     async def main() -> dict[str, Any]:
         async with AsyncLockClient(
@@ -330,9 +318,7 @@ def test_an_async_head_holds_the_lock_without_an_acquire_call(
                 await lock.release()
 
             task = asyncio.create_task(waiter())
-            async with asyncio.timeout(HANG):
-                while script_calls(r) != 3:
-                    await asyncio.sleep(0.01)
+            await until(sleeps_on_the_channel(r))
             await asyncio.sleep(0.05)
             r.config_resetstat()
             holder.release()  # this thread's hold (asyncio.run runs on it)
@@ -351,8 +337,7 @@ def test_an_async_head_holds_the_lock_without_an_acquire_call(
 def test_the_watchdog_renews_a_handed_grant(
     redis_url: str, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire()
+    holder = hold(holder_client)
     with LockClient(redis_url, key_prefix="fair", watchdog_timeout=SHORT_WATCHDOG) as client:
         lock = client.fair_lock("report")
         held = threading.Event()
@@ -367,12 +352,8 @@ def test_the_watchdog_renews_a_handed_grant(
             seen["count"] = lock.hold_count()
             lock.release()
 
-        thread = threading.Thread(target=waiter)
-        thread.start()
-        wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
-        r.config_resetstat()
-        # At once: the waiter's last attempt is recent enough to take the grant as handed.
-        holder.release()
+        # Released at once: the waiter's last attempt is recent enough to take the grant as handed.
+        thread = release_to_sleeping_waiter(r, holder, waiter, settle=0)
         assert held.wait(HANG)
         thread.join(HANG)
     assert seen == {"calls": 1, "lost": False, "count": 1}
@@ -382,8 +363,7 @@ def test_the_watchdog_renews_a_handed_grant(
 def test_a_message_that_names_another_attempt_only_wakes_the_waiter(
     client: LockClient, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = holder_client.fair_lock("report")
-    assert holder.acquire()
+    holder = hold(holder_client)
     lock = client.fair_lock("report")
     acquired = threading.Event()
 
@@ -394,7 +374,7 @@ def test_a_message_that_names_another_attempt_only_wakes_the_waiter(
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    wait_until(lambda: script_calls(r) == 3, "the waiter sleeps on the channel")
+    wait_until(sleeps_on_the_channel(r), "the waiter sleeps on the channel")
     head = queue_ids(r, lock)[0]
     # A handoff message of an older attempt (or a forged one): not a grant.
     for message in (f"{head} 123 not-its-request", f"{head} 123 1", f"{head} garbage"):

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 import redis
@@ -24,35 +21,24 @@ from django_rlock.core import (
 from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
 from django_rlock.core.identity import thread_owner
 from django_rlock.core.semaphore_scripts import permit_key
+from tests.children import python_module, read_answer
+from tests.waking import seconds_to_wake
 
 #: A generous bound for what should take milliseconds: far below the 30 s a
 #: waiter would sleep if nobody woke it (the default watchdog timeout).
 PROMPT = 5.0
 
 
-@contextmanager
 def holder_process(
     url: str, name: str, permits: int, take: int, watchdog_timeout: float
-) -> Iterator[subprocess.Popen[str]]:
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    """A ``tests.core.semaphore_holder`` process taking ``take`` permits of ``name``."""
     args = [url, name, str(permits), str(take), str(watchdog_timeout)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.core.semaphore_holder", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
+    return python_module("tests.core.semaphore_holder", *args)
 
 
 def read_held(process: subprocess.Popen[str]) -> int:
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line, "the holder process ended without answering"
-    held: int = json.loads(line)["held"]
+    held: int = read_answer(process)["held"]
     return held
 
 
@@ -188,20 +174,7 @@ def test_each_caller_counts_against_its_own_permits(lock_client: LockClient) -> 
 def test_a_release_wakes_a_waiter_at_once(lock_client: LockClient) -> None:
     semaphore = lock_client.semaphore("wake", 1)
     assert semaphore.acquire()  # watchdog: the waiter's bound would be 30 s
-    granted_at: list[float] = []
-
-    def waiter() -> None:
-        assert semaphore.acquire(timeout=30)
-        granted_at.append(time.monotonic())
-        semaphore.release()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    time.sleep(0.3)  # let it register and sleep
-    released_at = time.monotonic()
-    semaphore.release()
-    thread.join(30)
-    assert granted_at and granted_at[0] - released_at < PROMPT
+    assert seconds_to_wake(semaphore, settle=0.3) < PROMPT
 
 
 def test_two_permits_freed_at_once_wake_two_waiters(lock_client: LockClient) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 import redis
@@ -25,32 +22,16 @@ from django_rlock.core.watchdog import (
     on_renewal,
     remove_on_renewal,
 )
+from tests.children import python_module, read_answer
 
 pytestmark = pytest.mark.slow
 
 
-@contextmanager
-def holder_process(url: str, name: str, watchdog_timeout: float) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.core.holder", url, name, str(watchdog_timeout)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def read_json(process: subprocess.Popen[str]) -> dict[str, object]:
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line, "the holder process ended without answering"
-    answer: dict[str, object] = json.loads(line)
-    return answer
+def holder_process(
+    url: str, name: str, watchdog_timeout: float
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    """A ``tests.core.holder`` process holding ``name``, driven over its stdin."""
+    return python_module("tests.core.holder", url, name, str(watchdog_timeout), stdin=True)
 
 
 def test_watchdog_keeps_a_busy_holders_key_alive(redis_url: str, r: redis.Redis) -> None:
@@ -76,7 +57,7 @@ def test_a_killed_holders_lock_expires_within_the_watchdog_timeout(
     redis_url: str, r: redis.Redis
 ) -> None:
     with holder_process(redis_url, "killed", 1.0) as process:
-        read_json(process)
+        read_answer(process)
         os.kill(process.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         with LockClient(redis_url, key_prefix="test", watchdog_timeout=1) as client:
@@ -91,7 +72,7 @@ def test_a_paused_holder_learns_it_lost_the_lock(redis_url: str, r: redis.Redis)
         holder_process(redis_url, "paused", 1.0) as process,
         LockClient(redis_url, key_prefix="test", watchdog_timeout=1) as client,
     ):
-        first_token = read_json(process)["token"]
+        first_token = read_answer(process)["token"]
         os.kill(process.pid, signal.SIGSTOP)
         lock = client.lock("paused")
         try:
@@ -102,7 +83,7 @@ def test_a_paused_holder_learns_it_lost_the_lock(redis_url: str, r: redis.Redis)
         assert process.stdin is not None
         process.stdin.write("report\n")
         process.stdin.flush()
-        report = read_json(process)
+        report = read_answer(process)
         assert report == {
             "lost": True,
             "on_lost_ran": True,

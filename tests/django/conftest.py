@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import pytest
@@ -33,33 +34,46 @@ def rlocks(settings: SettingsWrapper, redis_url: str, r: redis.Redis) -> Iterato
     locks.close_all()
 
 
-class Holders:
-    """Locks held by live threads of their own (a thread that ended could pass its
-    identity on to a new thread, so holders stay alive until the test ends)."""
+class HoldingThreads:
+    """Holds kept by live threads of their own until the test ends (a thread that ended
+    could pass its identity on to a new thread, so holders stay alive until then)."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
 
-    def __call__(self, name: str, *, using: str = "default", lease: float | None = 20) -> None:
-        """Hold lock ``name`` of alias ``using`` on another thread until the test ends."""
+    def keep(self, hold: Callable[[], AbstractContextManager[object]], what: str) -> None:
+        """Enter ``hold()`` on a new thread and stay inside it until the test ends."""
         held = threading.Event()
 
-        def hold() -> None:
-            lock = locks[using].lock(name)
-            lock.acquire(lease=lease)
-            held.set()
-            self.stop.wait(HANG)
+        def keep_holding() -> None:
+            with hold():
+                held.set()
+                self.stop.wait(HANG)
 
-        thread = threading.Thread(target=hold, daemon=True)
+        thread = threading.Thread(target=keep_holding, daemon=True)
         thread.start()
-        assert held.wait(HANG), f"could not take {name!r}"
+        assert held.wait(HANG), f"could not take {what}"
         self.threads.append(thread)
 
     def close(self) -> None:
         self.stop.set()
         for thread in self.threads:
             thread.join(HANG)
+
+
+class Holders(HoldingThreads):
+    """Locks held by live threads of their own (see :class:`HoldingThreads`)."""
+
+    def __call__(self, name: str, *, using: str = "default", lease: float | None = 20) -> None:
+        """Hold lock ``name`` of alias ``using`` on another thread until the test ends."""
+
+        def hold() -> AbstractContextManager[object]:
+            # Never released: its lease, or the next test's emptied store, ends it.
+            locks[using].lock(name).acquire(lease=lease)
+            return nullcontext()
+
+        self.keep(hold, repr(name))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from django_rlock.core import watchdog
 from django_rlock.core.exceptions import LockLostError, LockTimeout
 from django_rlock.core.hold import Hold
 from django_rlock.exceptions import LockSettingError
+from tests.children import python_module
 from tests.django.conftest import HANG, Holders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,29 +250,18 @@ def test_rlock_metrics_without_prometheus_client_names_the_extra(tmp_path: Path)
     assert "pip install 'django-rlock[prometheus]'" in out.stdout
 
 
-@contextmanager
 def holder(
     url: str, order_id: str, metrics: str, env: dict[str, str]
-) -> Iterator[subprocess.Popen[str]]:
+) -> AbstractContextManager[subprocess.Popen[str]]:
     """A ``tests.django.metrics_holder`` process, ended (its lock released) on exit."""
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.django.metrics_holder", url, order_id, metrics],
+    return python_module(
+        "tests.django.metrics_holder",
+        *(url, order_id, metrics),
+        stdin=True,
         cwd=ROOT,
         env={**inherited, "PYTHONPATH": str(ROOT), **env},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
     )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(HANG)
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def release(process: subprocess.Popen[str]) -> None:

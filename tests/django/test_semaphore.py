@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,34 +14,15 @@ from django_rlock import locked, locks, semaphore
 from django_rlock.aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock.core import LockTimeout
 from django_rlock.signals import lock_acquired
+from tests.django.conftest import HoldingThreads
 
-HANG = 10.0
 
-
-class PermitHolders:
+class PermitHolders(HoldingThreads):
     """Permits held by live threads of their own until the test ends."""
 
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.threads: list[threading.Thread] = []
-
     def __call__(self, name: str, permits: int, *, using: str = "default") -> None:
-        held = threading.Event()
-
-        def hold() -> None:
-            with semaphore(name, permits, using=using):
-                held.set()
-                self.stop.wait(HANG)
-
-        thread = threading.Thread(target=hold, daemon=True)
-        thread.start()
-        assert held.wait(HANG), f"could not take a permit of {name!r}"
-        self.threads.append(thread)
-
-    def close(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(HANG)
+        """Hold a permit of semaphore ``name`` (of ``permits``) on another thread."""
+        self.keep(lambda: semaphore(name, permits, using=using), f"a permit of {name!r}")
 
 
 @pytest.fixture

@@ -9,34 +9,15 @@ lock, entry or queue once every hold has ended).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
-from tests.model.history import History
-from tests.model.machine import run_model
-from tests.model.test_model import BOUNDED
+from tests.model.bounded import BOUNDED, run_bounded
 from tests.model.world import Config
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Every fault makes the library log warnings; the invariants tell the story.
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
-
-
 def test_fair_model() -> None:
-    histories: list[History] = []
-    run_model(Config(fair=True), BOUNDED, histories.append)
-    operations = sum((history.operations for history in histories), start=History().operations)
-    faults = sum((history.faults for history in histories), start=History().faults)
-    print(f"FIGURES fair model: {dict(operations)}; faults {dict(faults)}")
+    operations, faults = run_bounded("fair model", Config(fair=True))
     assert operations["acquire granted"] >= BOUNDED.max_examples  # one opening grant each
     assert len(faults) >= 4

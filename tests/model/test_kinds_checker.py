@@ -10,8 +10,7 @@ so what fires is the fault, not the path.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,15 +40,6 @@ KINDS = Config(
     rw_names=("r",),
     faults=frozenset(),
 )
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
 
 
 class OverGrantingSemaphore(World):

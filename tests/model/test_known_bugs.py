@@ -10,9 +10,7 @@ reports how fast it found them on the old code).
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -23,16 +21,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 #: Two sync owners, each on its own client (so a partition cuts one off).
 TWO_CLIENTS = Config(sync_clients=2, owners_per_client=1, async_owners=0, names=("a", "b"))
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Every lost hold logs a warning; the invariants tell the story.
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
 
 
 def do(world: World, owner: int, op: Operation) -> None:

@@ -16,49 +16,17 @@ the known bug "tokens go backwards after data loss" fails it today.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 
-from tests.model.history import History
-from tests.model.machine import run_model
+from tests.model.bounded import BOUNDED, run_bounded
 from tests.model.world import Config
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
-BOUNDED = settings(
-    max_examples=8,
-    stateful_step_count=25,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    # No shrinking: a failure depends on timing, so a shrunk replay may pass;
-    # the steps of the failing example are printed as they ran.
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
-    print_blob=False,
-)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Every fault makes the library log warnings; the invariants tell the story.
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
-
 
 def test_model() -> None:
-    histories: list[History] = []
-    run_model(Config(), BOUNDED, histories.append)
+    operations, faults = run_bounded("model", Config())
     # The run did something: grants, and faults of several kinds.
-    operations = sum((history.operations for history in histories), start=History().operations)
-    faults = sum((history.faults for history in histories), start=History().faults)
-    print(f"FIGURES model: {dict(operations)}; faults {dict(faults)}")
     # One opening grant per example at least (machine.py), and more drawn.
     assert operations["acquire granted"] >= BOUNDED.max_examples
     assert len(faults) >= 4

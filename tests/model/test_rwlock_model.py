@@ -12,15 +12,10 @@ after every example nothing grew.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import settings
 
-from tests.model.history import History
-from tests.model.machine import run_model
-from tests.model.test_model import BOUNDED
+from tests.model.bounded import BOUNDED, run_bounded
 from tests.model.world import Config
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -29,23 +24,9 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 RW_LOCKS = Config(names=(), rw_names=("r", "w"))
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Every fault makes the library log warnings; the invariants tell the story.
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
-
-
 def test_rwlock_model() -> None:
-    histories: list[History] = []
     # About 20 s: fewer examples than the lock model's, as many steps.
-    run_model(RW_LOCKS, settings(BOUNDED, max_examples=8), histories.append)
-    operations = sum((history.operations for history in histories), start=History().operations)
-    faults = sum((history.faults for history in histories), start=History().faults)
-    print(f"FIGURES rwlock model: {dict(operations)}; faults {dict(faults)}")
+    operations, faults = run_bounded("rwlock model", RW_LOCKS, settings(BOUNDED, max_examples=8))
     assert operations["write acquire granted"] >= 8  # one opening write per example
     assert operations["read acquire granted"] >= 1
     assert len(faults) >= 3

@@ -14,15 +14,10 @@ within its bound).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import settings
 
-from tests.model.history import History
-from tests.model.machine import run_model
-from tests.model.test_model import BOUNDED
+from tests.model.bounded import BOUNDED, run_bounded
 from tests.model.world import Config
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -31,22 +26,10 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 SEMAPHORES = Config(names=(), semaphores=("s", "t"), permits=2)
 
 
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # Every fault makes the library log warnings; the invariants tell the story.
-    logger = logging.getLogger("django_rlock")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
-
-
 def test_semaphore_model() -> None:
-    histories: list[History] = []
     # About 20 s: fewer examples than the lock model's, as many steps.
-    run_model(SEMAPHORES, settings(BOUNDED, max_examples=7), histories.append)
-    operations = sum((history.operations for history in histories), start=History().operations)
-    faults = sum((history.faults for history in histories), start=History().faults)
-    print(f"FIGURES semaphore model: {dict(operations)}; faults {dict(faults)}")
+    operations, faults = run_bounded(
+        "semaphore model", SEMAPHORES, settings(BOUNDED, max_examples=7)
+    )
     assert operations["permit acquire granted"] >= 7  # one opening grant per example
     assert len(faults) >= 3

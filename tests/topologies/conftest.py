@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from redis.cluster import RedisCluster
 
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, SentinelGroup, Standalones, Unavailable
@@ -23,6 +24,23 @@ def servers(five_servers: Standalones) -> list[RedisServer]:
     five_servers.restart_stopped()
     five_servers.flush()
     return five_servers.servers
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A 3-master Redis Cluster, one per test module."""
+    topology = Cluster(3)
+    with running(topology):
+        yield topology
+
+
+@pytest.fixture
+def raw(cluster: Cluster) -> Iterator[RedisCluster]:
+    """A client of ``cluster``, on emptied masters."""
+    client = cluster.client()
+    client.flushall()
+    yield client
+    client.close()
 
 
 @contextmanager

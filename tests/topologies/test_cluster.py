@@ -19,16 +19,8 @@ from django_rlock.core import LockClient
 from django_rlock.core.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import running
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    topology = Cluster(3)
-    with running(topology):
-        yield topology
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +30,6 @@ def sharded(cluster: Cluster) -> bool:
     version = str(node.info("server")["redis_version"])
     node.close()
     return int(version.split(".", maxsplit=1)[0]) >= 7
-
-
-@pytest.fixture
-def raw(cluster: Cluster) -> Iterator[RedisCluster]:
-    client = cluster.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -14,23 +13,13 @@ from django_rlock.core.identity import thread_owner
 from django_rlock.core.semaphore_scripts import permit_key
 from django_rlock.core.sharding import slot_of
 from tests.topologies.builders import Cluster
-from tests.topologies.conftest import running
+from tests.waking import seconds_to_wake
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    topology = Cluster(3)
-    with running(topology):
-        yield topology
-
-
 @pytest.fixture
-def lock_client(cluster: Cluster) -> Iterator[LockClient]:
-    raw = cluster.client()
-    raw.flushall()
-    raw.close()
+def lock_client(cluster: Cluster, raw: RedisCluster) -> Iterator[LockClient]:
     with LockClient(cluster.url, key_prefix="test", watchdog_timeout=1) as client:
         yield client
 
@@ -58,17 +47,4 @@ def test_a_semaphores_keys_share_one_slot_and_it_counts(
 def test_a_release_wakes_a_waiter_on_the_cluster(lock_client: LockClient) -> None:
     semaphore = lock_client.semaphore("wake", 1)
     assert semaphore.acquire(lease=30)
-    granted_at: list[float] = []
-
-    def waiter() -> None:
-        assert semaphore.acquire(timeout=30)
-        granted_at.append(time.monotonic())
-        semaphore.release()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    time.sleep(0.5)
-    released_at = time.monotonic()
-    semaphore.release()
-    thread.join(40)
-    assert granted_at and granted_at[0] - released_at < 5
+    assert seconds_to_wake(semaphore, settle=0.5) < 5

@@ -17,7 +17,6 @@ from redis.cluster import RedisCluster
 from django_rlock.core import LockClient
 from django_rlock.core.sharding import slot_of
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import running
 
 pytestmark = pytest.mark.slow
 
@@ -25,21 +24,6 @@ HANG = 15.0  # seconds: only reached when something hangs
 
 #: Longer than the test runs: a waiter not woken by its message would sleep past HANG.
 LONG = 60.0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    topology = Cluster(3)
-    with running(topology):
-        yield topology
-
-
-@pytest.fixture
-def raw(cluster: Cluster) -> Iterator[RedisCluster]:
-    client = cluster.client()
-    client.flushall()
-    yield client
-    client.close()
 
 
 @pytest.fixture
