@@ -93,14 +93,7 @@ class FairKeys(LockKeys):
 
 def fair_keys(prefix: str, name: str) -> FairKeys:
     """The keys of the fair lock ``name`` under ``prefix`` (both already checked)."""
-    base = LockKeys.build(prefix, name).hash + ":fair"
-    return FairKeys(
-        name=name,
-        hash=base,
-        fence=f"{base}:fence",
-        waiters=f"{base}:waiters",
-        channel=f"{base}:released",
-    )
+    return FairKeys.around(name, LockKeys.build(prefix, name).hash + ":fair")
 
 
 # Expects KEYS[3] the entries' expiries, KEYS[QUEUE] the queue, KEYS[ENTRIES]

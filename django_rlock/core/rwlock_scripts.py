@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django_rlock.core.calls import ScriptCall
-from django_rlock.core.names import LockKeys, milliseconds
+from django_rlock.core.calls import ScriptCall, acquire_args, attempt_args
+from django_rlock.core.names import LockKeys
 from django_rlock.core.scripts import ABANDON, FORCE_RELEASE, MakeScript, ScriptSet
 from django_rlock.core.snippets import (
     CURRENT_TOKEN,
@@ -329,9 +329,10 @@ def read_acquire_call(
     lost: bool,
 ) -> ScriptCall:
     """One read acquire (READ_ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait."""
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
     return ScriptCall(
         keys=[keys.reader(owner), keys.write, keys.waiters, keys.readers, latch],
-        args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid, int(lost)],
+        args=[*attempt, int(lost)],
         rid=rid,
     )
 
@@ -353,21 +354,12 @@ def write_acquire_call(
 
     ``read_lost``: the owner's read holds were declared lost (taken off first).
     """
-    token, holds = lost or (0, 0)
+    like_a_lock = acquire_args(
+        owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
+    )
     return ScriptCall(
         keys=[keys.write, keys.fence, keys.waiters, keys.readers, keys.reader(owner), latch],
-        args=[
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            rid,
-            holds,
-            str(token),
-            holder,
-            keys.reader_prefix,
-            1 if read_lost else 0,
-        ],
+        args=[*like_a_lock, keys.reader_prefix, 1 if read_lost else 0],
         rid=rid,
     )
 

@@ -27,8 +27,8 @@ semaphore's one slot, which a cluster node serves whole.
 
 from __future__ import annotations
 
-from django_rlock.core.calls import ScriptCall
-from django_rlock.core.names import LockKeys, milliseconds
+from django_rlock.core.calls import ScriptCall, attempt_args
+from django_rlock.core.names import LockKeys
 from django_rlock.core.scripts import MakeScript, ScriptSet
 from django_rlock.core.snippets import (
     LEAVE_WAITING_SET,
@@ -72,14 +72,7 @@ def semaphore_keys(prefix: str, name: str) -> LockKeys:
     Every key ends in ``:sem...`` after the lock's hash tag, so a semaphore and
     a lock of the same name never share a key, while sharing the slot.
     """
-    index = LockKeys.build(prefix, name).hash + ":sem"
-    return LockKeys(
-        name=name,
-        hash=index,
-        fence=f"{index}:fence",
-        waiters=f"{index}:waiters",
-        channel=f"{index}:released",
-    )
+    return LockKeys.around(name, LockKeys.build(prefix, name).hash + ":sem")
 
 
 def permit_prefix(keys: LockKeys) -> str:
@@ -358,19 +351,10 @@ def semaphore_acquire_call(
     holder: str = "",
 ) -> ScriptCall:
     """One acquire of one permit (:data:`SEMAPHORE_ACQUIRE`)."""
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
     return ScriptCall(
         keys=[keys.hash, permit_key(keys, owner), keys.waiters, keys.latch(owner)],
-        args=[
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            rid,
-            1 if lost else 0,
-            holder,
-            permits,
-            permit_prefix(keys),
-        ],
+        args=[*attempt, 1 if lost else 0, holder, permits, permit_prefix(keys)],
         rid=rid,
     )
 
