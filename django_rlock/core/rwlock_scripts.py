@@ -55,6 +55,7 @@ from django_rlock.core.snippets import (
     LEAVE_WAITING_SET,
     REQUEST_LATCH_MS,
     drop_lost_grant,
+    drop_lost_key,
     new_grant,
     register_waiter,
     release_one,
@@ -103,11 +104,8 @@ UPGRADE_REFUSED = "upgrade"
 READ_ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
-if tonumber(ARGV[6] or '0') ~= 0 then
-    redis.call('del', KEYS[1])
-    redis.call('srem', KEYS[4], ARGV[1])
-end
 """
+    + drop_lost_key(key="KEYS[1]", index="KEYS[4]")
     + report_or_reenter(latch="5", token="0", fence=None)
     + """
 if redis.call('exists', KEYS[2]) == 1 and redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
@@ -156,11 +154,8 @@ local ttl = tonumber(ARGV[2])
 """
     + drop_lost_grant()
     + report_or_reenter(latch="6", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + drop_lost_key(key="KEYS[5]", index="KEYS[4]", lost="ARGV[10]")
     + """
-if ARGV[10] == '1' then
-    redis.call('del', KEYS[5])
-    redis.call('srem', KEYS[4], ARGV[1])
-end
 if redis.call('hexists', KEYS[5], ARGV[1]) == 1 then
     return 'UPGRADE'
 end

@@ -34,6 +34,7 @@ from django_rlock.core.snippets import (
     LEAVE_WAITING_SET,
     NOW_MS_LUA,
     REQUEST_LATCH_MS,
+    drop_lost_key,
     register_waiter,
     release_hold,
 )
@@ -193,10 +194,9 @@ def _wake(waiters: str, channel: str, publish: str, count: str) -> str:
 SEMAPHORE_ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
-if tonumber(ARGV[6] or '0') ~= 0 then
-    redis.call('del', KEYS[2])
-    redis.call('srem', KEYS[1], ARGV[1])
-end
+"""
+    + drop_lost_key(key="KEYS[2]", index="KEYS[1]")
+    + """
 if KEYS[4] and redis.call('hexists', KEYS[2], ARGV[1]) == 1
         and redis.call('get', KEYS[4]) == ARGV[5] then
     return {0, tonumber(redis.call('hget', KEYS[2], ARGV[1])), redis.call('pttl', KEYS[2])}

@@ -23,6 +23,7 @@ __all__ = [
     "REQUEST_LATCH_MS",
     "WAITER_MARGIN_MS",
     "drop_lost_grant",
+    "drop_lost_key",
     "new_grant",
     "register_waiter",
     "release_hold",
@@ -85,6 +86,27 @@ end
 def drop_lost_grant(*fields: str) -> str:
     """The lost-grant removal; ``fields``: the kind's own hash fields that go with it."""
     return _DROP_LOST_GRANT.replace("FIELDS", "".join(f", '{field}'" for field in fields))
+
+
+# Expects LOST_HOLDS the number of the owner's holds its client declared lost
+# (0 or absent: none), OWN_KEY the owner's own hold key (a read hold, a
+# semaphore's permits), OWNERS the set naming the owners that have such a
+# key, ARGV[1] owner id.
+# The key is the owner's alone, so all of it goes, before the latch is read:
+# the call is a new grant, never a report of holds its owner was told are gone.
+_DROP_LOST_KEY = """
+if tonumber(LOST_HOLDS or '0') ~= 0 then
+    redis.call('del', OWN_KEY)
+    redis.call('srem', OWNERS, ARGV[1])
+end
+"""
+
+
+def drop_lost_key(*, key: str, index: str, lost: str = "ARGV[6]") -> str:
+    """The removal of the owner's own hold ``key`` (and its place in ``index``) declared lost."""
+    return (
+        _DROP_LOST_KEY.replace("LOST_HOLDS", lost).replace("OWN_KEY", key).replace("OWNERS", index)
+    )
 
 
 # Expects KEYS[1] the lock hash, KEYS[LATCH] the owner's request latch
