@@ -1,5 +1,10 @@
 """The Lua scripts: one atomic, O(1) script per lock operation.
 
+They are composed from the pieces every lock kind shares
+(:mod:`~django_rlock.core.snippets`: the clock, the fencing rule, the request
+latch, grants, waiter registration, release and wake-up); the sibling kinds'
+scripts (fair lock, read-write lock, semaphore) are made of the same pieces.
+
 Each script is run with EVALSHA through redis-py's ``Script``, which reloads it
 when the server answers NOSCRIPT (after a restart or ``SCRIPT FLUSH``), so a
 flushed script cache costs one extra round trip and nothing else.
