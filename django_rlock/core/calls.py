@@ -18,8 +18,10 @@ __all__ = [
     "Grant",
     "ScriptCall",
     "abandon_call",
+    "acquire_args",
     "acquire_call",
     "acquire_reply",
+    "attempt_args",
     "extend_call",
     "force_release_call",
     "hold_count_reply",
@@ -46,6 +48,34 @@ class Grant:
     pttl_ms: int
 
 
+def attempt_args(
+    owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
+) -> list[str | int]:
+    """ARGV[1..5] of every kind's acquire: owner, expiry ms, waiter id, longest sleep ms, rid."""
+    return [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
+
+
+def acquire_args(
+    owner: str,
+    *,
+    ttl: float,
+    waiter_id: str,
+    sleep: float,
+    rid: str,
+    lost: tuple[int, int] | None,
+    holder: str,
+) -> list[str | int]:
+    """ARGV[1..8] of scripts.ACQUIRE, which the fair lock and the write side take too.
+
+    ``lost``: (token, holds) of the owner's holds its client has declared lost,
+    which the server may still count (see scripts.ACQUIRE). ``holder``: who
+    asks, stored by a new grant (:func:`django_rlock.core.holder.describe`).
+    """
+    token, holds = lost or (0, 0)
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
+    return [*attempt, holds, str(token), holder]
+
+
 def acquire_call(
     keys: LockKeys,
     owner: str,
@@ -59,23 +89,13 @@ def acquire_call(
 ) -> ScriptCall:
     """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
 
-    ``lost``: (token, holds) of the owner's holds its client has declared lost,
-    which the server may still count (see scripts.ACQUIRE). ``holder``: who
-    asks, stored by a new grant (:func:`django_rlock.core.holder.describe`).
+    ``lost`` and ``holder``: see :func:`acquire_args`.
     """
-    token, holds = lost or (0, 0)
     return ScriptCall(
         keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
-        args=[
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            rid,
-            holds,
-            str(token),
-            holder,
-        ],
+        args=acquire_args(
+            owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
+        ),
         rid=rid,
     )
 

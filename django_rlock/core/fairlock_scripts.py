@@ -43,17 +43,18 @@ watchdog timeout, and the next head's retry finds the lock free.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from django_rlock.core.calls import ScriptCall, abandon_call
 from django_rlock.core.names import LockKeys, milliseconds
-from django_rlock.core.scripts import (
+from django_rlock.core.scripts import MakeScript, ScriptSet
+from django_rlock.core.snippets import (
+    CURRENT_TOKEN,
     NEXT_TOKEN_LUA,
     NOW_MS_LUA,
-    REQUEST_LATCH_MS,
-    LockScript,
-    OomSafeScript,
+    WAITER_MARGIN_MS,
+    drop_lost_grant,
+    new_grant,
+    release_one,
+    report_or_reenter,
 )
 
 __all__ = [
@@ -70,8 +71,8 @@ __all__ = [
 ]
 
 #: How long a queue entry outlives the sleep its waiter announced, in ms: the
-#: waiter's own delay between waking and its next attempt (as scripts.ACQUIRE).
-ENTRY_MARGIN_MS = 500
+#: waiter's own delay between waking and its next attempt (as scripts.ACQUIRE's).
+ENTRY_MARGIN_MS = WAITER_MARGIN_MS
 
 
 class FairKeys(LockKeys):
@@ -92,14 +93,7 @@ class FairKeys(LockKeys):
 
 def fair_keys(prefix: str, name: str) -> FairKeys:
     """The keys of the fair lock ``name`` under ``prefix`` (both already checked)."""
-    base = LockKeys.build(prefix, name).hash + ":fair"
-    return FairKeys(
-        name=name,
-        hash=base,
-        fence=f"{base}:fence",
-        waiters=f"{base}:waiters",
-        channel=f"{base}:released",
-    )
+    return FairKeys.around(name, LockKeys.build(prefix, name).hash + ":fair")
 
 
 # Expects KEYS[3] the entries' expiries, KEYS[QUEUE] the queue, KEYS[ENTRIES]
@@ -126,28 +120,29 @@ end
 
 
 def _fill(script: str, *, queue: int, entries: int, fence: int = 2) -> str:
-    """``script`` with its placeholders filled in: KEYS indexes, the latch and margin."""
+    """``script`` with its placeholders filled in: KEYS indexes and the margin."""
     return (
         script.replace("KEYS[FENCE]", f"KEYS[{fence}]")
         .replace("QUEUE", str(queue))
         .replace("ENTRIES", str(entries))
-        .replace("LATCH_MS", str(REQUEST_LATCH_MS))
         .replace("MARGIN_MS", str(ENTRY_MARGIN_MS))
     )
 
 
-# Expects the lock free (its hash gone), `now` and `head` (from _PRUNE), and
+# Expects the lock free (its hash gone) and
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] entry expiries,
 # KEYS[QUEUE] queue, KEYS[FENCE] fencing counter, KEYS[ENTRIES] handoff entries,
 # ARGV[2] publish command.
-# Hands the lock to the live head: a new grant to the owner its entry names,
-# exactly as FAIR_ACQUIRE's (token, holder metadata), living the head's own
-# watchdog timeout (its entry says), marked '~handoff' = its queue id, the
-# head out of the queue. The message names the head, the token and the
-# request id of the head's last attempt. A head with no entry (never written
-# so) is only woken, by name.
+# Finds the live head (_PRUNE, defining `now` and `head`) and hands the lock
+# to it: a new grant to the owner its entry names, exactly as FAIR_ACQUIRE's
+# (token, holder metadata), living the head's own watchdog timeout (its entry
+# says), marked '~handoff' = its queue id, the head out of the queue. The
+# message names the head, the token and the request id of the head's last
+# attempt. A head with no entry (never written so) is only woken, by name.
 _HAND_ON = (
-    """
+    NOW_MS_LUA
+    + _PRUNE
+    + """
 if head then
     local entry = redis.call('hget', KEYS[ENTRIES], head)
     if entry then
@@ -180,6 +175,33 @@ end
 """
 )
 
+# FAIR_ACQUIRE's step between a resend's report and a re-entry (expects `ttl`,
+# KEYS[1] lock hash, KEYS[2] fencing counter, ARGV[3] queue id): a lock handed
+# to the caller is confirmed as a new grant; any other call of the owner finds
+# the marker done and clears it.
+_CONFIRM_HANDOFF = """
+    local handed = redis.call('hget', KEYS[1], '~handoff')
+    if handed then
+        redis.call('hdel', KEYS[1], '~handoff')
+        if handed == ARGV[3] then
+            redis.call('pexpire', KEYS[1], ttl)
+            redis.call('pexpire', KEYS[2], ttl)
+            return {CURRENT_TOKEN, 1, ttl}
+        end
+    end
+""".replace("CURRENT_TOKEN", CURRENT_TOKEN)
+
+# FAIR_ACQUIRE's way out of line on a new grant (expects `head`, ARGV[3] queue
+# id): a queued caller (there is a head: it is the caller) leaves the queue,
+# its entry's expiry and its handoff entry.
+_LEAVE_QUEUE = """
+if head then
+    redis.call('zrem', KEYS[QUEUE], ARGV[3])
+    redis.call('zrem', KEYS[3], ARGV[3])
+    redis.call('hdel', KEYS[ENTRIES], ARGV[3])
+end
+"""
+
 # KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] entry expiries,
 # KEYS[4] the owner's request latch, KEYS[5] arrival queue, KEYS[6] handoff entries
 # ARGV: as scripts.ACQUIRE's, except ARGV[3], the caller's queue id ('' for an
@@ -207,59 +229,17 @@ end
 FAIR_ACQUIRE = _fill(
     """
 local ttl = tonumber(ARGV[2])
--- A lost grant is taken off first, as in scripts.ACQUIRE (with a handoff's mark).
-if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since', '~handoff')
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    if redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
-        return {tonumber(redis.call('get', KEYS[2]) or '0'),
-                tonumber(redis.call('hget', KEYS[1], ARGV[1])),
-                redis.call('pttl', KEYS[1])}
-    end
-    local handed = redis.call('hget', KEYS[1], '~handoff')
-    if handed then
-        redis.call('hdel', KEYS[1], '~handoff')
-        if handed == ARGV[3] then
-            redis.call('pexpire', KEYS[1], ttl)
-            redis.call('pexpire', KEYS[2], ttl)
-            return {tonumber(redis.call('get', KEYS[2]) or '0'), 1, ttl}
-        end
-    end
-    local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    local left = redis.call('pttl', KEYS[1])
-    if left < ttl then
-        redis.call('pexpire', KEYS[1], ttl)
-        redis.call('pexpire', KEYS[2], ttl)
-        left = ttl
-    end
-    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
-end
 """
+    + drop_lost_grant("~handoff")
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=_CONFIRM_HANDOFF)
     + NOW_MS_LUA
     + _PRUNE
     + """
 local free = redis.call('exists', KEYS[1]) == 0
 if free and (not head or head == ARGV[3]) then
 """
-    + NEXT_TOKEN_LUA
+    + new_grant(latch="4", leave=_LEAVE_QUEUE)
     + """
-    if ARGV[8] and ARGV[8] ~= '' then
-        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
-                   '~since', string.format('%.0f', since))
-    else
-        redis.call('hset', KEYS[1], ARGV[1], 1)
-    end
-    redis.call('pexpire', KEYS[1], ttl)
-    if head then
-        redis.call('zrem', KEYS[5], ARGV[3])
-        redis.call('zrem', KEYS[3], ARGV[3])
-        redis.call('hdel', KEYS[6], ARGV[3])
-    end
-    redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
-    return {token, 1, ttl}
 end
 local wait
 if free then
@@ -277,13 +257,13 @@ if ARGV[3] ~= '' then
     end
     local life = wait + MARGIN_MS
     redis.call('zadd', KEYS[3], now + life, ARGV[3])
-    if not redis.call('zscore', KEYS[5], ARGV[3]) then
-        local last = redis.call('zrange', KEYS[5], -1, -1, 'withscores')
-        redis.call('zadd', KEYS[5], (tonumber(last[2]) or 0) + 1, ARGV[3])
+    if not redis.call('zscore', KEYS[QUEUE], ARGV[3]) then
+        local last = redis.call('zrange', KEYS[QUEUE], -1, -1, 'withscores')
+        redis.call('zadd', KEYS[QUEUE], (tonumber(last[2]) or 0) + 1, ARGV[3])
     end
-    redis.call('hset', KEYS[6], ARGV[3],
+    redis.call('hset', KEYS[ENTRIES], ARGV[3],
                ARGV[1] .. '\\n' .. ARGV[9] .. '\\n' .. ARGV[5] .. '\\n' .. ARGV[8])
-    for _, key in ipairs({KEYS[3], KEYS[5], KEYS[6]}) do
+    for _, key in ipairs({KEYS[3], KEYS[QUEUE], KEYS[ENTRIES]}) do
         if redis.call('pttl', key) < life then
             redis.call('pexpire', key, life)
         end
@@ -306,27 +286,12 @@ return wait
 #   finds the grant with the attempt it makes once its subscription is
 #   confirmed (core/plan.py).
 FAIR_RELEASE = _fill(
-    """
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    if redis.call('get', KEYS[4]) == ARGV[3] then
-        return 0
-    end
-    return -1
-end
-if redis.call('set', KEYS[4], ARGV[3], 'px', LATCH_MS, 'get') == ARGV[3] then
-    return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-end
-local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if holds > 0 then
-    return holds
-end
-redis.call('del', KEYS[1])
-if redis.call('exists', KEYS[5]) == 0 then
+    release_one(latch="4")
+    + """
+if redis.call('exists', KEYS[QUEUE]) == 0 then
     return 0
 end
 """
-    + NOW_MS_LUA
-    + _PRUNE
     + _HAND_ON
     + """
 return 0
@@ -356,8 +321,6 @@ elseif not queued or redis.call('exists', KEYS[1]) == 1 then
     return 0
 end
 """
-    + NOW_MS_LUA
-    + _PRUNE
     + _HAND_ON
     + """
 if head then
@@ -402,19 +365,14 @@ def fair_abandon_call(keys: FairKeys, queue_id: str, publish: str) -> ScriptCall
     return ScriptCall(keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args)
 
 
-class FairScripts:
-    """The fair lock's scripts, registered against one Redis client (sync or asyncio).
+class FairScripts(ScriptSet):
+    """The fair lock's scripts: acquire is plain, release and abandon run under OOM.
 
-    As :class:`~django_rlock.core.scripts.LockScripts`: acquire is plain (under
-    OOM it fails whole), release and abandon run under OOM where Redis allows.
+    See :class:`~django_rlock.core.scripts.ScriptSet`.
     """
 
-    def __init__(
-        self,
-        redis: Any,
-        plain: Callable[[Any, str], Any] = LockScript,
-        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
-    ) -> None:
-        self.acquire = plain(redis, FAIR_ACQUIRE)
-        self.release = oom_safe(redis, FAIR_RELEASE)
-        self.abandon = oom_safe(redis, FAIR_ABANDON)
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the fair lock's scripts."""
+        self.acquire = plain(FAIR_ACQUIRE)
+        self.release = oom_safe(FAIR_RELEASE)
+        self.abandon = oom_safe(FAIR_ABANDON)

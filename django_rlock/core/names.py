@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
+from typing import Self
 
 from django_rlock.core.defaults import MIN_WATCHDOG_TIMEOUT, renewal_socket_timeout
 
@@ -169,12 +170,21 @@ class LockKeys:
     def build(cls, prefix: str, name: str) -> LockKeys:
         """Derive the keys of ``name`` under ``prefix`` (both already checked)."""
         base = f"{prefix}:{{{escape(name)}}}" if prefix else f"{{{escape(name)}}}"
+        return cls.around(name, base)
+
+    @classmethod
+    def around(cls, name: str, hash_key: str) -> Self:
+        """The keys of ``name`` whose hash is ``hash_key``; the others are named after it.
+
+        The lock kinds put their hash under the lock's (``<lock hash>:fair``,
+        ``...:sem``), so all of a name's keys keep its hash tag, hence its slot.
+        """
         return cls(
             name=name,
-            hash=base,
-            fence=f"{base}:fence",
-            waiters=f"{base}:waiters",
-            channel=f"{base}:released",
+            hash=hash_key,
+            fence=f"{hash_key}:fence",
+            waiters=f"{hash_key}:waiters",
+            channel=f"{hash_key}:released",
         )
 
     def latch(self, owner: str) -> str:

@@ -45,18 +45,22 @@ overlapping readers can starve a writer (a documented limit).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from django_rlock.core.calls import ScriptCall
-from django_rlock.core.names import LockKeys, milliseconds
-from django_rlock.core.scripts import (
-    NEXT_TOKEN_LUA,
-    NOW_MS_LUA,
+from django_rlock.core.calls import ScriptCall, acquire_args, attempt_args
+from django_rlock.core.names import LockKeys
+from django_rlock.core.scripts import ABANDON, FORCE_RELEASE, MakeScript, ScriptSet
+from django_rlock.core.snippets import (
+    CURRENT_TOKEN,
+    LEAVE_WAITING_SET,
     REQUEST_LATCH_MS,
-    LockScript,
-    OomSafeScript,
+    drop_lost_grant,
+    drop_lost_key,
+    new_grant,
+    register_waiter,
+    release_one,
+    report_or_reenter,
+    wake_after_release,
 )
 
 __all__ = [
@@ -84,51 +88,6 @@ __all__ = [
 #: What WRITE_ACQUIRE answers an owner that holds a read but not the write.
 UPGRADE_REFUSED = "upgrade"
 
-# Enters ARGV[3] in the waiting set KEYS[WAITERS] until just after its sleep
-# (ARGV[4] ms, at most `pttl`), as scripts.ACQUIRE does for a lock's waiter.
-_REGISTER = (
-    """
-if ARGV[3] ~= '' then
-"""
-    + NOW_MS_LUA
-    + """
-    local sleep = tonumber(ARGV[4])
-    if pttl >= 0 and pttl < sleep then
-        sleep = pttl
-    end
-    local life = sleep + 500
-    redis.call('zadd', KEYS[WAITERS], now + life, ARGV[3])
-    if redis.call('pttl', KEYS[WAITERS]) < life then
-        redis.call('pexpire', KEYS[WAITERS], life)
-    end
-end
-return pttl
-"""
-)
-
-# A re-entry of the owner's hold in KEYS[1], or the report of a resent call
-# (request latch KEYS[LATCH]) that was already granted: as scripts.ACQUIRE.
-# `token` is the reply's token.
-_REENTER = """
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    if KEYS[LATCH]
-            and redis.call('set', KEYS[LATCH], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
-        local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-        return {token(), holds, redis.call('pttl', KEYS[1])}
-    end
-    local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    local left = redis.call('pttl', KEYS[1])
-    if left < ttl then
-        redis.call('pexpire', KEYS[1], ttl)
-        if FENCE then
-            redis.call('pexpire', FENCE, ttl)
-        end
-        left = ttl
-    end
-    return {token(), holds, left}
-end
-"""
-
 # KEYS[1] the owner's read key, KEYS[2] write hash, KEYS[3] waiting set,
 # KEYS[4] readers index, KEYS[5] (optional) the owner's read request latch
 # ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id ('' for none),
@@ -143,39 +102,30 @@ end
 # Returns the writer's PTTL in ms (-1: no expiry) when another owner writes;
 #   a waiter is then entered in the waiting set.
 READ_ACQUIRE = (
-    (
-        """
+    """
 local ttl = tonumber(ARGV[2])
-local function token() return 0 end
-if tonumber(ARGV[6] or '0') ~= 0 then
-    redis.call('del', KEYS[1])
-    redis.call('srem', KEYS[4], ARGV[1])
-end
 """
-        + _REENTER.replace("FENCE", "nil")
-        + """
+    + drop_lost_key(key="KEYS[1]", index="KEYS[4]")
+    + report_or_reenter(latch="5", token="0", fence=None)
+    + """
 if redis.call('exists', KEYS[2]) == 1 and redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
     local pttl = redis.call('pttl', KEYS[2])
 """
-        + _REGISTER
-        + """
+    + register_waiter()
+    + """
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
 redis.call('sadd', KEYS[4], ARGV[1])
-if ARGV[3] ~= '' then
-    redis.call('zrem', KEYS[3], ARGV[3])
-end
-if KEYS[LATCH] then
-    redis.call('set', KEYS[LATCH], ARGV[5], 'px', LATCH_MS)
+"""
+    + LEAVE_WAITING_SET
+    + """
+if KEYS[5] then
+    redis.call('set', KEYS[5], ARGV[5], 'px', LATCH_MS)
 end
 return {0, 1, ttl}
 """
-    )
-    .replace("KEYS[WAITERS]", "KEYS[3]")
-    .replace("KEYS[LATCH]", "KEYS[5]")
-    .replace("LATCH_MS", str(REQUEST_LATCH_MS))
-)
+).replace("LATCH_MS", str(REQUEST_LATCH_MS))
 
 # KEYS[1] write hash, KEYS[2] fencing counter, KEYS[3] waiting set,
 # KEYS[4] readers index, KEYS[5] the owner's read key,
@@ -199,20 +149,13 @@ return {0, 1, ttl}
 #   without a release; see the module's docstring). The index is pruned of
 #   dead readers on the way. A waiter is then entered in the waiting set.
 WRITE_ACQUIRE = (
-    (
-        """
+    """
 local ttl = tonumber(ARGV[2])
-local function token() return tonumber(redis.call('get', KEYS[2]) or '0') end
-if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
-end
 """
-        + _REENTER.replace("FENCE", "KEYS[2]")
-        + """
-if ARGV[10] == '1' then
-    redis.call('del', KEYS[5])
-    redis.call('srem', KEYS[4], ARGV[1])
-end
+    + drop_lost_grant()
+    + report_or_reenter(latch="6", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + drop_lost_key(key="KEYS[5]", index="KEYS[4]", lost="ARGV[10]")
+    + """
 if redis.call('hexists', KEYS[5], ARGV[1]) == 1 then
     return 'UPGRADE'
 end
@@ -231,54 +174,12 @@ else
 end
 if pttl == -2 then
 """
-        + NEXT_TOKEN_LUA
-        + """
-    if ARGV[8] and ARGV[8] ~= '' then
-        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
-                   '~since', string.format('%.0f', since))
-    else
-        redis.call('hset', KEYS[1], ARGV[1], 1)
-    end
-    redis.call('pexpire', KEYS[1], ttl)
-    if ARGV[3] ~= '' then
-        redis.call('zrem', KEYS[3], ARGV[3])
-    end
-    if KEYS[LATCH] then
-        redis.call('set', KEYS[LATCH], ARGV[5], 'px', LATCH_MS)
-    end
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
-    return {token, 1, ttl}
+    + new_grant(latch="6")
+    + """
 end
 """
-        + _REGISTER
-    )
-    .replace("'UPGRADE'", repr(UPGRADE_REFUSED))
-    .replace("KEYS[WAITERS]", "KEYS[3]")
-    .replace("KEYS[LATCH]", "KEYS[6]")
-    .replace("LATCH_MS", str(REQUEST_LATCH_MS))
-)
-
-# The start of both releases: KEYS[1] the owner's hold key, KEYS[LATCH] its
-# (optional) release latch, ARGV[1] owner id, ARGV[3] request id. As
-# scripts.RELEASE: -1 when the owner holds nothing, the holds left (a resend
-# reports them), and on to the caller's full-release steps at 0.
-_RELEASE_ONE = """
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    if KEYS[LATCH] and redis.call('get', KEYS[LATCH]) == ARGV[3] then
-        return 0
-    end
-    return -1
-end
-if KEYS[LATCH] and redis.call('set', KEYS[LATCH], ARGV[3], 'px', LATCH_MS, 'get') == ARGV[3] then
-    return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-end
-local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if holds > 0 then
-    return holds
-end
-redis.call('del', KEYS[1])
-"""
+    + register_waiter()
+).replace("'UPGRADE'", repr(UPGRADE_REFUSED))
 
 # KEYS[1] write hash, KEYS[2] channel, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's write request latch
@@ -286,25 +187,8 @@ redis.call('del', KEYS[1])
 # Returns as scripts.RELEASE. The writer's final release frees every waiter
 #   (readers all at once, writers to race), so while any registration is live
 #   it publishes an empty message: every waiter wakes.
-WRITE_RELEASE = (
-    (
-        _RELEASE_ONE
-        + """
-if redis.call('exists', KEYS[3]) == 0 then
-    return 0
-end
-"""
-        + NOW_MS_LUA
-        + """
-redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-if redis.call('zcard', KEYS[3]) > 0 then
-    redis.call(ARGV[2], KEYS[2], '')
-end
-return 0
-"""
-    )
-    .replace("KEYS[LATCH]", "KEYS[4]")
-    .replace("LATCH_MS", str(REQUEST_LATCH_MS))
+WRITE_RELEASE = release_one(latch="4") + wake_after_release(
+    waiters="KEYS[3]", channel="KEYS[2]", everyone=True
 )
 
 # KEYS[1] the owner's read key, KEYS[2] readers index, KEYS[3] write hash,
@@ -316,9 +200,8 @@ return 0
 #   free for a writer: the registered waiter whose sleep ends first is woken
 #   by name (see the module's docstring for why one is enough).
 READ_RELEASE = (
-    (
-        _RELEASE_ONE
-        + """
+    release_one(latch="6")
+    + """
 redis.call('srem', KEYS[2], ARGV[1])
 for _, reader in ipairs(redis.call('smembers', KEYS[2])) do
     if redis.call('exists', ARGV[4] .. reader) == 0 then
@@ -328,48 +211,23 @@ end
 if redis.call('exists', KEYS[2]) == 1 or redis.call('exists', KEYS[3]) == 1 then
     return 0
 end
-if redis.call('exists', KEYS[5]) == 0 then
-    return 0
-end
 """
-        + NOW_MS_LUA
-        + """
-redis.call('zremrangebyscore', KEYS[5], '-inf', now)
-local first = redis.call('zrange', KEYS[5], 0, 0)
-if first[1] then
-    redis.call(ARGV[2], KEYS[4], first[1])
-end
-return 0
-"""
-    )
-    .replace("KEYS[LATCH]", "KEYS[6]")
-    .replace("LATCH_MS", str(REQUEST_LATCH_MS))
+    + wake_after_release(waiters="KEYS[5]", channel="KEYS[4]")
 )
 
 # KEYS[1] write hash, KEYS[2] channel, KEYS[3] waiting set
 # ARGV[1] waiter id, ARGV[2] publish command
 # A waiter leaves without the lock. When nobody writes, a release may have
 #   woken this waiter alone (the last reader's): wake the others instead.
-# Returns 1 when the others were woken, else 0.
-RW_ABANDON = """
-redis.call('zrem', KEYS[3], ARGV[1])
-if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
-    redis.call(ARGV[2], KEYS[2], '')
-    return 1
-end
-return 0
-"""
+# Returns 1 when the others were woken, else 0. The write hash stands where a
+#   lock's hash does, so this is scripts.ABANDON.
+RW_ABANDON = ABANDON
 
 # KEYS[1] write hash, KEYS[2] channel
 # ARGV[1] publish command
-# Returns 1 when a write hold was deleted (every waiter is woken), else 0.
-WRITE_FORCE_RELEASE = """
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call(ARGV[1], KEYS[2], '')
-    return 1
-end
-return 0
-"""
+# Returns 1 when a write hold was deleted (every waiter is woken), else 0:
+#   the write hold is a lock hash, so this is scripts.FORCE_RELEASE.
+WRITE_FORCE_RELEASE = FORCE_RELEASE
 
 # KEYS[1] readers index, KEYS[2] channel
 # ARGV[1] publish command, ARGV[2] the read keys' common prefix
@@ -466,9 +324,10 @@ def read_acquire_call(
     lost: bool,
 ) -> ScriptCall:
     """One read acquire (READ_ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait."""
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
     return ScriptCall(
         keys=[keys.reader(owner), keys.write, keys.waiters, keys.readers, latch],
-        args=[owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid, int(lost)],
+        args=[*attempt, int(lost)],
         rid=rid,
     )
 
@@ -490,21 +349,12 @@ def write_acquire_call(
 
     ``read_lost``: the owner's read holds were declared lost (taken off first).
     """
-    token, holds = lost or (0, 0)
+    like_a_lock = acquire_args(
+        owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
+    )
     return ScriptCall(
         keys=[keys.write, keys.fence, keys.waiters, keys.readers, keys.reader(owner), latch],
-        args=[
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            rid,
-            holds,
-            str(token),
-            holder,
-            keys.reader_prefix,
-            1 if read_lost else 0,
-        ],
+        args=[*like_a_lock, keys.reader_prefix, 1 if read_lost else 0],
         rid=rid,
     )
 
@@ -545,24 +395,19 @@ def readers_call(keys: RWKeys) -> ScriptCall:
     return ScriptCall(keys=[keys.readers], args=[keys.reader_prefix])
 
 
-class RWScripts:
-    """The read-write lock's scripts, registered against one Redis client (sync or asyncio).
+class RWScripts(ScriptSet):
+    """The read-write lock's scripts: acquires stay plain, giving back runs under OOM.
 
-    As :class:`~django_rlock.core.scripts.LockScripts`: acquires stay plain
-    (under OOM they fail whole), giving back runs under OOM where it can.
+    See :class:`~django_rlock.core.scripts.ScriptSet`.
     """
 
-    def __init__(
-        self,
-        redis: Any,
-        plain: Callable[[Any, str], Any] = LockScript,
-        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
-    ) -> None:
-        self.read_acquire = plain(redis, READ_ACQUIRE)
-        self.write_acquire = plain(redis, WRITE_ACQUIRE)
-        self.read_release = oom_safe(redis, READ_RELEASE)
-        self.write_release = oom_safe(redis, WRITE_RELEASE)
-        self.abandon = oom_safe(redis, RW_ABANDON)
-        self.read_force_release = oom_safe(redis, READ_FORCE_RELEASE)
-        self.write_force_release = oom_safe(redis, WRITE_FORCE_RELEASE)
-        self.readers = plain(redis, READERS)
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the read-write lock's scripts."""
+        self.read_acquire = plain(READ_ACQUIRE)
+        self.write_acquire = plain(WRITE_ACQUIRE)
+        self.read_release = oom_safe(READ_RELEASE)
+        self.write_release = oom_safe(WRITE_RELEASE)
+        self.abandon = oom_safe(RW_ABANDON)
+        self.read_force_release = oom_safe(READ_FORCE_RELEASE)
+        self.write_force_release = oom_safe(WRITE_FORCE_RELEASE)
+        self.readers = plain(READERS)

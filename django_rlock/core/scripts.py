@@ -1,5 +1,10 @@
 """The Lua scripts: one atomic, O(1) script per lock operation.
 
+They are composed from the pieces every lock kind shares
+(:mod:`~django_rlock.core.snippets`: the clock, the fencing rule, the request
+latch, grants, waiter registration, release and wake-up); the sibling kinds'
+scripts (fair lock, read-write lock, semaphore) are made of the same pieces.
+
 Each script is run with EVALSHA through redis-py's ``Script``, which reloads it
 when the server answers NOSCRIPT (after a restart or ``SCRIPT FLUSH``), so a
 flushed script cache costs one extra round trip and nothing else.
@@ -34,6 +39,19 @@ from typing import Any
 from redis.commands.core import Script
 from redis.exceptions import NoPermissionError, ResponseError
 
+from django_rlock.core.snippets import (
+    CURRENT_TOKEN,
+    NEXT_TOKEN_LUA,
+    NOW_MS_LUA,
+    REQUEST_LATCH_MS,
+    drop_lost_grant,
+    new_grant,
+    register_waiter,
+    release_one,
+    report_or_reenter,
+    wake_after_release,
+)
+
 __all__ = [
     "ABANDON",
     "ACQUIRE",
@@ -47,9 +65,12 @@ __all__ = [
     "SCRIPT_COMMANDS",
     "LockScript",
     "LockScripts",
+    "MakeScript",
     "OomFallback",
     "OomSafeBase",
     "OomSafeScript",
+    "ScriptFactory",
+    "ScriptSet",
     "is_unsupported_shebang",
     "permission_error",
     "raise_if_refused",
@@ -64,34 +85,8 @@ SCRIPT_COMMANDS = (
     "sadd", "srem", "smembers", "zscore", "hdel",
 )  # fmt: skip
 
-#: How long a request latch outlives its call, in milliseconds. It must cover
-#: redis-py's whole retry window (10 retries with up to 1 s of backoff each by
-#: default, plus reconnects); a latch costs ~100 bytes for that long.
-REQUEST_LATCH_MS = 60_000
-
 #: The first line of the scripts that must run even when Redis is out of memory.
 ALLOW_OOM = "#!lua flags=allow-oom\n"
-
-# Server time in milliseconds (scripts are replicated by effects, so TIME is allowed).
-# This snippet and the next are shared by the sibling kinds' scripts
-# (fairlock_scripts.py, rwlock_scripts.py): one clock and one fencing rule.
-NOW_MS_LUA = """
-local clock = redis.call('time')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-"""
-
-# Server time in microseconds: the floor of every fencing token. It fits a Lua
-# number (a double, exact below 2^53, which the clock reaches in the year 2255),
-# a signed 64-bit integer and a Postgres bigint. The counter key is written with
-# '%.0f': Lua would write a number this large as '1.7e+15'. The counter is KEYS[2].
-NEXT_TOKEN_LUA = """
-local clock = redis.call('time')
-local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = tonumber(redis.call('get', KEYS[2]) or '0') or 0
-if token <= last then
-    token = last + 1
-end
-"""
 
 # KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's request latch
@@ -131,72 +126,19 @@ end
 ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
--- First, before the latch: a lost grant is never reported again, even to a
--- retry of a call that re-entered it. While the fence is still the lost
--- grant's token, every hold the owner has is of that grant (a re-entry keeps
--- the token), including re-entries whose replies were lost (so the server may
--- count more than the client declared): all of them go. The lock is
--- exclusive, so its description was this owner's too; an emptied hash is deleted.
-if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    if KEYS[4] and redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS, 'get') == ARGV[5] then
-        return {tonumber(redis.call('get', KEYS[2]) or '0'),
-                tonumber(redis.call('hget', KEYS[1], ARGV[1])),
-                redis.call('pttl', KEYS[1])}
-    end
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-    local left = redis.call('pttl', KEYS[1])
-    if left < ttl then
-        redis.call('pexpire', KEYS[1], ttl)
-        redis.call('pexpire', KEYS[2], ttl)
-        left = ttl
-    end
-    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
-end
+"""
+    + drop_lost_grant()
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + """
 if redis.call('exists', KEYS[1]) == 0 then
 """
-    + NEXT_TOKEN_LUA
+    + new_grant(latch="4")
     + """
-    if ARGV[8] and ARGV[8] ~= '' then
-        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
-                   '~since', string.format('%.0f', since))
-    else
-        redis.call('hset', KEYS[1], ARGV[1], 1)
-    end
-    redis.call('pexpire', KEYS[1], ttl)
-    if ARGV[3] ~= '' then
-        redis.call('zrem', KEYS[3], ARGV[3])
-    end
-    if KEYS[4] then
-        redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
-    end
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ttl)
-    return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
-if ARGV[3] ~= '' then
 """
-    + NOW_MS_LUA
-    + """
-    local sleep = tonumber(ARGV[4])
-    if pttl >= 0 and pttl < sleep then
-        sleep = pttl
-    end
-    -- The margin covers the waiter's own delay in re-registering after its sleep.
-    local life = sleep + 500
-    redis.call('zadd', KEYS[3], now + life, ARGV[3])
-    if redis.call('pttl', KEYS[3]) < life then
-        redis.call('pexpire', KEYS[3], life)
-    end
-end
-return pttl
-"""
-).replace("LATCH_MS", str(REQUEST_LATCH_MS))
+    + register_waiter()
+)
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
 # KEYS[4] (optional) the owner's request latch
@@ -240,36 +182,7 @@ return pttl
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = (
-    """
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
-        return 0
-    end
-    return -1
-end
-if KEYS[4] and redis.call('set', KEYS[4], ARGV[3], 'px', LATCH_MS, 'get') == ARGV[3] then
-    return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-end
-local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if holds > 0 then
-    return holds
-end
-redis.call('del', KEYS[1])
-if redis.call('exists', KEYS[3]) == 0 then
-    return 0
-end
-"""
-    + NOW_MS_LUA
-    + """
-redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local first = redis.call('zrange', KEYS[3], 0, 0)
-if first[1] then
-    redis.call(ARGV[2], KEYS[2], first[1])
-end
-return 0
-"""
-).replace("LATCH_MS", str(REQUEST_LATCH_MS))
+RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
 
 # KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
 # ARGV[1] expiry in milliseconds,
@@ -451,21 +364,43 @@ class OomSafeScript(OomSafeBase):
             return self._after(flagged, error)(keys=keys or [], args=args or [], client=client)
 
 
-class LockScripts:
-    """The lock scripts, registered against one Redis client (sync or asyncio).
+#: How a script set makes one script of a body for one client: :class:`LockScript`,
+#: :class:`OomSafeScript` or their asyncio twins.
+ScriptFactory = Callable[[Any, str], Any]
 
-    Acquire stays a plain script: under OOM its first write is refused, so it
-    fails whole, with Redis's OOM error, before changing anything.
+#: The same, with the client already given: a body in, a script out.
+MakeScript = Callable[[str], Any]
+
+
+class ScriptSet:
+    """One kind's scripts, registered against one Redis client (sync or asyncio).
+
+    A subclass's :meth:`register` makes each script with ``plain`` when it may
+    create keys (under OOM its first write is refused, so it fails whole, with
+    Redis's OOM error, before changing anything) or with ``oom_safe`` when it
+    gives back or only deletes (it runs under OOM where Redis allows it).
     """
 
     def __init__(
         self,
         redis: Any,
-        plain: Callable[[Any, str], Any] = LockScript,
-        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
+        plain: ScriptFactory = LockScript,
+        oom_safe: ScriptFactory = OomSafeScript,
     ) -> None:
-        self.acquire = plain(redis, ACQUIRE)
-        self.release = oom_safe(redis, RELEASE)
-        self.renew = oom_safe(redis, RENEW)
-        self.force_release = oom_safe(redis, FORCE_RELEASE)
-        self.abandon = oom_safe(redis, ABANDON)
+        self.register(lambda body: plain(redis, body), lambda body: oom_safe(redis, body))
+
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make this kind's scripts as attributes."""
+        raise NotImplementedError
+
+
+class LockScripts(ScriptSet):
+    """The plain lock's scripts; acquire stays plain (see :class:`ScriptSet`)."""
+
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the lock's scripts."""
+        self.acquire = plain(ACQUIRE)
+        self.release = oom_safe(RELEASE)
+        self.renew = oom_safe(RENEW)
+        self.force_release = oom_safe(FORCE_RELEASE)
+        self.abandon = oom_safe(ABANDON)

@@ -27,12 +27,17 @@ semaphore's one slot, which a cluster node serves whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from django_rlock.core.calls import ScriptCall
-from django_rlock.core.names import LockKeys, milliseconds
-from django_rlock.core.scripts import REQUEST_LATCH_MS, LockScript, OomSafeScript
+from django_rlock.core.calls import ScriptCall, attempt_args
+from django_rlock.core.names import LockKeys
+from django_rlock.core.scripts import MakeScript, ScriptSet
+from django_rlock.core.snippets import (
+    LEAVE_WAITING_SET,
+    NOW_MS_LUA,
+    REQUEST_LATCH_MS,
+    drop_lost_key,
+    register_waiter,
+    release_hold,
+)
 
 __all__ = [
     "SEMAPHORE_ABANDON",
@@ -68,14 +73,7 @@ def semaphore_keys(prefix: str, name: str) -> LockKeys:
     Every key ends in ``:sem...`` after the lock's hash tag, so a semaphore and
     a lock of the same name never share a key, while sharing the slot.
     """
-    index = LockKeys.build(prefix, name).hash + ":sem"
-    return LockKeys(
-        name=name,
-        hash=index,
-        fence=f"{index}:fence",
-        waiters=f"{index}:waiters",
-        channel=f"{index}:released",
-    )
+    return LockKeys.around(name, LockKeys.build(prefix, name).hash + ":sem")
 
 
 def permit_prefix(keys: LockKeys) -> str:
@@ -117,12 +115,6 @@ def _count(prefix_arg: str, *, prune: bool) -> str:
     return _COUNT.replace("PREFIX", prefix_arg).replace("PRUNE", "true" if prune else "false")
 
 
-# Server time in milliseconds.
-_NOW_MS = """
-local clock = redis.call('time')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-"""
-
 # Wakes up to WAKE registered waiters (expired registrations dropped first),
 # those whose sleep ends first, each by a message naming it, counting them in
 # `woken`; each woken waiter leaves the set (its next attempt, if busy,
@@ -133,7 +125,7 @@ _WAKE = (
 local woken = 0
 if redis.call('exists', WAITERS) == 1 then
 """
-    + _NOW_MS
+    + NOW_MS_LUA
     + """
     redis.call('zremrangebyscore', WAITERS, '-inf', now)
     for _, waiter in ipairs(redis.call('zrange', WAITERS, 0, WAKE - 1)) do
@@ -202,10 +194,9 @@ def _wake(waiters: str, channel: str, publish: str, count: str) -> str:
 SEMAPHORE_ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
-if tonumber(ARGV[6] or '0') ~= 0 then
-    redis.call('del', KEYS[2])
-    redis.call('srem', KEYS[1], ARGV[1])
-end
+"""
+    + drop_lost_key(key="KEYS[2]", index="KEYS[1]")
+    + """
 if KEYS[4] and redis.call('hexists', KEYS[2], ARGV[1]) == 1
         and redis.call('get', KEYS[4]) == ARGV[5] then
     return {0, tonumber(redis.call('hget', KEYS[2], ARGV[1])), redis.call('pttl', KEYS[2])}
@@ -219,7 +210,7 @@ if used < tonumber(ARGV[8]) then
     if holds == 1 then
         if ARGV[7] ~= '' then
 """
-    + _NOW_MS
+    + NOW_MS_LUA
     + """
             redis.call('hset', KEYS[2], '~holder', ARGV[7], '~since', string.format('%.0f', now))
         end
@@ -232,31 +223,16 @@ if used < tonumber(ARGV[8]) then
             left = ttl
         end
     end
-    if ARGV[3] ~= '' then
-        redis.call('zrem', KEYS[3], ARGV[3])
-    end
+"""
+    + LEAVE_WAITING_SET
+    + """
     if KEYS[4] then
         redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
     end
     return {0, holds, left}
 end
-if ARGV[3] ~= '' then
 """
-    + _NOW_MS
-    + """
-    local sleep = tonumber(ARGV[4])
-    if soonest >= 0 and soonest < sleep then
-        sleep = soonest
-    end
-    -- The margin covers the waiter's own delay in re-registering after its sleep.
-    local life = sleep + 500
-    redis.call('zadd', KEYS[3], now + life, ARGV[3])
-    if redis.call('pttl', KEYS[3]) < life then
-        redis.call('pexpire', KEYS[3], life)
-    end
-end
-return soonest
-"""
+    + register_waiter(wait="soonest")
 ).replace("LATCH_MS", str(REQUEST_LATCH_MS))
 
 # KEYS[1] index SET, KEYS[2] the owner's permit hash, KEYS[3] waiting set,
@@ -273,17 +249,8 @@ return soonest
 #   A resent call that was already applied changes nothing and returns the
 #   owner's permits now (0 after its last).
 SEMAPHORE_RELEASE = (
-    """
-if redis.call('hexists', KEYS[2], ARGV[1]) == 0 then
-    if KEYS[5] and redis.call('get', KEYS[5]) == ARGV[3] then
-        return 0
-    end
-    return -1
-end
-if KEYS[5] and redis.call('set', KEYS[5], ARGV[3], 'px', LATCH_MS, 'get') == ARGV[3] then
-    return tonumber(redis.call('hget', KEYS[2], ARGV[1]))
-end
-local holds = redis.call('hincrby', KEYS[2], ARGV[1], -1)
+    release_hold(hold="KEYS[2]", latch="5")
+    + """
 if holds <= 0 then
     holds = 0
     redis.call('del', KEYS[2])
@@ -294,7 +261,7 @@ end
     + """
 return holds
 """
-).replace("LATCH_MS", str(REQUEST_LATCH_MS))
+)
 
 # KEYS[1] index SET, KEYS[2] waiting set, KEYS[3] release channel
 # ARGV[1] waiter id, ARGV[2] publish command, ARGV[3] permits (the caller's),
@@ -355,25 +322,20 @@ return 0
 """
 
 
-class SemaphoreScripts:
-    """The semaphore scripts, registered against one Redis client (sync or asyncio).
+class SemaphoreScripts(ScriptSet):
+    """The semaphore's scripts: acquire is plain, the others run under OOM where Redis allows.
 
-    Acquire is a plain script (under OOM it fails whole, as the lock's does);
-    the others give permits back or only read, so they run under OOM where
-    the server allows it.
+    The others give permits back or only read (see
+    :class:`~django_rlock.core.scripts.ScriptSet`).
     """
 
-    def __init__(
-        self,
-        redis: Any,
-        plain: Callable[[Any, str], Any] = LockScript,
-        oom_safe: Callable[[Any, str], Any] = OomSafeScript,
-    ) -> None:
-        self.acquire = plain(redis, SEMAPHORE_ACQUIRE)
-        self.release = oom_safe(redis, SEMAPHORE_RELEASE)
-        self.abandon = oom_safe(redis, SEMAPHORE_ABANDON)
-        self.state = plain(redis, SEMAPHORE_STATE)
-        self.force_release = oom_safe(redis, SEMAPHORE_FORCE_RELEASE)
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the semaphore's scripts."""
+        self.acquire = plain(SEMAPHORE_ACQUIRE)
+        self.release = oom_safe(SEMAPHORE_RELEASE)
+        self.abandon = oom_safe(SEMAPHORE_ABANDON)
+        self.state = plain(SEMAPHORE_STATE)
+        self.force_release = oom_safe(SEMAPHORE_FORCE_RELEASE)
 
 
 def semaphore_acquire_call(
@@ -389,19 +351,10 @@ def semaphore_acquire_call(
     holder: str = "",
 ) -> ScriptCall:
     """One acquire of one permit (:data:`SEMAPHORE_ACQUIRE`)."""
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
     return ScriptCall(
         keys=[keys.hash, permit_key(keys, owner), keys.waiters, keys.latch(owner)],
-        args=[
-            owner,
-            milliseconds(ttl),
-            waiter_id,
-            milliseconds(sleep),
-            rid,
-            1 if lost else 0,
-            holder,
-            permits,
-            permit_prefix(keys),
-        ],
+        args=[*attempt, 1 if lost else 0, holder, permits, permit_prefix(keys)],
         rid=rid,
     )
 

@@ -1,0 +1,57 @@
+"""The scripts composed from core/snippets.py: filled, loadable, and within the ACL list."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import redis
+
+from django_rlock.core import fairlock_scripts, rwlock_scripts, scripts, semaphore_scripts
+from django_rlock.core.scripts import SCRIPT_COMMANDS
+from django_rlock.core.snippets import register_waiter, release_hold, report_or_reenter
+
+#: Every script a lock kind sends, by name.
+SCRIPTS = {
+    f"{module.__name__.rsplit('.', 1)[1]}.{name}": getattr(module, name)
+    for module in (scripts, fairlock_scripts, rwlock_scripts, semaphore_scripts)
+    for name in module.__all__
+    if name.isupper() and "redis.call" in str(getattr(module, name))
+}
+
+
+def test_every_kind_s_scripts_are_found() -> None:
+    assert {"scripts.ACQUIRE", "fairlock_scripts.FAIR_RELEASE", "rwlock_scripts.READ_ACQUIRE",
+            "semaphore_scripts.SEMAPHORE_RELEASE"} <= set(SCRIPTS)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_no_placeholder_is_left_unfilled(name: str) -> None:
+    # The snippets' placeholders are words in capitals (KEYS[LATCH], WAITERS,
+    # MARGIN_MS, ...); Lua itself names only KEYS and ARGV so.
+    left = set(re.findall(r"\b[A-Z][A-Z_]{2,}\b", SCRIPTS[name])) - {"KEYS", "ARGV"}
+    assert not left, f"{name} still holds {sorted(left)}"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_command_is_in_the_minimal_acl(name: str) -> None:
+    called = set(re.findall(r"redis\.call\('([a-z]+)'", SCRIPTS[name]))
+    assert called, name
+    assert called <= set(SCRIPT_COMMANDS), f"{name} runs {sorted(called - set(SCRIPT_COMMANDS))}"
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_script_compiles_on_the_server(name: str, r: redis.Redis) -> None:
+    digest = r.script_load(SCRIPTS[name])
+    assert r.script_exists(digest) == [True]
+
+
+def test_the_snippet_functions_fill_the_keys_they_are_given() -> None:
+    reentry = report_or_reenter(latch="7", token="0", fence=None)
+    assert "KEYS[7]" in reentry and "pexpire', nil" not in reentry
+    assert "redis.call('pexpire', KEYS[9], ttl)" in report_or_reenter(
+        latch="7", token="0", fence="KEYS[9]"
+    )
+    registration = register_waiter(waiters="KEYS[8]", wait="soonest")
+    assert "zadd', KEYS[8]" in registration and registration.rstrip().endswith("return soonest")
+    assert "hincrby', KEYS[2], ARGV[1], -1" in release_hold(hold="KEYS[2]", latch="5")
