@@ -29,7 +29,6 @@ the grant before that deadline, confirms it with one acquire call instead.
 
 from __future__ import annotations
 
-import logging
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Protocol, Unpack
 
@@ -43,10 +42,9 @@ from django_rlock.core.fairlock_scripts import (
     fair_keys,
     fair_release_call,
 )
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock
+from django_rlock.core.lock import LockBase, LockOptions, RLock, WaitingShell
 from django_rlock.core.names import milliseconds
-from django_rlock.core.plan import HANDED, AcquirePlan, drive
+from django_rlock.core.plan import HANDED, AcquirePlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FairBase", "FairLock", "handoff_min_life", "sleep_cap"]
 
-logger = logging.getLogger("django_rlock.lock")
 
 #: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
 _MIN_SLEEP = 0.001
@@ -201,17 +198,10 @@ class FairLock(FairBase, RLock):
         super().__enter__()
         return self
 
-    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = thread_owner()
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        shell = _FairWaiting(self, owner, lease_seconds, plan, queue_id)
-        try:
-            granted = drive(plan, shell)
-        finally:
-            shell.close(registered=plan.registered)
-        if not granted:
-            self._gave_up(owner, plan)
-        return granted
+        return _FairWaiting(self, owner, lease, plan, queue_id)
 
     def _queued_attempt(
         self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
@@ -234,13 +224,10 @@ class FairLock(FairBase, RLock):
         self._local.lost = False
         return True
 
-    def _abandon(self, waiter_id: str) -> None:
-        """Leave the queue without the lock, waking the next head if the lock is free."""
-        call = self._abandon_call(waiter_id)
-        try:
-            self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
-        except Exception:
-            logger.debug("could not leave the queue of fair lock %r", self.name, exc_info=True)
+    def _abandon_sender(self) -> Callable[..., Any]:
+        # FAIR_ABANDON leaves the queue, waking the next head if the lock is free.
+        send: Callable[..., Any] = self.client.fair_scripts.abandon
+        return send
 
 
 class _FairWaiting:

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -70,6 +70,7 @@ __all__ = [
     "LockBase",
     "LockOptions",
     "RLock",
+    "WaitingShell",
     "check_blocking",
     "gave_up_after",
     "request_id",
@@ -137,6 +138,17 @@ class LockOptions(TypedDict, total=False):
     timeout: float | None
     lease: float | None
     blocking: bool
+
+
+class WaitingShell(Protocol):
+    """The I/O shell an :class:`AcquirePlan` is driven through (see :mod:`~django_rlock.core.plan`).
+
+    ``attempt``, ``listen`` and a ``subscription`` are what the plan calls
+    (sync or awaited); ``close`` is the shell's own way out, without I/O waits.
+    """
+
+    def close(self, *, registered: bool) -> None:
+        """Unsubscribe, and leave the waiting set when ``registered`` says the caller entered it."""
 
 
 class LockBase:
@@ -217,6 +229,18 @@ class LockBase:
         """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
         rid = self._request_id("release", owner)
         return release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        """One call leaving the waiting set (a sibling with its own waiters overrides it)."""
+        return abandon_call(self.keys, waiter_id, self._engine.publish_command)
+
+    def _force_release_call(self) -> ScriptCall:
+        """One force-release call (a sibling with its own keys overrides it)."""
+        return force_release_call(self.keys, self._engine.publish_command)
+
+    def _force_released(self, reply: Any) -> bool:
+        """Whether a force-release reply says anything was held (a sibling may count)."""
+        return bool(reply)
 
     def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
@@ -439,7 +463,7 @@ class RLock(LockBase):
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = thread_owner()
-        shell = _Waiting(self, owner, lease_seconds, plan.started)
+        shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
             granted = drive(plan, shell)
         finally:
@@ -496,6 +520,20 @@ class RLock(LockBase):
         send: Callable[..., Any] = self.client.scripts.release
         return send
 
+    def _abandon_sender(self) -> Callable[..., Any]:
+        """The script a call leaving the waiting set is sent with (a sibling sends its own)."""
+        send: Callable[..., Any] = self.client.scripts.abandon
+        return send
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        """The script a force-release is sent with (a sibling sends its own)."""
+        send: Callable[..., Any] = self.client.scripts.force_release
+        return send
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
+        return _Waiting(self, owner, lease, plan.started)
+
     def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
         """One acquire call for ``owner``, no waiting: True when granted.
 
@@ -507,9 +545,9 @@ class RLock(LockBase):
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
-        call = abandon_call(self.keys, waiter_id, self.client.publish_command)
+        call = self._abandon_call(waiter_id)
         try:
-            self.client.scripts.abandon(keys=call.keys, args=call.args)
+            self._abandon_sender()(keys=call.keys, args=call.args)
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
@@ -580,9 +618,10 @@ class RLock(LockBase):
         For operators and recovery code: the holder learns of it at its next
         renewal or release (as a lost lock).
         """
-        call = force_release_call(self.keys, self.client.publish_command)
+        call = self._force_release_call()
         with self._reachable("force-release"):
-            return bool(self.client.scripts.force_release(keys=call.keys, args=call.args))
+            reply = self._force_release_sender()(keys=call.keys, args=call.args)
+        return self._force_released(reply)
 
     # -- inspecting ---------------------------------------------------------------
 

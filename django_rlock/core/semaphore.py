@@ -29,7 +29,6 @@ number per name (objects with different numbers each stop at their own).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -54,8 +53,6 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
 
 __all__ = ["Semaphore", "SemaphoreBase", "available_reply", "first_return_reply"]
-
-logger = logging.getLogger("django_rlock.lock")
 
 
 def available_reply(permits: int, state: Any) -> int:
@@ -200,12 +197,13 @@ class Semaphore(SemaphoreBase, RLock):
         send: Callable[..., Any] = self.client.semaphore_scripts.release
         return send
 
-    def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        try:
-            self.client.semaphore_scripts.abandon(keys=call.keys, args=call.args)
-        except Exception:
-            logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
+    def _abandon_sender(self) -> Callable[..., Any]:
+        send: Callable[..., Any] = self.client.semaphore_scripts.abandon
+        return send
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        send: Callable[..., Any] = self.client.semaphore_scripts.force_release
+        return send
 
     def __enter__(self) -> Semaphore:
         if not self.acquire(self.blocking, self.timeout, self.lease):
@@ -242,9 +240,7 @@ class Semaphore(SemaphoreBase, RLock):
         For operators and recovery code: each holder learns of it at its next
         renewal or release (as a lost permit).
         """
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            return bool(self.client.semaphore_scripts.force_release(keys=call.keys, args=call.args))
+        return super().force_release()
 
     def _state(self) -> Any:
         call = self._state_call()

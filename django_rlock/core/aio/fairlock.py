@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any, Self, Unpack
 from django_rlock.core import clock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.fairlock import FairBase, sleep_cap
-from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockOptions
-from django_rlock.core.plan import HANDED, AcquirePlan, drive_async
+from django_rlock.core.lock import LockOptions, WaitingShell
+from django_rlock.core.plan import HANDED, AcquirePlan
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -46,18 +45,10 @@ class AsyncFairLock(FairBase, AsyncRLock):
     async def __aenter__(self) -> Self:
         return await super().__aenter__()
 
-    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = task_owner()
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        shell = _AsyncFairWaiting(self, owner, lease_seconds, plan, queue_id)
-        try:
-            granted = await drive_async(plan, shell)
-        finally:
-            # No await: a cancelled acquire still leaves the queue.
-            shell.close(registered=plan.registered)
-        if not granted:
-            self._gave_up(owner, plan)
-        return granted
+        return _AsyncFairWaiting(self, owner, lease, plan, queue_id)
 
     async def _queued_attempt(
         self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
@@ -80,12 +71,8 @@ class AsyncFairLock(FairBase, AsyncRLock):
             self._lost_tasks.pop(task, None)
         return True
 
-    def _stop_waiting(self, queue_id: str) -> None:
-        self._end_waiting(queue_id)
-
-    async def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        await self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
+    def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.fair_scripts.abandon  # type: ignore[no-any-return]
 
 
 class _AsyncFairWaiting:
@@ -124,7 +111,7 @@ class _AsyncFairWaiting:
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
-        self.lock._stop_waiting(self.queue_id)
+        self.lock._end_waiting(self.queue_id)
         if self.queued or (registered and self.queue_id):
             self.lock.client.spawn(self.lock._abandon(self.queue_id))
 

@@ -45,9 +45,11 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
     def _release_sender(self) -> Callable[..., Awaitable[Any]]:
         return self.client.semaphore_scripts.release  # type: ignore[no-any-return]
 
-    async def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        await self.client.semaphore_scripts.abandon(keys=call.keys, args=call.args)
+    def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.semaphore_scripts.abandon  # type: ignore[no-any-return]
+
+    def _force_release_sender(self) -> Callable[..., Awaitable[Any]]:
+        return self.client.semaphore_scripts.force_release  # type: ignore[no-any-return]
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -82,10 +84,7 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
 
     async def force_release(self) -> bool:
         """Take back every permit and wake every waiter; see :meth:`Semaphore.force_release`."""
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            scripts = self.client.semaphore_scripts
-            return bool(await scripts.force_release(keys=call.keys, args=call.args))
+        return await super().force_release()
 
     async def _state(self) -> Any:
         call = self._state_call()
