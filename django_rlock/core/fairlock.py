@@ -229,6 +229,12 @@ class FairLock(FairBase, RLock):
         send: Callable[..., Any] = self.client.fair_scripts.abandon
         return send
 
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """An acquire call's way out: forget its last request, leave the queue if it may be in."""
+        self._end_waiting(queue_id)
+        if abandon:
+            self._abandon(queue_id)
+
 
 class _FairWaiting:
     """The sync shell of an :class:`AcquirePlan` for a fair lock: queued attempts.
@@ -273,9 +279,8 @@ class _FairWaiting:
 
     def close(self, *, registered: bool) -> None:
         with self._stack:
-            self.lock._end_waiting(self.queue_id)
-            if self.queued or (registered and self.queue_id):
-                self.lock._abandon(self.queue_id)
+            abandon = self.queued or (registered and bool(self.queue_id))
+            self.lock._leave_queue(self.queue_id, abandon=abandon)
 
 
 class _HandoffSubscription:

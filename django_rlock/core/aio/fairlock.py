@@ -74,6 +74,12 @@ class AsyncFairLock(FairBase, AsyncRLock):
     def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
         return self.client.fair_scripts.abandon  # type: ignore[no-any-return]
 
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves."""
+        self._end_waiting(queue_id)
+        if abandon:
+            self.client.spawn(self._abandon(queue_id))
+
 
 class _AsyncFairWaiting:
     """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
@@ -111,9 +117,8 @@ class _AsyncFairWaiting:
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
-        self.lock._end_waiting(self.queue_id)
-        if self.queued or (registered and self.queue_id):
-            self.lock.client.spawn(self.lock._abandon(self.queue_id))
+        abandon = self.queued or (registered and bool(self.queue_id))
+        self.lock._leave_queue(self.queue_id, abandon=abandon)
 
 
 class _AsyncHandoffSubscription:
