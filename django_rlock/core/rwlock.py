@@ -21,7 +21,8 @@ The keys, scripts and wake-up rules are in :mod:`django_rlock.core.rwlock_script
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Unpack
 
 from django_rlock.core import lostholds
 from django_rlock.core.calls import ScriptCall, hold_count_reply, ttl_reply
@@ -44,8 +45,6 @@ from django_rlock.core.rwlock_scripts import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from django_rlock.core.client import LockClient
     from django_rlock.core.names import LockKeys
 
@@ -54,6 +53,7 @@ __all__ = [
     "ReadSide",
     "ReadWriteBase",
     "ReadWriteLock",
+    "SideScripts",
     "WriteLock",
     "WriteSide",
     "check_rw_client",
@@ -68,6 +68,14 @@ def check_rw_client(min_replicas: int, name: str) -> None:
             f"(this client has min_replicas={min_replicas}); use a client "
             "built without min_replicas"
         )
+
+
+class SideScripts(NamedTuple):
+    """One side's own scripts, taken from the pair's :class:`RWScripts` (sync or asyncio)."""
+
+    acquire: Callable[..., Any]
+    release: Callable[..., Any]
+    force_release: Callable[..., Any]
 
 
 class _Side(LockBase):
@@ -89,6 +97,7 @@ class _Side(LockBase):
         self.rw_keys = keys
         self.keys = self._side_keys(keys)
         self._scripts = scripts
+        self._side_scripts = self._pick_scripts(scripts)
 
     def __repr__(self) -> str:
         # The class names the side and the engine: WriteLock, AsyncReadLock...
@@ -97,6 +106,19 @@ class _Side(LockBase):
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         """The keys this side's holds are counted and waited on under."""
         raise NotImplementedError
+
+    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
+        """The acquire, release and force-release scripts of this side."""
+        raise NotImplementedError
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._side_scripts.acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._side_scripts.release
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        return self._side_scripts.force_release
 
     def _ttl_of(self, lease: float | None) -> float:
         return self._engine.watchdog_timeout if lease is None else lease
@@ -114,6 +136,11 @@ class WriteSide(_Side):
 
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_write()
+
+    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
+        return SideScripts(
+            scripts.write_acquire, scripts.write_release, scripts.write_force_release
+        )
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
@@ -159,24 +186,15 @@ class WriteSide(_Side):
     def _force_release_call(self) -> ScriptCall:
         return write_force_release_call(self.rw_keys, self._engine.publish_command)
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.write_acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.write_release
-        return send
-
-    def _force_release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.write_force_release
-        return send
-
 
 class ReadSide(_Side):
     """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
 
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_read()
+
+    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
+        return SideScripts(scripts.read_acquire, scripts.read_release, scripts.read_force_release)
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The owner's own read key, and a key never written (a read has no fencing counter)."""
@@ -208,18 +226,6 @@ class ReadSide(_Side):
     def _force_released(self, reply: Any) -> bool:
         # READ_FORCE_RELEASE answers how many readers it deleted.
         return int(reply) > 0
-
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.read_acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.read_release
-        return send
-
-    def _force_release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.read_force_release
-        return send
 
     def _readers_call(self) -> ScriptCall:
         return readers_call(self.rw_keys)
