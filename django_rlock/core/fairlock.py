@@ -42,7 +42,7 @@ from django_rlock.core.fairlock_scripts import (
     fair_keys,
     fair_release_call,
 )
-from django_rlock.core.lock import LockBase, LockOptions, RLock, WaitingShell
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock, WaitingShell
 from django_rlock.core.names import milliseconds
 from django_rlock.core.plan import HANDED, AcquirePlan
 
@@ -130,6 +130,16 @@ class FairBase(LockBase):
     def _abandon_call(self, queue_id: str) -> ScriptCall:
         return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
 
+    @staticmethod
+    def _fair_row(fair: Any, plain: Any) -> KindScripts:
+        """The fair scripts' row (see :class:`KindScripts`) from the fair and plain script sets.
+
+        FAIR_ABANDON leaves the queue, waking the next head if the lock is
+        free. Force-release is the plain lock's: deleting the hash frees the
+        lock, and its message wakes the queue's head, which keeps its turn.
+        """
+        return KindScripts(fair.acquire, fair.release, fair.abandon, plain.force_release)
+
     def _take_handoff(
         self,
         waiting: _FairShell,
@@ -209,13 +219,8 @@ class FairLock(FairBase, RLock):
         """One fair acquire call: None when granted, else the seconds to wait at most."""
         return self._attempt(owner, lease, queue_id, sleep, requested_at=started)
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.fair_scripts.acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.fair_scripts.release
-        return send
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.fair_scripts, self.client.scripts)
 
     def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
@@ -223,11 +228,6 @@ class FairLock(FairBase, RLock):
             return False
         self._local.lost = False
         return True
-
-    def _abandon_sender(self) -> Callable[..., Any]:
-        # FAIR_ABANDON leaves the queue, waking the next head if the lock is free.
-        send: Callable[..., Any] = self.client.fair_scripts.abandon
-        return send
 
     def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
         """An acquire call's way out: forget its last request, leave the queue if it may be in."""

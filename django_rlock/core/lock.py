@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOST_REPLY",
     "UNANSWERED",
+    "KindScripts",
     "LockBase",
     "LockOptions",
     "RLock",
@@ -140,6 +141,26 @@ class LockOptions(TypedDict, total=False):
     blocking: bool
 
 
+class KindScripts(NamedTuple):
+    """The scripts one kind of lock sends, on one engine: a row of the family's table.
+
+    Each lock class names its row in ``_kind_scripts`` (plain, fair,
+    semaphore, each side of a read-write lock; sync or asyncio): acquire,
+    release, waiting and force-release are written once, in :class:`RLock`
+    and ``AsyncRLock``, and send what the row says.
+    """
+
+    acquire: Callable[..., Any]
+    release: Callable[..., Any]
+    abandon: Callable[..., Any]
+    force_release: Callable[..., Any]
+
+    @classmethod
+    def of(cls, scripts: Any) -> KindScripts:
+        """The row of a script set that names its scripts so (lock, semaphore scripts)."""
+        return cls(scripts.acquire, scripts.release, scripts.abandon, scripts.force_release)
+
+
 class WaitingShell(Protocol):
     """The I/O shell an :class:`AcquirePlan` is driven through (see :mod:`~django_rlock.core.plan`).
 
@@ -211,19 +232,22 @@ class LockBase:
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
-        ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner)
         return acquire_call(
             self.keys,
             owner,
-            ttl=ttl,
+            ttl=self._ttl_of(lease),
             waiter_id=waiter_id,
             sleep=sleep,
             rid=rid,
             lost=lost,
             holder=describe(),
         )
+
+    def _ttl_of(self, lease: float | None) -> float:
+        """A grant's life in seconds: the fixed ``lease``, or the watchdog timeout (None)."""
+        return self._engine.watchdog_timeout if lease is None else lease
 
     def _release_call(self, owner: str) -> ScriptCall:
         """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
@@ -241,6 +265,22 @@ class LockBase:
     def _force_released(self, reply: Any) -> bool:
         """Whether a force-release reply says anything was held (a sibling may count)."""
         return bool(reply)
+
+    def _kind_scripts(self) -> KindScripts:
+        """The scripts this kind of lock sends on this engine (see :class:`KindScripts`)."""
+        raise NotImplementedError
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().release
+
+    def _abandon_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().abandon
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().force_release
 
     def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
@@ -510,25 +550,12 @@ class RLock(LockBase):
             self._local.lost = False
         return wait
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        """The script an acquire call is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.send_acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        """The script a release call is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.scripts.release
-        return send
-
-    def _abandon_sender(self) -> Callable[..., Any]:
-        """The script a call leaving the waiting set is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.scripts.abandon
-        return send
-
-    def _force_release_sender(self) -> Callable[..., Any]:
-        """The script a force-release is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.scripts.force_release
-        return send
+    def _kind_scripts(self) -> KindScripts:
+        scripts = self.client.scripts
+        # Acquire alone may wait for replicas (min_replicas): the client's sender knows.
+        return KindScripts(
+            self.client.send_acquire, scripts.release, scripts.abandon, scripts.force_release
+        )
 
     def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""

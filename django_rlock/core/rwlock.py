@@ -21,15 +21,14 @@ The keys, scripts and wake-up rules are in :mod:`django_rlock.core.rwlock_script
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from django_rlock.core import lostholds
 from django_rlock.core.calls import ScriptCall, hold_count_reply, ttl_reply
 from django_rlock.core.exceptions import LockUpgradeError
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock
 from django_rlock.core.rwlock_scripts import (
     UPGRADE_REFUSED,
     RWKeys,
@@ -53,7 +52,6 @@ __all__ = [
     "ReadSide",
     "ReadWriteBase",
     "ReadWriteLock",
-    "SideScripts",
     "WriteLock",
     "WriteSide",
     "check_rw_client",
@@ -68,14 +66,6 @@ def check_rw_client(min_replicas: int, name: str) -> None:
             f"(this client has min_replicas={min_replicas}); use a client "
             "built without min_replicas"
         )
-
-
-class SideScripts(NamedTuple):
-    """One side's own scripts, taken from the pair's :class:`RWScripts` (sync or asyncio)."""
-
-    acquire: Callable[..., Any]
-    release: Callable[..., Any]
-    force_release: Callable[..., Any]
 
 
 class _Side(LockBase):
@@ -107,28 +97,15 @@ class _Side(LockBase):
         """The keys this side's holds are counted and waited on under."""
         raise NotImplementedError
 
-    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
-        """The acquire, release and force-release scripts of this side."""
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        """The side's row of scripts (see :class:`~django_rlock.core.lock.KindScripts`)."""
         raise NotImplementedError
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        return self._side_scripts.acquire
-
-    def _release_sender(self) -> Callable[..., Any]:
-        return self._side_scripts.release
-
-    def _force_release_sender(self) -> Callable[..., Any]:
-        return self._side_scripts.force_release
-
-    def _ttl_of(self, lease: float | None) -> float:
-        return self._engine.watchdog_timeout if lease is None else lease
+    def _kind_scripts(self) -> KindScripts:
+        return self._side_scripts
 
     def _abandon_call(self, waiter_id: str) -> ScriptCall:
         return abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
-
-    def _abandon_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self._scripts.abandon
-        return send
 
 
 class WriteSide(_Side):
@@ -137,9 +114,12 @@ class WriteSide(_Side):
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_write()
 
-    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
-        return SideScripts(
-            scripts.write_acquire, scripts.write_release, scripts.write_force_release
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.write_acquire,
+            release=scripts.write_release,
+            abandon=scripts.abandon,
+            force_release=scripts.write_force_release,
         )
 
     def _acquire_call(
@@ -193,8 +173,13 @@ class ReadSide(_Side):
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_read()
 
-    def _pick_scripts(self, scripts: RWScripts) -> SideScripts:
-        return SideScripts(scripts.read_acquire, scripts.read_release, scripts.read_force_release)
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.read_acquire,
+            release=scripts.read_release,
+            abandon=scripts.abandon,
+            force_release=scripts.read_force_release,
+        )
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The owner's own read key, and a key never written (a read has no fencing counter)."""

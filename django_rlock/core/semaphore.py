@@ -29,7 +29,6 @@ number per name (objects with different numbers each stop at their own).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
 from django_rlock.core import lostholds
@@ -37,7 +36,7 @@ from django_rlock.core.calls import ScriptCall, hold_count_reply
 from django_rlock.core.exceptions import LockLostError, LockTimeout
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock, gave_up_after
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock, gave_up_after
 from django_rlock.core.semaphore_scripts import (
     check_permits,
     permit_key,
@@ -94,14 +93,13 @@ class SemaphoreBase(LockBase):
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
-        ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner) is not None
         return semaphore_acquire_call(
             self.keys,
             owner,
             permits=self.permits,
-            ttl=ttl,
+            ttl=self._ttl_of(lease),
             waiter_id=waiter_id,
             sleep=sleep,
             rid=rid,
@@ -189,21 +187,8 @@ class Semaphore(SemaphoreBase, RLock):
         """
         super().release()
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.release
-        return send
-
-    def _abandon_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.abandon
-        return send
-
-    def _force_release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.force_release
-        return send
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.semaphore_scripts)
 
     def __enter__(self) -> Semaphore:
         if not self.acquire(self.blocking, self.timeout, self.lease):

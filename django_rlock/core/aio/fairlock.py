@@ -15,17 +15,15 @@ as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Self, Unpack
 
 from django_rlock.core import clock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.fairlock import FairBase, sleep_cap
-from django_rlock.core.lock import LockOptions, WaitingShell
+from django_rlock.core.lock import KindScripts, LockOptions, WaitingShell
 from django_rlock.core.plan import HANDED, AcquirePlan
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from django_rlock.core.aio.client import AsyncLockClient
     from django_rlock.core.aio.waiting import AsyncSubscription
 
@@ -56,11 +54,8 @@ class AsyncFairLock(FairBase, AsyncRLock):
         """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
         return await self._attempt(owner, lease, queue_id, sleep, started)
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.fair_scripts.acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.fair_scripts.release  # type: ignore[no-any-return]
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.fair_scripts, self.client.scripts)
 
     def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
         """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
@@ -70,9 +65,6 @@ class AsyncFairLock(FairBase, AsyncRLock):
         if task is not None:
             self._lost_tasks.pop(task, None)
         return True
-
-    def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.fair_scripts.abandon  # type: ignore[no-any-return]
 
     def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
         """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves."""

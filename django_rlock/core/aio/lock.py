@@ -29,7 +29,14 @@ from redis.exceptions import OutOfMemoryError
 from django_rlock.core import clock
 from django_rlock.core.calls import extend_call, hold_count_reply, ttl_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, LockOptions, WaitingShell
+from django_rlock.core.lock import (
+    LOST_REPLY,
+    UNANSWERED,
+    KindScripts,
+    LockBase,
+    LockOptions,
+    WaitingShell,
+)
 from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
@@ -122,21 +129,8 @@ class AsyncRLock(LockBase):
             self._lost_tasks.pop(caller, None)
         return wait
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script an acquire call is sent with (a sibling sends its own)."""
-        return self.client.scripts.acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script a release call is sent with (a sibling sends its own)."""
-        return self.client.scripts.release  # type: ignore[no-any-return]
-
-    def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script a call leaving the waiting set is sent with (a sibling sends its own)."""
-        return self.client.scripts.abandon  # type: ignore[no-any-return]
-
-    def _force_release_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script a force-release is sent with (a sibling sends its own)."""
-        return self.client.scripts.force_release  # type: ignore[no-any-return]
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.scripts)
 
     def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""

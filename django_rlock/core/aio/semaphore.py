@@ -12,13 +12,12 @@ was cancelled is given back; a cancelled release still completes)::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.calls import hold_count_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockOptions
+from django_rlock.core.lock import KindScripts, LockOptions
 from django_rlock.core.semaphore import SemaphoreBase, available_reply, first_return_reply
 from django_rlock.core.semaphore_scripts import permit_key
 
@@ -39,17 +38,8 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
     def __repr__(self) -> str:
         return f"<AsyncSemaphore {self.name!r} permits={self.permits}>"
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.release  # type: ignore[no-any-return]
-
-    def _abandon_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.abandon  # type: ignore[no-any-return]
-
-    def _force_release_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.force_release  # type: ignore[no-any-return]
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.semaphore_scripts)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
