@@ -262,10 +262,6 @@ class LockBase:
         """One force-release call (a sibling with its own keys overrides it)."""
         return force_release_call(self.keys, self._engine.publish_command)
 
-    def _force_released(self, reply: Any) -> bool:
-        """Whether a force-release reply says anything was held (a sibling may count)."""
-        return bool(reply)
-
     def _kind_scripts(self) -> KindScripts:
         """The scripts this kind of lock sends on this engine (see :class:`KindScripts`)."""
         raise NotImplementedError
@@ -648,7 +644,8 @@ class RLock(LockBase):
         call = self._force_release_call()
         with self._reachable("force-release"):
             reply = self._force_release_sender()(keys=call.keys, args=call.args)
-        return self._force_released(reply)
+        # Every kind's script answers 0 when nothing was held (1, or the readers deleted).
+        return bool(reply)
 
     # -- inspecting ---------------------------------------------------------------
 

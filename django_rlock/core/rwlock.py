@@ -208,10 +208,6 @@ class ReadSide(_Side):
     def _force_release_call(self) -> ScriptCall:
         return read_force_release_call(self.rw_keys, self._engine.publish_command)
 
-    def _force_released(self, reply: Any) -> bool:
-        # READ_FORCE_RELEASE answers how many readers it deleted.
-        return int(reply) > 0
-
     def _readers_call(self) -> ScriptCall:
         return readers_call(self.rw_keys)
 

@@ -205,7 +205,7 @@ class AsyncRLock(LockBase):
         call = self._force_release_call()
         with self._reachable("force-release"):
             reply = await self._force_release_sender()(keys=call.keys, args=call.args)
-        return self._force_released(reply)
+        return bool(reply)  # as RLock.force_release
 
     # -- inspecting ---------------------------------------------------------------
 
