@@ -157,7 +157,7 @@ class KindScripts(NamedTuple):
 
     @classmethod
     def of(cls, scripts: Any) -> KindScripts:
-        """The row of a script set that names its scripts so (lock, semaphore scripts)."""
+        """The row of a script set whose four scripts bear these names (lock, semaphore)."""
         return cls(scripts.acquire, scripts.release, scripts.abandon, scripts.force_release)
 
 
