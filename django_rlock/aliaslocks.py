@@ -34,10 +34,83 @@ from django_rlock.core.lock import LockOptions, RLock
 if TYPE_CHECKING:
     from django_rlock.backends.base import AsyncLock, BaseLockBackend
 
-__all__ = ["AliasLock", "AsyncAliasLock"]
+__all__ = ["AliasAttached", "AliasLock", "AsyncAliasLock", "AsyncWithTwin"]
 
 
-class AliasLock(RLock):
+class AliasAttached:
+    """What every lock a backend hands out carries: ``backend``, ``location``, ``key_template``.
+
+    Put before the engine's class (``class AsyncAliasLock(AliasAttached, AsyncRLock)``)
+    and call :meth:`_attach` once the engine's ``__init__`` has run.
+    """
+
+    backend: BaseLockBackend
+    location: str | None
+    key_template: str | None
+
+    def _attach(self, backend: BaseLockBackend) -> None:
+        self.backend = backend
+        self.location = None
+        self.key_template = None
+
+
+class AsyncWithTwin(AliasAttached):
+    """``async with`` on a sync alias lock: the backend's asyncio twin, owned by the current task.
+
+    A sibling names its twin in :meth:`_async_twin` (a lock's, a semaphore's)
+    and what it is in ``_noun`` (for the error outside a task).
+    """
+
+    _noun = "lock"
+
+    def _attach(self, backend: BaseLockBackend) -> None:
+        super()._attach(backend)
+        # Per task, the asyncio twins entered through this object (nested: a stack).
+        self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _async_twin(self) -> AsyncLock:
+        """The backend's asyncio lock of the same name and ``with`` defaults."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> AsyncLock:
+        twin = self._async_twin()
+        if isinstance(twin, AliasAttached) and twin.location is None:
+            # Here, in the caller's task: the asyncio engine grants in a task of
+            # its own, whose stack no longer shows who asked.
+            twin.location = self.location
+            twin.key_template = self.key_template
+            backend = self.backend
+            if twin.location is None and (
+                backend.slow_wait is not None or backend.slow_hold is not None
+            ):
+                twin.location = caller_location()
+        entered = await twin.__aenter__()
+        self._twins.setdefault(self._current_task(), []).append(twin)
+        return entered
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        task = self._current_task()
+        stack = self._twins[task]
+        twin = stack.pop()
+        if not stack:
+            del self._twins[task]
+        await twin.__aexit__(exc_type, exc, traceback)
+
+    def _current_task(self) -> asyncio.Task[Any]:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError(f"async with on a {self._noun} must run inside an asyncio task")
+        return task
+
+
+class AliasLock(AsyncWithTwin, RLock):
     """An :class:`RLock` of one ``RLOCKS`` alias; see the module."""
 
     def __init__(
@@ -48,47 +121,15 @@ class AliasLock(RLock):
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)
-        self.backend = backend
-        self.location: str | None = None
-        self.key_template: str | None = None
-        # Per task, the asyncio twins entered through this object (nested: a stack).
-        self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._attach(backend)
 
-    async def __aenter__(self) -> AsyncLock:
-        backend = self.backend
-        twin = backend.async_lock(
+    def _async_twin(self) -> AsyncLock:
+        return self.backend.async_lock(
             self.name, timeout=self.timeout, lease=self.lease, blocking=self.blocking
         )
-        if isinstance(twin, AsyncAliasLock) and twin.location is None:
-            # Here, in the caller's task: the asyncio engine grants in a task of
-            # its own, whose stack no longer shows who asked.
-            twin.location = self.location
-            twin.key_template = self.key_template
-            if twin.location is None and (
-                backend.slow_wait is not None or backend.slow_hold is not None
-            ):
-                twin.location = caller_location()
-        entered = await twin.__aenter__()
-        self._twins.setdefault(_current_task(), []).append(twin)
-        return entered
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        task = _current_task()
-        stack = self._twins[task]
-        twin = stack.pop()
-        if not stack:
-            del self._twins[task]
-        await twin.__aexit__(exc_type, exc, traceback)
 
 
-class AsyncAliasLock(AsyncRLock):
+class AsyncAliasLock(AliasAttached, AsyncRLock):
     """An :class:`AsyncRLock` of one ``RLOCKS`` alias; see the module."""
 
     def __init__(
@@ -99,13 +140,4 @@ class AsyncAliasLock(AsyncRLock):
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)
-        self.backend = backend
-        self.location: str | None = None
-        self.key_template: str | None = None
-
-
-def _current_task() -> asyncio.Task[Any]:
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("async with on a lock must run inside an asyncio task")
-    return task
+        self._attach(backend)

@@ -10,13 +10,9 @@ same over :class:`~django_rlock.core.aio.AsyncSemaphore`.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Unpack
 
-from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
-from django_rlock.callsite import caller_location
+from django_rlock.aliaslocks import AliasAttached, AliasLock, AsyncAliasLock, AsyncWithTwin
 from django_rlock.core.aio.client import AsyncLockClient
 from django_rlock.core.aio.semaphore import AsyncSemaphore
 from django_rlock.core.client import LockClient
@@ -29,8 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["AliasSemaphore", "AnyAliasLock", "AsyncAliasSemaphore"]
 
 
-class AliasSemaphore(Semaphore):
+class AliasSemaphore(AsyncWithTwin, Semaphore):
     """A :class:`Semaphore` of one ``RLOCKS`` alias; see the module."""
+
+    _noun = "semaphore"
 
     def __init__(
         self,
@@ -41,51 +39,15 @@ class AliasSemaphore(Semaphore):
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, permits, **options)
-        self.backend = backend
-        self.location: str | None = None
-        self.key_template: str | None = None
-        # Per task, the asyncio twins entered through this object (nested: a stack).
-        self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
-            weakref.WeakKeyDictionary()
+        self._attach(backend)
+
+    def _async_twin(self) -> AsyncLock:
+        return self.backend.async_semaphore(
+            self.name, self.permits, timeout=self.timeout, lease=self.lease, blocking=self.blocking
         )
 
-    async def __aenter__(self) -> AsyncLock:
-        backend = self.backend
-        twin = backend.async_semaphore(
-            self.name,
-            self.permits,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-        )
-        if isinstance(twin, AsyncAliasSemaphore) and twin.location is None:
-            # Here, in the caller's task: the asyncio engine grants in a task of
-            # its own, whose stack no longer shows who asked.
-            twin.location = self.location
-            twin.key_template = self.key_template
-            if twin.location is None and (
-                backend.slow_wait is not None or backend.slow_hold is not None
-            ):
-                twin.location = caller_location()
-        entered = await twin.__aenter__()
-        self._twins.setdefault(_current_task(), []).append(twin)
-        return entered
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        task = _current_task()
-        stack = self._twins[task]
-        twin = stack.pop()
-        if not stack:
-            del self._twins[task]
-        await twin.__aexit__(exc_type, exc, traceback)
-
-
-class AsyncAliasSemaphore(AsyncSemaphore):
+class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
     """An :class:`AsyncSemaphore` of one ``RLOCKS`` alias; see the module."""
 
     def __init__(
@@ -97,16 +59,7 @@ class AsyncAliasSemaphore(AsyncSemaphore):
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, permits, **options)
-        self.backend = backend
-        self.location: str | None = None
-        self.key_template: str | None = None
-
-
-def _current_task() -> asyncio.Task[Any]:
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("async with on a semaphore must run inside an asyncio task")
-    return task
+        self._attach(backend)
 
 
 #: Whatever a backend hands out that reports its holds (signals, slow log,

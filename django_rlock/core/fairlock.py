@@ -29,7 +29,6 @@ the grant before that deadline, confirms it with one acquire call instead.
 
 from __future__ import annotations
 
-import logging
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Protocol, Unpack
 
@@ -43,10 +42,9 @@ from django_rlock.core.fairlock_scripts import (
     fair_keys,
     fair_release_call,
 )
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock, WaitingShell
 from django_rlock.core.names import milliseconds
-from django_rlock.core.plan import HANDED, AcquirePlan, drive
+from django_rlock.core.plan import HANDED, AcquirePlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FairBase", "FairLock", "handoff_min_life", "sleep_cap"]
 
-logger = logging.getLogger("django_rlock.lock")
 
 #: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
 _MIN_SLEEP = 0.001
@@ -133,6 +130,16 @@ class FairBase(LockBase):
     def _abandon_call(self, queue_id: str) -> ScriptCall:
         return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
 
+    @staticmethod
+    def _fair_row(fair: Any, plain: Any) -> KindScripts:
+        """The fair scripts' row (see :class:`KindScripts`) from the fair and plain script sets.
+
+        FAIR_ABANDON leaves the queue, waking the next head if the lock is
+        free. Force-release is the plain lock's: deleting the hash frees the
+        lock, and its message wakes the queue's head, which keeps its turn.
+        """
+        return KindScripts(fair.acquire, fair.release, fair.abandon, plain.force_release)
+
     def _take_handoff(
         self,
         waiting: _FairShell,
@@ -201,17 +208,10 @@ class FairLock(FairBase, RLock):
         super().__enter__()
         return self
 
-    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = thread_owner()
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        shell = _FairWaiting(self, owner, lease_seconds, plan, queue_id)
-        try:
-            granted = drive(plan, shell)
-        finally:
-            shell.close(registered=plan.registered)
-        if not granted:
-            self._gave_up(owner, plan)
-        return granted
+        return _FairWaiting(self, owner, lease, plan, queue_id)
 
     def _queued_attempt(
         self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
@@ -219,13 +219,8 @@ class FairLock(FairBase, RLock):
         """One fair acquire call: None when granted, else the seconds to wait at most."""
         return self._attempt(owner, lease, queue_id, sleep, requested_at=started)
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.fair_scripts.acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.fair_scripts.release
-        return send
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.fair_scripts, self.client.scripts)
 
     def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
@@ -234,13 +229,11 @@ class FairLock(FairBase, RLock):
         self._local.lost = False
         return True
 
-    def _abandon(self, waiter_id: str) -> None:
-        """Leave the queue without the lock, waking the next head if the lock is free."""
-        call = self._abandon_call(waiter_id)
-        try:
-            self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
-        except Exception:
-            logger.debug("could not leave the queue of fair lock %r", self.name, exc_info=True)
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """An acquire call's way out: forget its last request, leave the queue if it may be in."""
+        self._end_waiting(queue_id)
+        if abandon:
+            self._abandon(queue_id)
 
 
 class _FairWaiting:
@@ -286,9 +279,8 @@ class _FairWaiting:
 
     def close(self, *, registered: bool) -> None:
         with self._stack:
-            self.lock._end_waiting(self.queue_id)
-            if self.queued or (registered and self.queue_id):
-                self.lock._abandon(self.queue_id)
+            abandon = self.queued or (registered and bool(self.queue_id))
+            self.lock._leave_queue(self.queue_id, abandon=abandon)
 
 
 class _HandoffSubscription:

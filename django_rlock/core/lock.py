@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, Unpack
 
 from redis import exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -67,9 +67,11 @@ if TYPE_CHECKING:
 __all__ = [
     "LOST_REPLY",
     "UNANSWERED",
+    "KindScripts",
     "LockBase",
     "LockOptions",
     "RLock",
+    "WaitingShell",
     "check_blocking",
     "gave_up_after",
     "request_id",
@@ -139,6 +141,37 @@ class LockOptions(TypedDict, total=False):
     blocking: bool
 
 
+class KindScripts(NamedTuple):
+    """The scripts one kind of lock sends, on one engine: a row of the family's table.
+
+    Each lock class names its row in ``_kind_scripts`` (plain, fair,
+    semaphore, each side of a read-write lock; sync or asyncio): acquire,
+    release, waiting and force-release are written once, in :class:`RLock`
+    and ``AsyncRLock``, and send what the row says.
+    """
+
+    acquire: Callable[..., Any]
+    release: Callable[..., Any]
+    abandon: Callable[..., Any]
+    force_release: Callable[..., Any]
+
+    @classmethod
+    def of(cls, scripts: Any) -> KindScripts:
+        """The row of a script set whose four scripts bear these names (lock, semaphore)."""
+        return cls(scripts.acquire, scripts.release, scripts.abandon, scripts.force_release)
+
+
+class WaitingShell(Protocol):
+    """The I/O shell an :class:`AcquirePlan` is driven through (see :mod:`~django_rlock.core.plan`).
+
+    ``attempt``, ``listen`` and a ``subscription`` are what the plan calls
+    (sync or awaited); ``close`` is the shell's own way out, without I/O waits.
+    """
+
+    def close(self, *, registered: bool) -> None:
+        """Unsubscribe, and leave the waiting set when ``registered`` says the caller entered it."""
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -199,13 +232,12 @@ class LockBase:
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
         """One acquire script call (see :func:`~django_rlock.core.calls.acquire_call`)."""
-        ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner)
         return acquire_call(
             self.keys,
             owner,
-            ttl=ttl,
+            ttl=self._ttl_of(lease),
             waiter_id=waiter_id,
             sleep=sleep,
             rid=rid,
@@ -213,10 +245,38 @@ class LockBase:
             holder=describe(),
         )
 
+    def _ttl_of(self, lease: float | None) -> float:
+        """A grant's life in seconds: the fixed ``lease``, or the watchdog timeout (None)."""
+        return self._engine.watchdog_timeout if lease is None else lease
+
     def _release_call(self, owner: str) -> ScriptCall:
         """One release script call (see :func:`~django_rlock.core.calls.release_call`)."""
         rid = self._request_id("release", owner)
         return release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        """One call leaving the waiting set (a sibling with its own waiters overrides it)."""
+        return abandon_call(self.keys, waiter_id, self._engine.publish_command)
+
+    def _force_release_call(self) -> ScriptCall:
+        """One force-release call (a sibling with its own keys overrides it)."""
+        return force_release_call(self.keys, self._engine.publish_command)
+
+    def _kind_scripts(self) -> KindScripts:
+        """The scripts this kind of lock sends on this engine (see :class:`KindScripts`)."""
+        raise NotImplementedError
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().release
+
+    def _abandon_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().abandon
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().force_release
 
     def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
         """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
@@ -439,7 +499,7 @@ class RLock(LockBase):
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = thread_owner()
-        shell = _Waiting(self, owner, lease_seconds, plan.started)
+        shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
             granted = drive(plan, shell)
         finally:
@@ -486,15 +546,16 @@ class RLock(LockBase):
             self._local.lost = False
         return wait
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        """The script an acquire call is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.send_acquire
-        return send
+    def _kind_scripts(self) -> KindScripts:
+        scripts = self.client.scripts
+        # Acquire alone may wait for replicas (min_replicas): the client's sender knows.
+        return KindScripts(
+            self.client.send_acquire, scripts.release, scripts.abandon, scripts.force_release
+        )
 
-    def _release_sender(self) -> Callable[..., Any]:
-        """The script a release call is sent with (a sibling sends its own)."""
-        send: Callable[..., Any] = self.client.scripts.release
-        return send
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
+        return _Waiting(self, owner, lease, plan.started)
 
     def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
         """One acquire call for ``owner``, no waiting: True when granted.
@@ -507,9 +568,9 @@ class RLock(LockBase):
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
-        call = abandon_call(self.keys, waiter_id, self.client.publish_command)
+        call = self._abandon_call(waiter_id)
         try:
-            self.client.scripts.abandon(keys=call.keys, args=call.args)
+            self._abandon_sender()(keys=call.keys, args=call.args)
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
@@ -580,9 +641,11 @@ class RLock(LockBase):
         For operators and recovery code: the holder learns of it at its next
         renewal or release (as a lost lock).
         """
-        call = force_release_call(self.keys, self.client.publish_command)
+        call = self._force_release_call()
         with self._reachable("force-release"):
-            return bool(self.client.scripts.force_release(keys=call.keys, args=call.args))
+            reply = self._force_release_sender()(keys=call.keys, args=call.args)
+        # Every kind's script answers 0 when nothing was held (1, or the readers deleted).
+        return bool(reply)
 
     # -- inspecting ---------------------------------------------------------------
 

@@ -20,7 +20,6 @@ The keys, scripts and wake-up rules are in :mod:`django_rlock.core.rwlock_script
 
 from __future__ import annotations
 
-import logging
 import weakref
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -29,7 +28,7 @@ from django_rlock.core.calls import ScriptCall, hold_count_reply, ttl_reply
 from django_rlock.core.exceptions import LockUpgradeError
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock
 from django_rlock.core.rwlock_scripts import (
     UPGRADE_REFUSED,
     RWKeys,
@@ -45,13 +44,18 @@ from django_rlock.core.rwlock_scripts import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from django_rlock.core.client import LockClient
+    from django_rlock.core.names import LockKeys
 
-__all__ = ["ReadLock", "ReadSide", "ReadWriteLock", "WriteLock", "WriteSide", "check_rw_client"]
-
-logger = logging.getLogger("django_rlock.lock")
+__all__ = [
+    "ReadLock",
+    "ReadSide",
+    "ReadWriteBase",
+    "ReadWriteLock",
+    "WriteLock",
+    "WriteSide",
+    "check_rw_client",
+]
 
 
 def check_rw_client(min_replicas: int, name: str) -> None:
@@ -65,19 +69,58 @@ def check_rw_client(min_replicas: int, name: str) -> None:
 
 
 class _Side(LockBase):
-    """What both sides of both engines share, without I/O: the keys and the calls."""
+    """What both sides of both engines share, without I/O: the keys, scripts and calls.
+
+    Put before the engine's lock class (``class WriteLock(WriteSide, RLock)``):
+    that class's acquire, release, waiting, ``force_release`` and ``with`` then
+    send this side's scripts through the sender hooks.
+    """
 
     rw_keys: RWKeys
 
-    def _ttl_of(self, lease: float | None) -> float:
-        return self._engine.watchdog_timeout if lease is None else lease
+    def __init__(
+        self, client: Any, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
+    ) -> None:
+        # `client` is the engine's (LockClient or AsyncLockClient): the lock
+        # class after this one in the MRO takes it and finds the engine.
+        super().__init__(client, keys.name, **options)
+        self.rw_keys = keys
+        self.keys = self._side_keys(keys)
+        self._scripts = scripts
+        self._side_scripts = self._pick_scripts(scripts)
+
+    def __repr__(self) -> str:
+        # The class names the side and the engine: WriteLock, AsyncReadLock...
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        """The keys this side's holds are counted and waited on under."""
+        raise NotImplementedError
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        """The side's row of scripts (see :class:`~django_rlock.core.lock.KindScripts`)."""
+        raise NotImplementedError
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._side_scripts
 
     def _abandon_call(self, waiter_id: str) -> ScriptCall:
         return abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
 
 
 class WriteSide(_Side):
-    """The write side's calls and replies (sync :class:`WriteLock`, asyncio ``AsyncWriteLock``)."""
+    """The write side's keys, calls and scripts (:class:`WriteLock`, ``AsyncWriteLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_write()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.write_acquire,
+            release=scripts.write_release,
+            abandon=scripts.abandon,
+            force_release=scripts.write_force_release,
+        )
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
@@ -125,7 +168,18 @@ class WriteSide(_Side):
 
 
 class ReadSide(_Side):
-    """The read side's keys and calls (sync :class:`ReadLock`, asyncio ``AsyncReadLock``)."""
+    """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_read()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.read_acquire,
+            release=scripts.read_release,
+            abandon=scripts.abandon,
+            force_release=scripts.read_force_release,
+        )
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The owner's own read key, and a key never written (a read has no fencing counter)."""
@@ -154,6 +208,29 @@ class ReadSide(_Side):
     def _force_release_call(self) -> ScriptCall:
         return read_force_release_call(self.rw_keys, self._engine.publish_command)
 
+    def _readers_call(self) -> ScriptCall:
+        return readers_call(self.rw_keys)
+
+
+class ReadWriteBase:
+    """What :class:`ReadWriteLock` and the asyncio ``AsyncReadWriteLock`` share: keys and name."""
+
+    keys: RWKeys
+
+    def _build_keys(self, min_replicas: int, key_prefix: str, name: str) -> RWKeys:
+        """The pair's keys, once the client is known to suit a read-write lock."""
+        check_rw_client(min_replicas, name)
+        self.keys = RWKeys.build(key_prefix, name)
+        return self.keys
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
 
 # One set of scripts per sync client, built on its first read-write lock.
 _scripts: weakref.WeakKeyDictionary[LockClient, RWScripts] = weakref.WeakKeyDictionary()
@@ -166,45 +243,11 @@ def _scripts_of(client: LockClient) -> RWScripts:
     return scripts
 
 
-def _leave(scripts: RWScripts, call: ScriptCall, name: str) -> None:
-    """Leave the waiting set without the lock, passing on a wake-up meant for us."""
-    try:
-        scripts.abandon(keys=call.keys, args=call.args)
-    except Exception:
-        logger.debug("could not leave the waiting set of %r", name, exc_info=True)
-
-
 class WriteLock(WriteSide, RLock):
     """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.
 
     Get it as ``client.read_write_lock(name).write``.
     """
-
-    def __init__(
-        self, client: LockClient, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, keys.name, **options)
-        self.rw_keys = keys
-        self.keys = keys.for_write()
-        self._scripts = scripts
-
-    def __repr__(self) -> str:
-        return f"<WriteLock {self.name!r}>"
-
-    def _acquire_sender(self) -> Callable[..., Any]:
-        return self._scripts.write_acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Any]:
-        return self._scripts.write_release  # type: ignore[no-any-return]
-
-    def _abandon(self, waiter_id: str) -> None:
-        _leave(self._scripts, self._abandon_call(waiter_id), self.name)
-
-    def force_release(self) -> bool:
-        """Delete the write hold whoever has it and wake every waiter; True if it was held."""
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            return bool(self._scripts.write_force_release(keys=call.keys, args=call.args))
 
 
 class ReadLock(ReadSide, RLock):
@@ -216,34 +259,8 @@ class ReadLock(ReadSide, RLock):
     tokens order writers).
     """
 
-    def __init__(
-        self, client: LockClient, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, keys.name, **options)
-        self.rw_keys = keys
-        self.keys = keys.for_read()
-        self._scripts = scripts
-
-    def __repr__(self) -> str:
-        return f"<ReadLock {self.name!r}>"
-
-    def _acquire_sender(self) -> Callable[..., Any]:
-        return self._scripts.read_acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Any]:
-        return self._scripts.read_release  # type: ignore[no-any-return]
-
-    def _abandon(self, waiter_id: str) -> None:
-        _leave(self._scripts, self._abandon_call(waiter_id), self.name)
-
-    def force_release(self) -> bool:
-        """Delete every reader's hold and wake every waiter; True if any reader held it."""
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            return int(self._scripts.read_force_release(keys=call.keys, args=call.args)) > 0
-
     def _readers(self) -> tuple[int, int]:
-        call = readers_call(self.rw_keys)
+        call = self._readers_call()
         with self._reachable("inspect"):
             live, longest = self._scripts.readers(keys=call.keys, args=call.args)
         return int(live), int(longest)
@@ -269,7 +286,7 @@ class ReadLock(ReadSide, RLock):
             return hold_count_reply(self.client.redis.hget(self.rw_keys.reader(owner), owner))
 
 
-class ReadWriteLock:
+class ReadWriteLock(ReadWriteBase):
     """Many readers or one writer; get one from :meth:`LockClient.read_write_lock`.
 
     ``read`` and ``write`` are locks with the :class:`~django_rlock.core.RLock`
@@ -278,19 +295,9 @@ class ReadWriteLock:
     """
 
     def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
-        check_rw_client(client.min_replicas, name)
-        keys = RWKeys.build(client.key_prefix, name)
+        keys = self._build_keys(client.min_replicas, client.key_prefix, name)
         scripts = _scripts_of(client)
-        self.keys = keys
         #: The shared side: many owners at once while nobody else writes.
         self.read = ReadLock(client, keys, scripts, **options)
         #: The exclusive side: one owner, and no reader but that owner.
         self.write = WriteLock(client, keys, scripts, **options)
-
-    @property
-    def name(self) -> str:
-        """The lock's name, as the caller gave it."""
-        return self.keys.name
-
-    def __repr__(self) -> str:
-        return f"<ReadWriteLock {self.name!r}>"

@@ -29,8 +29,6 @@ number per name (objects with different numbers each stop at their own).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
 
 from django_rlock.core import lostholds
@@ -38,7 +36,7 @@ from django_rlock.core.calls import ScriptCall, hold_count_reply
 from django_rlock.core.exceptions import LockLostError, LockTimeout
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.lock import LockBase, LockOptions, RLock, gave_up_after
+from django_rlock.core.lock import KindScripts, LockBase, LockOptions, RLock, gave_up_after
 from django_rlock.core.semaphore_scripts import (
     check_permits,
     permit_key,
@@ -54,8 +52,6 @@ if TYPE_CHECKING:
     from django_rlock.core.client import LockClient
 
 __all__ = ["Semaphore", "SemaphoreBase", "available_reply", "first_return_reply"]
-
-logger = logging.getLogger("django_rlock.lock")
 
 
 def available_reply(permits: int, state: Any) -> int:
@@ -97,14 +93,13 @@ class SemaphoreBase(LockBase):
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
     ) -> ScriptCall:
-        ttl = self._engine.watchdog_timeout if lease is None else lease
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner) is not None
         return semaphore_acquire_call(
             self.keys,
             owner,
             permits=self.permits,
-            ttl=ttl,
+            ttl=self._ttl_of(lease),
             waiter_id=waiter_id,
             sleep=sleep,
             rid=rid,
@@ -192,20 +187,8 @@ class Semaphore(SemaphoreBase, RLock):
         """
         super().release()
 
-    def _acquire_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.acquire
-        return send
-
-    def _release_sender(self) -> Callable[..., Any]:
-        send: Callable[..., Any] = self.client.semaphore_scripts.release
-        return send
-
-    def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        try:
-            self.client.semaphore_scripts.abandon(keys=call.keys, args=call.args)
-        except Exception:
-            logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.semaphore_scripts)
 
     def __enter__(self) -> Semaphore:
         if not self.acquire(self.blocking, self.timeout, self.lease):
@@ -242,9 +225,7 @@ class Semaphore(SemaphoreBase, RLock):
         For operators and recovery code: each holder learns of it at its next
         renewal or release (as a lost permit).
         """
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            return bool(self.client.semaphore_scripts.force_release(keys=call.keys, args=call.args))
+        return super().force_release()
 
     def _state(self) -> Any:
         call = self._state_call()

@@ -15,18 +15,15 @@ as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Self, Unpack
 
 from django_rlock.core import clock
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.fairlock import FairBase, sleep_cap
-from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockOptions
-from django_rlock.core.plan import HANDED, AcquirePlan, drive_async
+from django_rlock.core.lock import KindScripts, LockOptions, WaitingShell
+from django_rlock.core.plan import HANDED, AcquirePlan
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from django_rlock.core.aio.client import AsyncLockClient
     from django_rlock.core.aio.waiting import AsyncSubscription
 
@@ -46,18 +43,10 @@ class AsyncFairLock(FairBase, AsyncRLock):
     async def __aenter__(self) -> Self:
         return await super().__aenter__()
 
-    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = task_owner()
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        shell = _AsyncFairWaiting(self, owner, lease_seconds, plan, queue_id)
-        try:
-            granted = await drive_async(plan, shell)
-        finally:
-            # No await: a cancelled acquire still leaves the queue.
-            shell.close(registered=plan.registered)
-        if not granted:
-            self._gave_up(owner, plan)
-        return granted
+        return _AsyncFairWaiting(self, owner, lease, plan, queue_id)
 
     async def _queued_attempt(
         self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
@@ -65,11 +54,8 @@ class AsyncFairLock(FairBase, AsyncRLock):
         """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
         return await self._attempt(owner, lease, queue_id, sleep, started)
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.fair_scripts.acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.fair_scripts.release  # type: ignore[no-any-return]
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.fair_scripts, self.client.scripts)
 
     def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
         """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
@@ -80,12 +66,11 @@ class AsyncFairLock(FairBase, AsyncRLock):
             self._lost_tasks.pop(task, None)
         return True
 
-    def _stop_waiting(self, queue_id: str) -> None:
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves."""
         self._end_waiting(queue_id)
-
-    async def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        await self.client.fair_scripts.abandon(keys=call.keys, args=call.args)
+        if abandon:
+            self.client.spawn(self._abandon(queue_id))
 
 
 class _AsyncFairWaiting:
@@ -124,9 +109,8 @@ class _AsyncFairWaiting:
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
-        self.lock._stop_waiting(self.queue_id)
-        if self.queued or (registered and self.queue_id):
-            self.lock.client.spawn(self.lock._abandon(self.queue_id))
+        abandon = self.queued or (registered and bool(self.queue_id))
+        self.lock._leave_queue(self.queue_id, abandon=abandon)
 
 
 class _AsyncHandoffSubscription:

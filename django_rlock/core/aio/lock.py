@@ -27,15 +27,16 @@ from typing import TYPE_CHECKING, Any, Self, Unpack
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core import clock
-from django_rlock.core.calls import (
-    abandon_call,
-    extend_call,
-    force_release_call,
-    hold_count_reply,
-    ttl_reply,
-)
+from django_rlock.core.calls import extend_call, hold_count_reply, ttl_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LOST_REPLY, UNANSWERED, LockBase, LockOptions
+from django_rlock.core.lock import (
+    LOST_REPLY,
+    UNANSWERED,
+    KindScripts,
+    LockBase,
+    LockOptions,
+    WaitingShell,
+)
 from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class AsyncRLock(LockBase):
 
     async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = task_owner()
-        shell = _AsyncWaiting(self, owner, lease_seconds, plan.started)
+        shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
             granted = await drive_async(plan, shell)
         finally:
@@ -128,13 +129,12 @@ class AsyncRLock(LockBase):
             self._lost_tasks.pop(caller, None)
         return wait
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script an acquire call is sent with (a sibling sends its own)."""
-        return self.client.scripts.acquire  # type: ignore[no-any-return]
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.scripts)
 
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        """The script a release call is sent with (a sibling sends its own)."""
-        return self.client.scripts.release  # type: ignore[no-any-return]
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
+        return _AsyncWaiting(self, owner, lease, plan.started)
 
     def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
         if call.cancelled() or call.exception() is not None or call.result() is not None:
@@ -142,8 +142,8 @@ class AsyncRLock(LockBase):
         self.client.spawn(self._release_as(owner))
 
     async def _abandon(self, waiter_id: str) -> None:
-        call = abandon_call(self.keys, waiter_id, self.client.engine.publish_command)
-        await self.client.scripts.abandon(keys=call.keys, args=call.args)
+        call = self._abandon_call(waiter_id)
+        await self._abandon_sender()(keys=call.keys, args=call.args)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -202,9 +202,10 @@ class AsyncRLock(LockBase):
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
-        call = force_release_call(self.keys, self.client.engine.publish_command)
+        call = self._force_release_call()
         with self._reachable("force-release"):
-            return bool(await self.client.scripts.force_release(keys=call.keys, args=call.args))
+            reply = await self._force_release_sender()(keys=call.keys, args=call.args)
+        return bool(reply)  # as RLock.force_release
 
     # -- inspecting ---------------------------------------------------------------
 

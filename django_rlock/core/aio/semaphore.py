@@ -12,13 +12,12 @@ was cancelled is given back; a cancelled release still completes)::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.calls import hold_count_reply
 from django_rlock.core.identity import task_owner
-from django_rlock.core.lock import LockOptions
+from django_rlock.core.lock import KindScripts, LockOptions
 from django_rlock.core.semaphore import SemaphoreBase, available_reply, first_return_reply
 from django_rlock.core.semaphore_scripts import permit_key
 
@@ -39,15 +38,8 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
     def __repr__(self) -> str:
         return f"<AsyncSemaphore {self.name!r} permits={self.permits}>"
 
-    def _acquire_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.acquire  # type: ignore[no-any-return]
-
-    def _release_sender(self) -> Callable[..., Awaitable[Any]]:
-        return self.client.semaphore_scripts.release  # type: ignore[no-any-return]
-
-    async def _abandon(self, waiter_id: str) -> None:
-        call = self._abandon_call(waiter_id)
-        await self.client.semaphore_scripts.abandon(keys=call.keys, args=call.args)
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.semaphore_scripts)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -82,10 +74,7 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
 
     async def force_release(self) -> bool:
         """Take back every permit and wake every waiter; see :meth:`Semaphore.force_release`."""
-        call = self._force_release_call()
-        with self._reachable("force-release"):
-            scripts = self.client.semaphore_scripts
-            return bool(await scripts.force_release(keys=call.keys, args=call.args))
+        return await super().force_release()
 
     async def _state(self) -> Any:
         call = self._state_call()
