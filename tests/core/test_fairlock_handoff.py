@@ -163,9 +163,13 @@ def test_a_lost_message_is_confirmed_by_the_next_attempt_as_one_grant(
         release_unheard(holder_client, holder)
         assert handed_to(r, lock) == head
         handed_token = int(r.get(lock.keys.fence) or 0)
+        assert handed_token > 0
         # The waiter sleeps out its bound (the watchdog timeout) before it
-        # retries; the handed grant must still be there when it does.
+        # retries; the handed grant must still be there when it does, its
+        # fencing counter too (they expire together; under load the counter
+        # alone ran out once, and the confirmation then reported token 0).
         r.pexpire(lock.keys.hash, 30_000)
+        r.pexpire(lock.keys.fence, 30_000)
         thread.join(HANG)
     assert seen == {"token": handed_token, "count": 1, "locked": False}
 
