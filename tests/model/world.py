@@ -215,6 +215,8 @@ class Owner:
         self._pending_lock = threading.Lock()
         #: The library's owner id of this thread or task, once it runs.
         self.owner_id = ""
+        #: How the owner's last release ended (None: it went through).
+        self.last_release_error: BaseException | None = None
 
     # -- implemented by the thread and the task owners -----------------------------
 
@@ -481,6 +483,7 @@ class ThreadOwner(Owner):
                 self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
+            self.last_release_error = error
             self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
             for name, side in op.believed:
@@ -568,6 +571,7 @@ class TaskOwner(Owner):
                 await self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
+            self.last_release_error = error
             self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
             for name, side in op.believed:
@@ -996,14 +1000,20 @@ class World:
         return described
 
     def _known_holds(self) -> list[str]:
-        """Every hold still in an owner's registry: whose, on which key, and its state."""
+        """Every hold still in an owner's registry: whose, on which key, its state.
+
+        With how the owner's last release ended: the end-of-run releases stop
+        after ten tries each, so a hold left there while releases kept failing
+        (a server too slow for the model's short socket timeout) says so.
+        """
         known = [f"{owner.label} is {owner.owner_id}" for owner in self.owners]
         for owner in self.owners:
             for name in self.config.all_names:
                 for side in self.config.sides(name):
                     known += [
                         f"{owner.label} {hold.key} count {hold.count} lost {hold.lost} "
-                        f"watchdog {hold.watchdog}"
+                        f"watchdog {hold.watchdog}, its last release: "
+                        f"{owner.last_release_error!r}"
                         for hold in owner.holds(name, side)
                     ]
         return known
