@@ -124,6 +124,12 @@ def short_watchdog(settings: SettingsWrapper, rlocks: dict[str, Any]) -> None:
     settings.RLOCKS = {**rlocks, "default": {**rlocks["default"], "WATCHDOG_TIMEOUT": 0.6}}
 
 
+@pytest.fixture
+def three_second_watchdog(settings: SettingsWrapper, rlocks: dict[str, Any]) -> None:
+    # Renewals every 1 s, each call given at most 0.5 s (core.defaults).
+    settings.RLOCKS = {**rlocks, "default": {**rlocks["default"], "WATCHDOG_TIMEOUT": 3.0}}
+
+
 def renewal_seen(outcome: str) -> Iterator[threading.Event]:
     """An event set after the metrics counted a renewal with ``outcome``.
 
@@ -180,13 +186,17 @@ def test_a_key_deleted_behind_the_holder_counts_a_renewal_and_a_loss(
     assert (moved["acquired"], moved["hold"], moved.get("held", 0)) == (1, 1, 0)
 
 
-@pytest.mark.usefixtures("metrics_on", "short_watchdog")
+@pytest.mark.usefixtures("metrics_on", "three_second_watchdog")
 def test_a_renewal_the_server_does_not_answer_in_time_counts_as_failed(
     r: redis.Redis, renewal_failed: threading.Event
 ) -> None:
     reading = Reading("default", PLAIN)
     with rlock("paused"):
-        r.client_pause(500)  # longer than a renewal call may take (a fraction of 0.2 s)
+        # The first renewal, 1 s in, waits out the pause and gives up at 1.5 s;
+        # the pause ends at 1.7 s, before the retry at 2 s, and the key (3 s)
+        # lives on. (With a 0.6 s timeout and a 0.5 s pause the retries ran
+        # into the deadline under load: the oldest line lost the lock once.)
+        r.client_pause(1700)
         assert renewal_failed.wait(HANG)
     assert reading.moved()["renewal failed"] >= 1
 
