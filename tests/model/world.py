@@ -83,6 +83,9 @@ T = TypeVar("T")
 #: socket timeouts, so reaching it means a call hangs.
 BUSY_LIMIT = 30.0
 
+#: Releases the end of a run retries, besides one per hold (see Owner.release_tries).
+RELEASE_RETRIES = 10
+
 #: Faults that keep every lock on the server (or take one away by an operator's hand).
 FAULTS = frozenset(
     {"partition", "stall", "drop_reply", "swallow_reply", "client_kill", "force_release"}
@@ -313,6 +316,15 @@ class Owner:
         # server may have granted it. Stay off until that grant has expired.
         self.tainted[name] = clock.monotonic() + self.world.config.longest_hold + 0.5
 
+    def release_tries(self, name: str, side: str) -> int:
+        """How many releases the end of a run makes at most on ``name``'s ``side``.
+
+        One per hold the owner's client counts (an example of acquires only
+        re-enters a name a dozen times), and :data:`RELEASE_RETRIES` for
+        releases that fail under faults and leave the hold counted.
+        """
+        return sum(hold.count for hold in self.holds(name, side)) + RELEASE_RETRIES
+
     def releasing(self, name: str, side: str) -> tuple[Hold | None, float, float, bool, int]:
         hold = self.top(name, side)
         started = clock.monotonic()
@@ -495,7 +507,7 @@ class ThreadOwner(Owner):
         config = self.world.config
         for name in config.all_names:
             for side in config.sides(name):
-                for _ in range(10):
+                for _ in range(self.release_tries(name, side)):
                     if not self.holds(name, side):
                         break
                     self._do(Release(name, side))
@@ -583,7 +595,7 @@ class TaskOwner(Owner):
         config = self.world.config
         for name in config.all_names:
             for side in config.sides(name):
-                for _ in range(10):
+                for _ in range(self.release_tries(name, side)):
                     if not self.holds(name, side):
                         break
                     await self._do(Release(name, side))
