@@ -381,11 +381,18 @@ class History:
     def check_tokens(self) -> list[Violation]:
         """A grant whose token is not above every grant made before it was asked for.
 
-        One pair is no grant: an owner whose client was closed under a live hold
-        asks again through its new client, which knows nothing of the hold; the
-        server re-enters it (same owner, same token) and the new client records
-        a hold of its own. Its acquire returned while the earlier belief lived,
-        so the server still had the owner's hold when it answered.
+        A belief of the same owner with the same token is no grant when the
+        server re-entered the owner's grant: an owner whose client was closed
+        under a live hold asks again through its new client, which knows
+        nothing of the hold, so the new client records a hold of its own; or
+        the library declared the owner's hold lost (early, by its margin) while
+        a re-entry was on its way. Every fresh grant draws a new token, so the
+        owner's beliefs with one token are one grant on the server: if any of
+        them was alive when the later call was sent, the server still had that
+        grant, however many clients it went through (a belief two closes back
+        may have ended long before). An owner told its hold is gone asks anew
+        and must get a new token: a call sent after every belief of its grant
+        ended is checked as a new grant.
         """
         now = clock.monotonic()
         with self._lock:
@@ -398,21 +405,29 @@ class History:
         for grants in by_name.values():
             grants.sort(key=lambda belief: belief.granted_at)
             for later in grants:
+                rejoined = _rejoined(grants, later, now)
                 earlier = [
                     belief
                     for belief in grants
                     if belief.granted_at < later.sent_at
                     and belief.token >= later.token
-                    and not _reentered(belief, later, now)
+                    and not (rejoined and _same_grant(belief, later))
                 ]
                 if earlier:
                     first = max(earlier, key=lambda belief: belief.token)
+                    # The owner's other beliefs in that grant: one alive would have excused it.
+                    same = [
+                        belief.describe()
+                        for belief in grants
+                        if _same_grant(belief, later) and belief is not first
+                    ]
                     found += self._report(
                         first,
                         later,
                         TOKEN_ORDER,
                         f"{later.name!r}: [{first.describe()}] was granted before "
-                        f"[{later.describe()}] was asked for",
+                        f"[{later.describe()}] was asked for"
+                        + (f"; the owner's other beliefs of that token: {same}" if same else ""),
                     )
         return found
 
@@ -471,12 +486,19 @@ class History:
         return [violation]
 
 
-def _reentered(earlier: Belief, later: Belief, now: float) -> bool:
-    """Whether ``later`` re-entered ``earlier``'s hold on the server (see check_tokens)."""
-    if earlier.owner != later.owner or earlier.token != later.token:
-        return False
-    end = earlier.end_by(now)
-    return end is None or later.granted_at < end
+def _same_grant(belief: Belief, later: Belief) -> bool:
+    """Whether ``belief`` and ``later`` are one owner's beliefs in one grant (one token)."""
+    return belief is not later and belief.owner == later.owner and belief.token == later.token
+
+
+def _rejoined(grants: list[Belief], later: Belief, now: float) -> bool:
+    """Whether ``later`` re-entered a grant its owner still believed in when asking."""
+    for belief in grants:
+        if _same_grant(belief, later) and belief.granted_at < later.granted_at:
+            end = belief.end_by(now)
+            if end is None or later.sent_at < end:
+                return True
+    return False
 
 
 def _permits_believed(holding: Iterable[tuple[Belief, int]]) -> int:
