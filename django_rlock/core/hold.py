@@ -11,12 +11,14 @@ subscribers when a hold is acquired, released or lost.
 One rule ties a hold's local deadline to its key's expiry, on every path that
 sets or extends it (a grant, a re-entry, a renewal, a retry the request latch
 reports): each such script replies with the key's PTTL after the call, and the
-deadline is the call's *send* time plus that PTTL (:func:`key_deadline`). The
-server ran the call after it was sent, so the deadline never falls after the
-key's real expiry, whichever branch the script took and however late the
-reply came. No script shortens a held key's life (but MultiLock's re-expiry of
-a grant it has just made, which then sets the deadline anew), so a later reply
-can only move a deadline later (:meth:`Hold.extend`).
+deadline is the call's *send* time plus that PTTL, less Redlock's allowance
+for clock drift (:func:`key_deadline`). The server ran the call after it was
+sent, so the deadline never falls after the key's real expiry, whichever
+branch the script took and however late the reply came, as long as the
+server's clock and this process's agree within that allowance. No script
+shortens a held key's life (but MultiLock's re-expiry of a grant it has just
+made, which then sets the deadline anew), so a later reply can only move a
+deadline later (:meth:`Hold.extend`).
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ def key_deadline(sent_at: float, pttl_ms: int) -> float:
     """The local monotonic moment a key may expire, from a reply about it.
 
     ``sent_at`` is when the call was sent, ``pttl_ms`` the key's PTTL the
-    script reported after running it. A key with no expiry (-1, only ever set
-    by hand) never expires by itself.
+    script reported after running it, less the clock drift Redlock allows
+    (:func:`~django_rlock.core.clock.drift`: Redis counts the PTTL on its own
+    clock). A key with no expiry (-1, only ever set by hand) never expires by
+    itself.
     """
     if pttl_ms < 0:
         return math.inf
-    return sent_at + pttl_ms / 1000
+    left = pttl_ms / 1000
+    return sent_at + left - clock.drift(left)
 
 
 @dataclass(eq=False)

@@ -88,10 +88,11 @@ _ATTEMPT_TIMEOUTS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 def validity_time(ttl: float, elapsed: float) -> float:
     """Redlock's validity time: ``ttl - elapsed - (0.01 * ttl + 0.002)`` seconds.
 
-    The drift term allows for the servers' clocks running at slightly
-    different rates, plus 2 ms for the expiry's own granularity.
+    The drift term (:func:`~django_rlock.core.clock.drift`) allows for the
+    servers' clocks running at slightly different rates, plus 2 ms for the
+    expiry's own granularity.
     """
-    return ttl - elapsed - (0.01 * ttl + 0.002)
+    return ttl - elapsed - clock.drift(ttl)
 
 
 @dataclass(eq=False)

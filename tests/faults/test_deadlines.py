@@ -2,9 +2,10 @@
 
 Every call that sets or extends a hold's key (a grant, a re-entry, a renewal, a
 retry the request latch reports) makes the holder's local deadline the call's
-*send* time plus the PTTL the server reports in its reply, and no call shortens
-a held key. So a partition or a lost reply can never leave the holder believing
-it holds a lock that a rival has already been granted.
+*send* time plus the PTTL the server reports in its reply, less Redlock's
+allowance for clock drift (1% + 2 ms: Redis counts the PTTL on its own clock),
+and no call shortens a held key. So a partition or a lost reply can never leave
+the holder believing it holds a lock that a rival has already been granted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_rlock.core import LockClient, LockUnavailableError
+from django_rlock.core import LockClient, LockUnavailableError, clock
 from django_rlock.core.identity import thread_owner
 from tests.faults.conftest import TIMEOUT
 from tests.faults.proxy import FaultProxy
@@ -122,3 +123,29 @@ def test_a_retried_acquire_reported_by_the_latch_counts_from_the_server_s_ttl(
             assert lock.lost
     finally:
         caller.close()
+
+
+def test_a_hold_s_deadline_ends_the_clock_drift_allowance_before_its_key(
+    rival_client: LockClient, private_server: RedisServer
+) -> None:
+    """The holder stops believing 1% + 2 ms before the server's TTL runs out.
+
+    The CI once showed a reader granted 4.7 ms before its rival writer's
+    local deadline, with no fault: the server's own PTTL replies placed the
+    write key's expiry 6 ms before the deadline its 2 s re-entry reply had
+    set. Redis expires keys by its wall clock; a deadline with no allowance
+    for that clock running ahead is one a holder can outlive.
+    """
+    lock = rival_client.lock("drift")
+    assert lock.acquire(lease=60.0)  # an allowance of 602 ms: calls' latency is small beside it
+    try:
+        deadline = current_hold(lock).deadline
+        asked = time.monotonic()
+        ttl = private_server.client().pttl(lock.keys.hash) / 1000
+        allowance = clock.drift(ttl)
+        # The key expires no sooner than asked + ttl: the PTTL was read after `asked`.
+        # Half the allowance is left to the calls' own latency.
+        assert deadline <= asked + ttl - allowance / 2
+        assert deadline > asked + ttl - allowance - 0.5  # the allowance, not much more
+    finally:
+        lock.release()
