@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration:
         plan = dataclasses.replace(plan, duration=args.duration)
     signal.signal(signal.SIGTERM, _interrupt)
+    # Python leaves SIGINT ignored when it starts ignored (a background job of
+    # a script, a test runner started so): Ctrl-C must stop the demo anyway.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     console = Console()
     session = Session(keep=args.keep)
     print("django-rlock demo: the example shop under load, on real processes\n", flush=True)
