@@ -193,10 +193,14 @@ class Revocation:
     answered: float
 
     def may_have_hit(self, belief: Belief, now: float) -> bool:
-        if self.names is not None and belief.name not in self.names:
-            return False
         end = belief.end_by(now)
-        return belief.sent_at < self.answered and (end is None or end > self.sent)
+        return self.may_have_taken(belief.name, belief.sent_at, math.inf if end is None else end)
+
+    def may_have_taken(self, name: str, since: float, until: float) -> bool:
+        """Whether it may have taken ``name`` away on the server between ``since`` and ``until``."""
+        if self.names is not None and name not in self.names:
+            return False
+        return since < self.answered and until > self.sent
 
 
 @dataclass(frozen=True)
@@ -334,6 +338,12 @@ class History:
             if steps:
                 error.args = (f"{error.args[0]}\nafter these steps:\n  " + "\n  ".join(steps),)
             raise error
+
+    def revoked(self, name: str, since: float, until: float) -> bool:
+        """Whether a revocation may have taken ``name`` away between ``since`` and ``until``."""
+        return any(
+            revocation.may_have_taken(name, since, until) for revocation in list(self.revocations)
+        )
 
     def excused(self, belief: Belief, now: float) -> bool:
         """Whether a revocation may have taken ``belief``'s lock away on the server."""

@@ -1,18 +1,29 @@
-"""The model's world ends a run cleanly: what its owners hold is given back, however deep.
+"""The model's world keeps its own books right: what it reports is the library's doing.
 
-Found by the model soaks: two plain-lock examples and one read-write example
-drew only acquires (Hypothesis's swarm testing turns rules off per example), so
-one asyncio owner re-entered one name 11 and 13 times. The end of the run then
-released each name ten times at most, and the leak check found the last holds
-still renewed: counts 1 and 3, exactly the re-entries past ten. The library
-was right; the bound was the model's.
+Each test here is a report of the model soaks that turned out to be the
+model's, not the library's, and fails on the model as it was:
+
+- Two plain-lock examples and one read-write example drew only acquires
+  (Hypothesis's swarm testing turns rules off per example), so one asyncio
+  owner re-entered one name 11 and 13 times. The end of the run released each
+  name ten times at most, and the leak check found the last holds still
+  renewed: counts 1 and 3, exactly the re-entries past ten.
+- An operator force-released a lock just after its owner had started a
+  release: the release found the hold gone, and the model called that a hold
+  dropped while its owner believed in it, since the revocation came after the
+  release began (an owner that releases one of two holds believes on).
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
-from tests.model.world import RELEASE_RETRIES, Acquire, Config, World
+from django_rlock.core import LockClient, RLock
+from django_rlock.core.aio import AsyncLockClient
+from tests.model.world import RELEASE_RETRIES, Acquire, Config, Release, World
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -50,3 +61,43 @@ def test_the_end_of_a_run_gives_back_every_hold_of_a_deep_re_entry(
 
 def _granted(name: str, side: str) -> str:
     return f"{side} acquire granted" if side else "acquire granted"
+
+
+#: One thread owner on one client, no faults (the force-release is done by hand).
+ONE_THREAD = Config(sync_clients=1, owners_per_client=1, async_owners=0, faults=frozenset())
+
+
+class SlowToRelease(World):
+    """Its owners' releases start (for the model) a while before their call is sent."""
+
+    def make_lock(self, client: LockClient | AsyncLockClient, name: str, side: str) -> Any:
+        assert isinstance(client, LockClient)  # thread owners only
+        return SlowRLock(client, name)
+
+
+class SlowRLock(RLock):
+    """An RLock whose release waits ``DELAY`` before its call: nothing else changes."""
+
+    DELAY = 0.3
+
+    def release(self) -> None:
+        time.sleep(self.DELAY)
+        super().release()
+
+
+@pytest.mark.parametrize("holds", [1, 2])
+def test_a_force_release_racing_a_release_is_the_operator_s_doing(holds: int) -> None:
+    with SlowToRelease(ONE_THREAD) as world:
+        for _ in range(holds):
+            assert world.submit(0, Acquire("a", 2.0, None)).result(30) is None
+        releasing = world.submit(0, Release("a"))
+        time.sleep(SlowRLock.DELAY / 3)  # the release has started; its call is not sent yet
+        world.force_release("a")
+        assert releasing.result(30) is None
+        world.check()
+        assert world.history.operations["release LockLostError"] == 1
+        [belief] = world.history.beliefs
+        # The last hold's belief ends as its release starts; with another hold
+        # held meanwhile, it ends when the release finds the lock lost.
+        assert (belief.released_at is None) == (holds > 1)
+        assert belief.lost_at is not None

@@ -360,7 +360,12 @@ class Owner:
                 )
             return
         belief = self.history.belief_of(hold)
-        if belief is not None and (hold.released or hold.lost) and belief.released_at is None:
+        # The owner stops believing as it starts giving back its last hold. A
+        # release of one of several holds that finds the lock lost ends the
+        # belief only when the loss is declared (History.declaring_lost): the
+        # owner held the others meanwhile.
+        ended = hold.released or (hold.lost and count == 1)
+        if belief is not None and ended and belief.released_at is None:
             belief.released_at = started
         if belief is not None and belief.kind == PERMIT:
             # One permit fewer from the moment its release started, whatever the outcome.
@@ -381,7 +386,8 @@ class Owner:
             and not was_lost
             and answered < deadline
             and belief is not None
-            and not self.history.excused(belief, answered)
+            # Taken away before the release ran: by then it may have started.
+            and not self.history.revoked(belief.name, belief.sent_at, answered)
         ):
             self.history.violated(
                 DOUBLE_HOLDER,
