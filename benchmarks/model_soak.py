@@ -43,6 +43,9 @@ from tests.model.world import DATA_LOSS, FAULTS, Config
 #: The known bugs whose paths the machine can open (see the module docstring).
 KNOWN_BUGS = ("mixed", "retry", "data-loss", "close")
 
+#: How many violations of each invariant the summary shows in full.
+SAMPLES = 5
+
 #: What ``--kind`` can pick, each as the names of its worlds (see the module docstring).
 KINDS: dict[str, Config] = {
     "lock": Config(),
@@ -68,7 +71,8 @@ class Tally:
         self.faults: Counter[str] = Counter()
         self.violations: Counter[str] = Counter()
         self.first_seen: dict[str, float] = {}
-        self.samples: dict[str, str] = {}
+        #: Per invariant, the details of its first SAMPLES violations, with when each came.
+        self.samples: dict[str, list[tuple[float, str]]] = {}
         self.elapsed = 0.0
 
     def finished(self, history: History) -> None:
@@ -77,9 +81,11 @@ class Tally:
         self.faults.update(history.faults)
         for violation in history.violations:
             self.violations[violation.invariant] += 1
-            if violation.invariant not in self.first_seen:
-                self.first_seen[violation.invariant] = time.monotonic() - self.started
-                self.samples[violation.invariant] = violation.detail
+            after = time.monotonic() - self.started
+            self.first_seen.setdefault(violation.invariant, after)
+            samples = self.samples.setdefault(violation.invariant, [])
+            if len(samples) < SAMPLES:
+                samples.append((after, violation.detail))
 
     def after_step(self) -> None:
         if time.monotonic() - self.started >= self.seconds:
@@ -194,8 +200,9 @@ def print_summary(args: argparse.Namespace, kind: str, config: Config, tally: Ta
         print("| (none) | 0 | |")
     for invariant, count in sorted(tally.violations.items()):
         print(f"| {invariant} | {count:,} | {tally.first_seen[invariant]:.0f} s |")
-    for invariant, detail in sorted(tally.samples.items()):
-        print(f"\n{invariant}, first seen: {detail}")
+    for invariant, samples in sorted(tally.samples.items()):
+        for after, detail in samples:
+            print(f"\n{invariant}, after {after:.0f} s: {detail}")
 
 
 if __name__ == "__main__":
