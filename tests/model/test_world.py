@@ -12,6 +12,11 @@ model's, not the library's, and fails on the model as it was:
   release: the release found the hold gone, and the model called that a hold
   dropped while its owner believed in it, since the revocation came after the
   release began (an owner that releases one of two holds believes on).
+- A semaphore's holder started releasing its permit, the reply was lost, and
+  another owner got the permit while the call waited out its socket timeout:
+  the model counted the permit as believed until the release returned, three
+  permits of two. An owner stops counting on a permit, or on its last hold of
+  a lock, as it starts giving it back.
 """
 
 from __future__ import annotations
@@ -101,3 +106,45 @@ def test_a_force_release_racing_a_release_is_the_operator_s_doing(holds: int) ->
         # held meanwhile, it ends when the release finds the lock lost.
         assert (belief.released_at is None) == (holds > 1)
         assert belief.lost_at is not None
+
+
+#: One thread owner per client, no faults (the lost reply is armed by hand).
+THREE_CLIENTS = Config(
+    sync_clients=3,
+    owners_per_client=1,
+    async_owners=0,
+    names=("a",),
+    semaphores=("s",),
+    permits=2,
+    faults=frozenset(),
+)
+
+
+@pytest.mark.parametrize("name", ["s", "a"], ids=["semaphore", "lock"])
+def test_what_a_release_gives_back_is_not_believed_while_its_reply_is_lost(name: str) -> None:
+    with World(THREE_CLIENTS) as world:
+        # Once through, so the scripts are loaded: the lost reply is the release's
+        # own, not a NOSCRIPT before it ran.
+        assert world.submit(0, Acquire(name, 2.0, None)).result(30) is None
+        assert world.submit(0, Release(name)).result(30) is None
+        # Fixed leases: no renewal may take the lost reply meant for the release.
+        holders = [0, 1] if name == "s" else [0]
+        for holder in holders:
+            assert world.submit(holder, Acquire(name, 2.0, None)).result(30) is None
+        waiting = world.submit(2, Acquire(name, 2.0, 1.5))
+        time.sleep(0.2)  # the waiter is registered
+        world.lose_reply(0, "swallow")
+        releasing = world.submit(0, Release(name))
+        # The release ran on the server: the waiter is granted while the
+        # releasing call still waits for its reply (a 0.25 s socket timeout).
+        assert waiting.result(30) is None
+        assert not releasing.done()
+        world.check()
+        assert releasing.result(30) is None
+        world.check()
+        granted = "permit acquire granted" if name == "s" else "acquire granted"
+        assert world.history.operations[granted] == len(holders) + 2  # and the first one through
+        released = (
+            "permit release LockUnavailableError" if name == "s" else "release LockUnavailableError"
+        )
+        assert world.history.operations[released] == 1

@@ -326,10 +326,23 @@ class Owner:
         return sum(hold.count for hold in self.holds(name, side)) + RELEASE_RETRIES
 
     def releasing(self, name: str, side: str) -> tuple[Hold | None, float, float, bool, int]:
+        """As a release starts: what it starts from, with the belief it ends set so now.
+
+        The checks run while the call is on its way: the server may have given
+        the permit or the lock to another owner before the reply comes (or,
+        with a lost reply, a socket timeout later), and the owner stopped
+        counting on it when it started to give it back.
+        """
         hold = self.top(name, side)
         started = clock.monotonic()
         if hold is None:
             return None, started, 0.0, False, 0
+        belief = self.history.belief_of(hold)
+        if belief is not None and belief.kind == PERMIT:
+            # One permit fewer from the moment its release starts, whatever the outcome.
+            belief.counts.append((started, hold.count - 1))
+        elif belief is not None and hold.count == 1 and belief.released_at is None:
+            belief.released_at = started  # its last hold
         return hold, started, hold.deadline, hold.lost, hold.count
 
     def released(
@@ -360,16 +373,13 @@ class Owner:
                 )
             return
         belief = self.history.belief_of(hold)
-        # The owner stops believing as it starts giving back its last hold. A
-        # release of one of several holds that finds the lock lost ends the
-        # belief only when the loss is declared (History.declaring_lost): the
-        # owner held the others meanwhile.
+        # A last hold's belief ended as its release started (releasing), and so
+        # did one the server said held no more. A release of one of several
+        # holds that finds the lock lost ends the belief only when the loss is
+        # declared (History.declaring_lost): the owner held the others meanwhile.
         ended = hold.released or (hold.lost and count == 1)
         if belief is not None and ended and belief.released_at is None:
             belief.released_at = started
-        if belief is not None and belief.kind == PERMIT:
-            # One permit fewer from the moment its release started, whatever the outcome.
-            belief.counts.append((started, count - 1))
         if type(error) is LockNotOwnedError:
             self.history.violated(
                 RELEASE_OUTCOME,
