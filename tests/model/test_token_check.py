@@ -19,7 +19,8 @@ import pytest
 from django_rlock.core import clock
 from django_rlock.core.hold import Hold
 from tests.model.history import Belief, History
-from tests.model.world import Acquire, Config, World
+from tests.model.test_world import ONE_THREAD
+from tests.model.world import Acquire, World
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -100,10 +101,6 @@ def test_a_higher_token_after_a_re_entered_grant_is_no_violation() -> None:
     second = belief("x", sent=0.3, deadline=2.3)
     other = belief("y", sent=2.5, deadline=3.0, token=TOKEN + 1)
     assert violations(first, second, other) == []
-
-
-#: One thread owner on one client, no faults: the closes are done by hand.
-ONE_THREAD = Config(sync_clients=1, owners_per_client=1, async_owners=0, faults=frozenset())
 
 
 def test_the_real_lock_re_entered_through_three_clients_passes_the_token_check() -> None:

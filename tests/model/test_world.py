@@ -68,7 +68,7 @@ def _granted(name: str, side: str) -> str:
     return f"{side} acquire granted" if side else "acquire granted"
 
 
-#: One thread owner on one client, no faults (the force-release is done by hand).
+#: One thread owner on one client, no faults: the faults a test needs are done by hand.
 ONE_THREAD = Config(sync_clients=1, owners_per_client=1, async_owners=0, faults=frozenset())
 
 

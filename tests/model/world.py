@@ -325,7 +325,7 @@ class Owner:
         """
         return sum(hold.count for hold in self.holds(name, side)) + RELEASE_RETRIES
 
-    def releasing(self, name: str, side: str) -> tuple[Hold | None, float, float, bool, int]:
+    def releasing(self, name: str, side: str) -> tuple[Hold | None, float, float, bool]:
         """As a release starts: what it starts from, with the belief it ends set so now.
 
         The checks run while the call is on its way: the server may have given
@@ -336,23 +336,23 @@ class Owner:
         hold = self.top(name, side)
         started = clock.monotonic()
         if hold is None:
-            return None, started, 0.0, False, 0
+            return None, started, 0.0, False
         belief = self.history.belief_of(hold)
         if belief is not None and belief.kind == PERMIT:
             # One permit fewer from the moment its release starts, whatever the outcome.
             belief.counts.append((started, hold.count - 1))
         elif belief is not None and hold.count == 1 and belief.released_at is None:
             belief.released_at = started  # its last hold
-        return hold, started, hold.deadline, hold.lost, hold.count
+        return hold, started, hold.deadline, hold.lost
 
     def released(
         self,
         name: str,
         side: str,
-        before: tuple[Hold | None, float, float, bool, int],
+        before: tuple[Hold | None, float, float, bool],
         error: BaseException | None,
     ) -> None:
-        hold, started, deadline, was_lost, count = before
+        hold, started, deadline, was_lost = before
         answered = clock.monotonic()
         outcome = "ok" if error is None else type(error).__name__
         self.outcome(name, side, f"release {outcome}")
@@ -373,12 +373,11 @@ class Owner:
                 )
             return
         belief = self.history.belief_of(hold)
-        # A last hold's belief ended as its release started (releasing), and so
-        # did one the server said held no more. A release of one of several
-        # holds that finds the lock lost ends the belief only when the loss is
-        # declared (History.declaring_lost): the owner held the others meanwhile.
-        ended = hold.released or (hold.lost and count == 1)
-        if belief is not None and ended and belief.released_at is None:
+        # A last hold's belief ended as its release started (releasing); so did
+        # one of several holds the server said were its last. A release of one
+        # of several that finds the lock lost ends the belief only when the loss
+        # is declared (History.declaring_lost): the owner held the others meanwhile.
+        if belief is not None and hold.released and belief.released_at is None:
             belief.released_at = started
         if type(error) is LockNotOwnedError:
             self.history.violated(
@@ -1031,8 +1030,9 @@ class World:
         """Every hold still in an owner's registry: whose, on which key, its state.
 
         With how the owner's last release ended: the end-of-run releases stop
-        after ten tries each, so a hold left there while releases kept failing
-        (a server too slow for the model's short socket timeout) says so.
+        after one try per hold and :data:`RELEASE_RETRIES` more, so a hold left
+        there while releases kept failing (a server too slow for the model's
+        short socket timeout) says so.
         """
         known = [f"{owner.label} is {owner.owner_id}" for owner in self.owners]
         for owner in self.owners:
