@@ -27,7 +27,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
-from django_rlock.core import forking
+from django_rlock.core import forking, leaks
 from django_rlock.core.connection import (
     RedisClient,
     any_node_client,
@@ -201,13 +201,22 @@ class LockClient:
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> RLock:
         """A reentrant lock called ``name``.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
-        ``with lock:``; :meth:`RLock.acquire` takes its own.
+        ``with lock:``; :meth:`RLock.acquire` takes its own. ``max_hold``
+        bounds every watchdog hold taken through it (see :class:`LockOptions`).
         """
-        return RLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
+        return RLock(
+            self,
+            check_name(name),
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
+        )
 
     def multi_lock(self, *locks: RLock) -> MultiLock:
         """All-or-nothing over ``locks``, which may live on different servers.
@@ -448,8 +457,19 @@ class LockClient:
         self.holds.declare_lost(hold, reason, by_owner=by_owner)
 
     def watched_holds(self) -> list[Hold]:
-        """The holds the watchdog renews now: watchdog holds not released and not lost."""
+        """The holds the watchdog renews now: watchdog holds not released, lost or leaked."""
         return self.holds.watched_holds()
+
+    def owner_gone(self, hold: Hold) -> None:
+        """``hold``'s owner ended holding it (see :mod:`~django_rlock.core.leaks`).
+
+        A thread's hold is reported and given back here; a task's, by the
+        task's own end on its event loop (its lock's asyncio client lives
+        there), so the watchdog only stops renewing it.
+        """
+        if not isinstance(hold.locks[0] if hold.locks else None, RLock):
+            return
+        leaks.thread_gone(self.holds, hold)
 
     def renewed(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
         """A renewal sent at ``sent_at`` left ``hold``'s key ``pttl_ms`` to live."""

@@ -43,6 +43,7 @@ __all__ = [
     "HoldCallback",
     "HoldRegistry",
     "key_deadline",
+    "registries",
 ]
 
 logger = logging.getLogger("django_rlock.lock")
@@ -88,10 +89,15 @@ class Hold:
     acquired_at: float
     #: Seconds the acquire call that got this hold waited for it.
     waited: float = 0.0
+    #: Seconds after ``acquired_at`` past which the watchdog stops renewing
+    #: the hold and declares it lost; None: no bound.
+    max_hold: float | None = None
     locks: list[LockBase] = field(default_factory=list)
     lost: bool = False
     releasing: bool = False
     released: bool = False
+    #: Its owner (a thread or task) ended, or its request finished, still holding it.
+    leaked: bool = False
 
     def add_lock(self, lock: LockBase) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""
@@ -157,7 +163,10 @@ class HoldRegistry:
       delay the renewal of other locks; the owner's giving it back later is an
       :meth:`on_released` event with ``hold.lost`` set;
     - :meth:`on_gave_up`: an acquire call ended without the lock, on the
-      calling thread.
+      calling thread;
+    - :meth:`on_leaked`: a hold outlived its owner (a thread that ended, a task
+      that is done) or the request that took it (:meth:`report_leaked`), on
+      whichever thread noticed.
 
     ``watch`` is called (outside the mutex) when the first hold the watchdog
     must renew is granted, and again after :meth:`abandon_watched`.
@@ -165,6 +174,9 @@ class HoldRegistry:
 
     def __init__(self, watch: Callable[[], object] = lambda: None) -> None:
         self._watch = watch
+        #: Give back a leaked hold on the server (True), or only report it and
+        #: let it expire (see :mod:`django_rlock.core.leaks`).
+        self.release_leaked = True
         self._lock = threading.Lock()
         self._holds: dict[tuple[str, str], list[Hold]] = {}
         # (lock key, owner, "acquire"/"release") -> the request id of a call whose
@@ -175,6 +187,7 @@ class HoldRegistry:
         self._released: list[HoldCallback] = []
         self._lost: list[HoldCallback] = []
         self._gave_up: list[GaveUpCallback] = []
+        self._leaked: list[Callable[[Hold, str], object]] = []
         _registries.add(self)
 
     # -- events ---------------------------------------------------------------------
@@ -195,12 +208,17 @@ class HoldRegistry:
         """Call ``callback(gave_up)`` whenever an acquire call ends without the lock."""
         self._gave_up.append(callback)
 
-    def unsubscribe(self, *callbacks: Callable[[Any], object]) -> None:
+    def on_leaked(self, callback: Callable[[Hold, str], object]) -> None:
+        """Call ``callback(hold, reason)`` whenever a hold is found leaked (once per hold)."""
+        self._leaked.append(callback)
+
+    def unsubscribe(self, *callbacks: Callable[..., object]) -> None:
         """Stop calling ``callbacks`` for any event they were subscribed to."""
         self._acquired[:] = [known for known in self._acquired if known not in callbacks]
         self._released[:] = [known for known in self._released if known not in callbacks]
         self._lost[:] = [known for known in self._lost if known not in callbacks]
         self._gave_up[:] = [known for known in self._gave_up if known not in callbacks]
+        self._leaked[:] = [known for known in self._leaked if known not in callbacks]
 
     # -- reading --------------------------------------------------------------------
 
@@ -216,14 +234,44 @@ class HoldRegistry:
             return stack[-1] if stack else None
 
     def watched_holds(self) -> list[Hold]:
-        """The holds the watchdog renews now: watchdog holds not released and not lost."""
+        """The holds the watchdog renews now: watchdog holds not released, lost or leaked."""
         with self._lock:
             return [
                 hold
                 for stack in self._holds.values()
                 for hold in stack
-                if hold.watchdog and not hold.lost and not hold.released
+                if hold.watchdog and not hold.lost and not hold.released and not hold.leaked
             ]
+
+    def holds_owned_by(self, owner: str) -> list[Hold]:
+        """Every live hold of ``owner`` (neither released nor lost), oldest first."""
+        with self._lock:
+            return [
+                hold
+                for (_, holder), stack in self._holds.items()
+                if holder == owner
+                for hold in stack
+                if not hold.lost and not hold.released
+            ]
+
+    def report_leaked(self, hold: Hold, reason: str) -> bool:
+        """Mark ``hold`` leaked and tell the :meth:`on_leaked` subscribers; False if it was already.
+
+        From now on the watchdog no longer renews it. Giving it back is the
+        caller's choice (:mod:`django_rlock.core.leaks`).
+        """
+        with self._lock:
+            if hold.leaked or hold.lost or hold.released:
+                return False
+            hold.leaked = True
+        if not self._leaked:
+            logger.warning("lock %r leaked: %s", hold.name, reason)
+        for callback in list(self._leaked):
+            try:
+                callback(hold, reason)
+            except Exception:
+                logger.exception("hold event callback %r failed", callback)
+        return True
 
     # -- request ids of calls that were never answered ----------------------------
 
@@ -273,6 +321,9 @@ class HoldRegistry:
                 top.extend(sent_at, pttl_ms)
                 hold = top
                 hold.watchdog = hold.watchdog or lease is None
+                # The tightest bound of any entry holds, counted from the first grant.
+                if lock.max_hold is not None:
+                    hold.max_hold = min(hold.max_hold or lock.max_hold, lock.max_hold)
             else:
                 if top is not None and not top.lost:
                     # We believed we held it, yet Redis granted afresh: the old
@@ -289,6 +340,7 @@ class HoldRegistry:
                     deadline=key_deadline(sent_at, pttl_ms),
                     acquired_at=sent_at,
                     waited=clock.monotonic() - (sent_at if requested_at is None else requested_at),
+                    max_hold=lock.max_hold,
                 )
                 stack.append(hold)
                 hold.add_lock(lock)
@@ -477,6 +529,11 @@ class HoldRegistry:
 
 
 _registries: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
+
+
+def registries() -> list[HoldRegistry]:
+    """Every live registry of this process (one per lock client)."""
+    return list(_registries)
 
 
 def _notify(callbacks: list[Callable[[T], object]], subject: T) -> None:

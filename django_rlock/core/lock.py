@@ -53,7 +53,13 @@ from django_rlock.core.exceptions import (
 )
 from django_rlock.core.holder import describe
 from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import LockKeys, check_lease, check_timeout, milliseconds
+from django_rlock.core.names import (
+    LockKeys,
+    check_lease,
+    check_max_hold,
+    check_timeout,
+    milliseconds,
+)
 from django_rlock.core.plan import AcquirePlan, drive
 from django_rlock.core.unavailable import reported_unavailable
 
@@ -134,11 +140,16 @@ def check_blocking(blocking: object, timeout: float | None) -> bool:
 
 
 class LockOptions(TypedDict, total=False):
-    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many."""
+    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many.
+
+    ``max_hold`` bounds every watchdog hold taken through the lock: past that
+    many seconds the watchdog stops renewing it and declares it lost.
+    """
 
     timeout: float | None
     lease: float | None
     blocking: bool
+    max_hold: float | None
 
 
 class KindScripts(NamedTuple):
@@ -191,6 +202,7 @@ class LockBase:
         self.timeout = check_timeout(options.get("timeout"))
         self.lease = check_lease(options.get("lease"))
         self.blocking = check_blocking(options.get("blocking", True), self.timeout)
+        self.max_hold = check_max_hold(options.get("max_hold"))
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -264,6 +276,10 @@ class LockBase:
 
     def _kind_scripts(self) -> KindScripts:
         """The scripts this kind of lock sends on this engine (see :class:`KindScripts`)."""
+        raise NotImplementedError
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of ``hold``'s owner, which ended holding it (each engine's own)."""
         raise NotImplementedError
 
     def _acquire_sender(self) -> Callable[..., Any]:
@@ -596,8 +612,11 @@ class RLock(LockBase):
         thread holds nothing, and :class:`LockLostError` when its hold expired
         or was taken over before this release.
         """
+        self._release_owned(thread_owner())
+
+    def _release_owned(self, owner: str) -> None:
+        """Give back one hold of ``owner`` (the calling thread, or a leaked hold's owner)."""
         client = self.client
-        owner = thread_owner()
         hold = self._release_prepare(owner, self._remember_lost)
         call = self._release_call(owner)
         with self._reachable("release"):
@@ -615,6 +634,11 @@ class RLock(LockBase):
 
     def _remember_lost(self) -> None:
         self._local.lost = True
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of a leaked ``hold``'s owner (see :mod:`~django_rlock.core.leaks`)."""
+        for _ in range(hold.count):
+            self._release_owned(hold.owner)
 
     def extend(self, seconds: float) -> None:
         """The calling thread's fixed lease now ends ``seconds`` from now (longer or shorter).

@@ -28,6 +28,7 @@ __all__ = [
     "LockKeys",
     "check_key_prefix",
     "check_lease",
+    "check_max_hold",
     "check_name",
     "check_timeout",
     "check_watchdog_timeout",
@@ -130,6 +131,16 @@ def check_lease(lease: object) -> float | None:
         raise ValueError(f"lease must be > 0 seconds or None (watchdog), got {lease!r}")
     if seconds > MAX_SECONDS:
         raise ValueError(f"lease must be at most {MAX_SECONDS:g} seconds, got {lease!r}")
+    return seconds
+
+
+def check_max_hold(max_hold: object) -> float | None:
+    """``max_hold``: None (no bound) or seconds > 0 a watchdog hold may last."""
+    if max_hold is None:
+        return None
+    seconds = _seconds(max_hold, "max_hold")
+    if seconds <= 0:
+        raise ValueError(f"max_hold must be > 0 seconds or None (no bound), got {max_hold!r}")
     return seconds
 
 

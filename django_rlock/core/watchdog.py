@@ -10,7 +10,10 @@ held locks cost 20 round trips per interval, not 2,000 timers. One EVAL may
 only touch one slot of a Redis Cluster, so there the batches are formed per slot.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
-the client is told at once. When Redis cannot be reached, the renewal is tried
+the client is told at once. A hold whose owner (thread or task) has ended is
+never renewed (:mod:`django_rlock.core.leaks` reports it and gives it back),
+and a hold older than its ``max_hold`` is no longer renewed and is declared
+lost, at the first tick past that bound. When Redis cannot be reached, the renewal is tried
 again on the next tick; the hold counts as lost once its local deadline (the
 send time of its last successful renewal or acquire plus the PTTL the server
 reported, see :mod:`django_rlock.core.hold`) has passed, because from then on
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from django_rlock.core import clock, forking
+from django_rlock.core.identity import owner_alive
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
 
@@ -112,6 +116,10 @@ class Renewer(Protocol):
 
     def declare_lost(self, hold: Hold, reason: str) -> None:
         """Record that ``hold`` is lost and tell its listeners."""
+        ...
+
+    def owner_gone(self, hold: Hold) -> None:
+        """``hold``'s owner ended while holding it: report it and give it back (not renewed)."""
         ...
 
     def renewed(self, hold: Hold, sent_at: float, pttl_ms: int) -> None:
@@ -212,7 +220,13 @@ class Watchdog:
         margin = schedule.call_margin
         due = []
         for hold in renewer.watched_holds():
-            if now + margin >= hold.deadline:
+            if not owner_alive(hold.owner):
+                renewer.owner_gone(hold)
+            elif hold.max_hold is not None and now - hold.acquired_at >= hold.max_hold:
+                renewer.declare_lost(hold, f"it was held past its max_hold of {hold.max_hold:g}s")
+                if _renewal_callbacks:
+                    _report(hold, "lost")
+            elif now + margin >= hold.deadline:
                 # A call now could end past the deadline (the thread was late):
                 # say so now, not after a call.
                 renewer.declare_lost(hold, "its deadline came before it could be renewed")

@@ -41,6 +41,7 @@ from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
+    from django_rlock.core.hold import Hold
     from django_rlock.core.aio.waiting import AsyncSubscription
 
 __all__ = ["AsyncRLock"]
@@ -183,6 +184,20 @@ class AsyncRLock(LockBase):
                 self._extend_failed(hold, sent_at, seconds)
                 raise
         self._extend_settle(hold, sent_at, reply)
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of a leaked ``hold``'s owner, on this lock's event loop.
+
+        Called on that loop (as the owner task ends); the releases run in a
+        task of the client's, which outlives the ended owner.
+        """
+        owner, count = hold.owner, hold.count
+
+        async def release_all() -> None:
+            for _ in range(count):
+                await self._release_as(owner)
+
+        self.client.spawn(release_all())
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
         def remember_lost() -> None:
