@@ -45,9 +45,7 @@ def thread_gone(registry: HoldRegistry, hold: Hold) -> None:
     """
     reason = "the thread that took it ended without releasing it"
     if registry.report_leaked(hold, reason) and registry.release_leaked:
-        threading.Thread(
-            target=give_back, args=(hold,), name="rlock-leaked", daemon=True
-        ).start()
+        threading.Thread(target=give_back, args=(hold,), name="rlock-leaked", daemon=True).start()
 
 
 def give_back(hold: Hold) -> None:

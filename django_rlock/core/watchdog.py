@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from django_rlock.core import clock, forking
-from django_rlock.core.identity import owner_alive
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.hold import Hold
+from django_rlock.core.identity import owner_alive
 
 __all__ = [
     "BATCH_SIZE",
@@ -215,25 +215,30 @@ class Watchdog:
                     return due
                 self._cond.wait(None if next_wake is None else next_wake - now)
 
-    def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
+    def _due(self, schedule: _Schedule, renewer: Renewer) -> list[Hold]:
+        """The holds to renew this tick; the others are settled here, without a call."""
         now = clock.monotonic()
-        margin = schedule.call_margin
         due = []
         for hold in renewer.watched_holds():
             if not owner_alive(hold.owner):
                 renewer.owner_gone(hold)
-            elif hold.max_hold is not None and now - hold.acquired_at >= hold.max_hold:
-                renewer.declare_lost(hold, f"it was held past its max_hold of {hold.max_hold:g}s")
-                if _renewal_callbacks:
-                    _report(hold, "lost")
-            elif now + margin >= hold.deadline:
+                continue
+            if hold.max_hold is not None and now - hold.acquired_at >= hold.max_hold:
+                reason = f"it was held past its max_hold of {hold.max_hold:g}s"
+            elif now + schedule.call_margin >= hold.deadline:
                 # A call now could end past the deadline (the thread was late):
                 # say so now, not after a call.
-                renewer.declare_lost(hold, "its deadline came before it could be renewed")
-                if _renewal_callbacks:
-                    _report(hold, "lost")
+                reason = "its deadline came before it could be renewed"
             else:
                 due.append(hold)
+                continue
+            renewer.declare_lost(hold, reason)
+            if _renewal_callbacks:
+                _report(hold, "lost")
+        return due
+
+    def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
+        due = self._due(schedule, renewer)
         for batch in _batches(due, renewer.slot_of):
             sent_at = clock.monotonic()
             self.renewal_calls += 1

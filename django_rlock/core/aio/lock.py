@@ -41,8 +41,8 @@ from django_rlock.core.plan import AcquirePlan, drive_async
 
 if TYPE_CHECKING:
     from django_rlock.core.aio.client import AsyncLockClient
-    from django_rlock.core.hold import Hold
     from django_rlock.core.aio.waiting import AsyncSubscription
+    from django_rlock.core.hold import Hold
 
 __all__ = ["AsyncRLock"]
 
