@@ -55,6 +55,7 @@ __all__ = [
     "WriteLock",
     "WriteSide",
     "check_rw_client",
+    "scripts_of",
 ]
 
 
@@ -236,7 +237,11 @@ class ReadWriteBase:
 _scripts: weakref.WeakKeyDictionary[LockClient, RWScripts] = weakref.WeakKeyDictionary()
 
 
-def _scripts_of(client: LockClient) -> RWScripts:
+def scripts_of(client: LockClient) -> RWScripts:
+    """The read-write lock's scripts on ``client``'s connection: one set per client.
+
+    For a class that builds the two sides itself (the Django face's alias locks).
+    """
     scripts = _scripts.get(client)
     if scripts is None:
         scripts = _scripts[client] = RWScripts(client.redis)
@@ -296,7 +301,7 @@ class ReadWriteLock(ReadWriteBase):
 
     def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
         keys = self._build_keys(client.min_replicas, client.key_prefix, name)
-        scripts = _scripts_of(client)
+        scripts = scripts_of(client)
         #: The shared side: many owners at once while nobody else writes.
         self.read = ReadLock(client, keys, scripts, **options)
         #: The exclusive side: one owner, and no reader but that owner.

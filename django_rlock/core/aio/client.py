@@ -146,9 +146,14 @@ class AsyncLockClient:
         The asyncio twin of :meth:`LockClient.read_write_lock`; the keywords
         are both sides' defaults for ``async with``.
         """
+        return AsyncReadWriteLock(self, check_name(name), self.rw_scripts, **options)
+
+    @property
+    def rw_scripts(self) -> RWScripts:
+        """The read-write lock's scripts on the asyncio connection, built on first use."""
         if self._rw_scripts is None:
             self._rw_scripts = RWScripts(self.redis, _AsyncLockScript, _AsyncOomSafeScript)
-        return AsyncReadWriteLock(self, check_name(name), self._rw_scripts, **options)
+        return self._rw_scripts
 
 
 def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
