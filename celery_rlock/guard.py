@@ -40,6 +40,7 @@ from django_rlock.core.exceptions import (
 from django_rlock.core.holder import holder_details
 from django_rlock.core.names import check_lease, check_timeout
 from django_rlock.core.semaphore_scripts import check_permits
+from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 
 if TYPE_CHECKING:
@@ -291,15 +292,15 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     """Seconds before a busy run's retry: when its lock is likely free.
 
     How long this lock (or its key template) is really held, as this process
-    saw recently, bounded by the holder's lease left and at least 1 s
-    (:class:`~django_rlock.holdtimes.HoldTimes`); the lease left for a lock of
+    saw recently, else how long its current holder has held it so far, bounded
+    by the holder's lease left and at least 1 s: the rule of a busy view's
+    Retry-After (:mod:`django_rlock.holdtimes`); the lease left for a lock of
     no alias. A task with Celery's ``retry_backoff`` waits at least the
     exponential back-off Celery itself would use (``retry_backoff_max``,
     ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.
     """
-    if isinstance(lock, AnyAliasLock):
-        seconds = lock.backend.hold_times.retry_after(lock.name, lock.key_template, lease_left)
-    else:
+    seconds = lock_retry_after(lock, lease_left)
+    if seconds is None:  # a lock of no alias: no hold history to go by
         seconds = 0.0 if lease_left is None else lease_left
     backoff = getattr(task, "retry_backoff", False)
     if backoff:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from django_rlock.decorators import locked
     from django_rlock.exceptions import (
         InvalidLockBackendError,
+        InvalidLockNameError,
         LockError,
         LockLostError,
         LockNotOwnedError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "InvalidLockBackendError",
+    "InvalidLockNameError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
@@ -60,6 +62,7 @@ __all__ = [
 
 _LAZY = {
     "InvalidLockBackendError": "django_rlock.exceptions",
+    "InvalidLockNameError": "django_rlock.exceptions",
     "LockError": "django_rlock.exceptions",
     "LockLostError": "django_rlock.exceptions",
     "LockNotOwnedError": "django_rlock.exceptions",

@@ -1,9 +1,11 @@
 """The errors of the Django face.
 
 Run-time lock errors live in the core (every one a :class:`LockError`) and are
-re-exported here. Configuration mistakes are not lock errors: they raise
-:class:`LockSettingError`, an ``ImproperlyConfigured``, whose ``check_id``
-names the system check that reports the same mistake at start-up.
+re-exported here, with the core's :class:`InvalidLockNameError` (a
+``ValueError``: a name that cannot be a lock's). Configuration mistakes are
+not lock errors: they raise :class:`LockSettingError`, an
+``ImproperlyConfigured``, whose ``check_id`` names the system check that
+reports the same mistake at start-up.
 
 Importing this module needs Django installed but no settings configured.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rlock.core.exceptions import (
+    InvalidLockNameError,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -25,6 +28,7 @@ from django_rlock.core.exceptions import (
 
 __all__ = [
     "InvalidLockBackendError",
+    "InvalidLockNameError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",

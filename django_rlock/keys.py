@@ -9,21 +9,17 @@ with :func:`inspect.signature` and defaults applied, so ``f(1)`` and
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import string
 from collections.abc import Callable
 from typing import Any
 
-from django_rlock.core.names import MAX_NAME_BYTES, check_name
+from django_rlock.core.names import fit_name
 
 __all__ = ["KeyTemplate", "build_key", "check_template", "template_label"]
 
 #: A format string naming the function's parameters, or a callable with its signature.
 KeyTemplate = str | Callable[..., str]
-
-# Names longer than this keep a readable head and end in a digest of the whole.
-_HASHED_HEAD_CHARS = 200
 
 
 def _field_roots(template: str) -> list[str]:
@@ -90,7 +86,12 @@ def build_key(
     """The lock name for one call of ``func``.
 
     Raises TypeError when the arguments do not fit ``func`` (as the call itself
-    would), ValueError when the template cannot format them.
+    would), ValueError when the template cannot format them, and
+    :class:`~django_rlock.core.exceptions.InvalidLockNameError` (a ValueError)
+    when the name built breaks a naming rule (a control character from a URL
+    slug...). A name longer than the longest lock name is hashed, never
+    truncated, into a form no caller can pass (see
+    :func:`~django_rlock.core.names.fit_name`).
     """
     if callable(template):
         key = template(*args, **kwargs)
@@ -110,13 +111,4 @@ def build_key(
                 f"cannot build lock key from {template!r} for {func.__qualname__}: "
                 f"{type(error).__name__}: {error}"
             ) from None
-    return _fit(key)
-
-
-def _fit(key: str) -> str:
-    """Hash names too long for a lock (never truncate: two long keys must not collide)."""
-    encoded = key.encode("utf-8", "surrogatepass")
-    if len(encoded) > MAX_NAME_BYTES:
-        digest = hashlib.sha256(encoded).hexdigest()
-        key = f"{key[:_HASHED_HEAD_CHARS]}...#{digest}"
-    return check_name(key)
+    return fit_name(key)

@@ -18,6 +18,7 @@ used by the Django and Celery faces, but not a contract.
 
 from django_rlock.core.client import LockClient
 from django_rlock.core.exceptions import (
+    InvalidLockNameError,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -35,6 +36,7 @@ from django_rlock.core.semaphore import Semaphore
 
 __all__ = [
     "FairLock",
+    "InvalidLockNameError",
     "LockClient",
     "LockError",
     "LockLostError",

@@ -2,14 +2,17 @@
 
 Every error a lock raises at run time is a :class:`LockError`. Each concrete
 error also inherits the builtin it resembles, so ``except TimeoutError`` keeps
-working for callers who do not know this library. Configuration mistakes are
-not lock errors: they raise ``ValueError`` (core) or ``ImproperlyConfigured``
-(Django side).
+working for callers who do not know this library. Configuration mistakes and
+bad input are not lock errors: they raise ``ValueError`` (core) or
+``ImproperlyConfigured`` (Django side); a name that cannot be a lock's name
+raises :class:`InvalidLockNameError`, a ``ValueError`` of its own, so that a
+view can answer it with 400 (it usually comes from a URL).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "InvalidLockNameError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
@@ -19,6 +22,17 @@ __all__ = [
     "LockUnavailableError",
     "LockUpgradeError",
 ]
+
+
+class InvalidLockNameError(ValueError):
+    """A lock name breaks a naming rule (not a str, empty, control characters, too long).
+
+    Not a :class:`LockError`: nothing was asked of the lock server. A name built
+    from request input (``rlock(f"page:{slug}")``, ``@locked("page:{slug}")``)
+    that fails here is the client's mistake: ``LockErrorMiddleware`` and
+    ``@locked`` views answer it with ``400 Bad Request``. The message names
+    the rule (and the name: keep it out of responses).
+    """
 
 
 class LockError(Exception):

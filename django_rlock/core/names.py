@@ -10,21 +10,35 @@ keeps the escaping one-to-one (two different names never share keys)::
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
     <prefix>:{<escaped name>}:req:<owner>  STRING  the owner's last request id (lost replies)
+
+A name is at most :data:`MAX_NAME_BYTES` long. A name built from a call's
+arguments (``@locked``, Celery's task keys) may be longer: :func:`fit_name`
+turns it into its readable head, :data:`DIGEST_SEPARATOR` and the SHA-256 of
+the whole (a :class:`DigestName`). That separator is a control character,
+which :func:`check_name` refuses in any other name, so the digest form of a
+long name can never equal a name a caller passes: two different names never
+share a key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Self
 
 from django_rlock.core.defaults import MIN_WATCHDOG_TIMEOUT, renewal_socket_timeout
+from django_rlock.core.exceptions import InvalidLockNameError
 
 __all__ = [
+    "DIGEST_HEAD_CHARS",
+    "DIGEST_SEPARATOR",
     "MAX_NAME_BYTES",
     "MAX_SECONDS",
     "MIN_WATCHDOG_TIMEOUT",
+    "DigestName",
     "LockKeys",
     "check_key_prefix",
     "check_lease",
@@ -33,11 +47,21 @@ __all__ = [
     "check_timeout",
     "check_watchdog_timeout",
     "escape",
+    "fit_name",
     "milliseconds",
     "unescape",
 ]
 
 MAX_NAME_BYTES = 1024
+
+#: Between a long name's head and its digest (see :func:`fit_name`). Unit
+#: Separator, a control character: no name a caller passes may contain it.
+DIGEST_SEPARATOR = "\x1f"
+
+#: How much of a long name its digest form keeps, to stay readable in listings.
+DIGEST_HEAD_CHARS = 200
+
+_DIGEST_TAIL = re.compile(f"{DIGEST_SEPARATOR}sha256:[0-9a-f]{{64}}\\Z")
 
 #: The longest lease or watchdog timeout, in seconds (about 31 years). Redis
 #: takes expiries as integers, and Lua hands numbers to Redis with 14
@@ -70,24 +94,74 @@ def _control_character(text: str) -> str | None:
     return None
 
 
-def check_name(name: object) -> str:
-    """Return ``name`` if it is a usable lock name, else raise ValueError naming the rule."""
+class DigestName(str):
+    """The digest form of a name longer than :data:`MAX_NAME_BYTES` (see :func:`fit_name`).
+
+    Only :func:`fit_name` and :meth:`LockKeys.name_of` make one. It is the one
+    kind of name :func:`check_name` lets carry :data:`DIGEST_SEPARATOR`: the
+    same text as a plain ``str`` is refused, so no caller can pass it.
+    """
+
+    __slots__ = ()
+
+
+def _check_text(name: object) -> str:
+    """The rules every name follows, whatever its length."""
     if not isinstance(name, str):
-        raise ValueError(f"lock name must be a str, not {type(name).__name__}")
+        raise InvalidLockNameError(f"lock name must be a str, not {type(name).__name__}")
     if not name:
-        raise ValueError("lock name must not be empty")
+        raise InvalidLockNameError("lock name must not be empty")
     try:
-        size = len(name.encode("utf-8"))
+        name.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("lock name must be encodable as UTF-8 (no lone surrogates)") from None
-    if size > MAX_NAME_BYTES:
-        raise ValueError(f"lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}")
-    control = _control_character(name)
+        raise InvalidLockNameError(
+            "lock name must be encodable as UTF-8 (no lone surrogates)"
+        ) from None
+    # The separator of a digest form is the one control character allowed, there only.
+    text = name.replace(DIGEST_SEPARATOR, "", 1) if isinstance(name, DigestName) else name
+    control = _control_character(text)
+    if control is not None and _DIGEST_TAIL.search(text):
+        raise InvalidLockNameError(
+            f"lock name {name!r} has the digest form of a name longer than {MAX_NAME_BYTES} "
+            "bytes, which only the library makes: it cannot be passed as a name"
+        )
     if control is not None:
-        raise ValueError(
+        raise InvalidLockNameError(
             f"lock name must not contain control characters, found {control!r} in {name!r}"
         )
     return name
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it is a usable lock name, else raise :class:`InvalidLockNameError`.
+
+    The error (a ``ValueError``) names the rule broken.
+    """
+    checked = _check_text(name)
+    size = len(checked.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise InvalidLockNameError(
+            f"lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}"
+        )
+    return checked
+
+
+def fit_name(name: object) -> str:
+    """``name`` checked, or if longer than :data:`MAX_NAME_BYTES`, its :class:`DigestName`.
+
+    For names built from a call's arguments (``@locked``, Celery's task keys),
+    whose length the caller does not choose. A long name is never truncated
+    (two long names must not collide): it becomes its first
+    :data:`DIGEST_HEAD_CHARS` characters, :data:`DIGEST_SEPARATOR`, and
+    ``sha256:`` with the hex digest of the whole name. Every other rule of
+    :func:`check_name` applies to the whole name.
+    """
+    checked = _check_text(name)
+    encoded = checked.encode("utf-8")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return checked
+    digest = hashlib.sha256(encoded).hexdigest()
+    return DigestName(f"{checked[:DIGEST_HEAD_CHARS]}{DIGEST_SEPARATOR}sha256:{digest}")
 
 
 def check_key_prefix(prefix: object) -> str:
@@ -211,4 +285,8 @@ class LockKeys:
         inner = hash_key[len(head) : -1]
         if "{" in inner or "}" in inner:
             return None
-        return unescape(inner)
+        name = unescape(inner)
+        if _DIGEST_TAIL.search(name):
+            # Made by fit_name: a name the caller can use to inspect or release it.
+            return DigestName(name)
+        return name

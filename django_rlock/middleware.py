@@ -1,0 +1,127 @@
+"""``LockErrorMiddleware``: a view's lock errors answer 409, 503 or 400, never 500.
+
+::
+
+    MIDDLEWARE = [
+        ...,
+        "django_rlock.middleware.LockErrorMiddleware",
+    ]
+
+    def pay(request, order_id):
+        with rlock(f"order:{order_id}", timeout=2):   # busy for 2 s: 409, not 500
+            ...
+
+For any view, sync or async, that lets one of these escape:
+
+* :class:`~django_rlock.exceptions.LockTimeout` (``with rlock(...)`` could not
+  acquire within its ``timeout``): ``409 Conflict`` with a ``Retry-After`` of
+  how long the lock is really held (:mod:`django_rlock.holdtimes`: the recent
+  holds of the name, else how long its holder has held it so far, bounded by
+  its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
+  applies: another status, a callable ``(request, error) -> HttpResponse``, or
+  ``"raise"`` to leave the error to Django (a 500);
+* :class:`~django_rlock.exceptions.LockUnavailableError` (the lock server
+  cannot be reached): ``503 Service Unavailable`` with ``Retry-After``, the
+  error logged (``"raise"`` leaves it to Django too);
+* :class:`~django_rlock.exceptions.InvalidLockNameError` (a name that breaks a
+  naming rule, usually built from the URL: a slug with ``%0A`` in it):
+  ``400 Bad Request``, see :func:`invalid_name_response`.
+
+No response body names the lock or the server. Other exceptions pass through
+untouched. Like Django's own middleware it works in sync and async stacks
+(``process_exception`` runs where Django runs it, on a thread for async views).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import cast
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.deprecation import MiddlewareMixin
+
+from django_rlock import conf
+from django_rlock.aliaslocks import AliasAttached
+from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.decorators import busy_status_response, unavailable_response
+from django_rlock.holdtimes import lock_retry_after
+from django_rlock.threadowned import ThreadOwnedLock
+
+__all__ = ["LockErrorMiddleware", "invalid_name_response"]
+
+logger = logging.getLogger("django_rlock.lock")
+
+
+class LockErrorMiddleware(MiddlewareMixin):
+    """A view's lock timeout answers 409, an unreachable lock server 503, a bad name 400.
+
+    See the module. Sync and async capable (``MiddlewareMixin``).
+    """
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """The answer to ``exception`` if it is a lock error this middleware handles, else None."""
+        if isinstance(exception, InvalidLockNameError):
+            return invalid_name_response(exception)
+        if isinstance(exception, LockTimeout | LockUnavailableError):
+            return _lock_error_response(request, exception)
+        return None
+
+
+def invalid_name_response(error: InvalidLockNameError) -> HttpResponse:
+    """What a view answers when the lock name it built breaks a naming rule: 400.
+
+    Such a name comes from the request (a URL slug with a control character
+    in it), so it is the client's mistake, not a server error. The rule
+    broken is logged (on ``django_rlock.lock``, at WARNING); the body names
+    neither the lock nor the rule, since the name may carry data the client
+    should not see echoed.
+    """
+    logger.warning("refused a request whose lock name is invalid: %s", error)
+    return HttpResponse(
+        "Bad request: this address cannot name a resource.\n",
+        status=400,
+        content_type="text/plain; charset=utf-8",
+    )
+
+
+def _lock_error_response(
+    request: HttpRequest, error: LockTimeout | LockUnavailableError
+) -> HttpResponse | None:
+    """409 (or the alias's BUSY_RESPONSE) for a timeout, 503 for an unreachable server."""
+    lock = _raising_lock(error)
+    alias = lock.backend.alias if lock is not None else conf.DEFAULT_LOCK_ALIAS
+    answer = conf.busy_response(alias)
+    if answer == "raise":
+        return None  # the alias asks for the error itself: Django handles it (a 500)
+    if isinstance(error, LockUnavailableError):
+        return unavailable_response(error)
+    if error.name is not None and lock is not None:
+        honest = lock_retry_after(lock, error.retry_after)
+        if honest is not None:
+            error.retry_after = honest
+    if callable(answer):
+        return answer(request, error)
+    return busy_status_response(error, cast(int, answer))
+
+
+def _raising_lock(error: BaseException) -> AliasAttached | None:
+    """The lock of an ``RLOCKS`` alias that raised ``error``, found on its traceback.
+
+    The engine raises LockTimeout and LockUnavailableError knowing nothing of
+    aliases, and ``rlock()`` hands the view the engine's lock itself: the
+    only record of which alias's lock gave up is the lock, ``self`` in the
+    frames of its own methods that the error went through. The innermost
+    one is taken (``async with`` on a sync alias lock enters its asyncio twin,
+    which is the lock that gave up). None when no such frame is found (a
+    bare engine lock, ``cache.lock()``).
+    """
+    found: AliasAttached | None = None
+    trace = error.__traceback__
+    while trace is not None:
+        candidate = trace.tb_frame.f_locals.get("self")
+        if isinstance(candidate, ThreadOwnedLock):
+            candidate = candidate.lock
+        if isinstance(candidate, AliasAttached):
+            found = candidate
+        trace = trace.tb_next
+    return found
