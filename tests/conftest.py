@@ -1,15 +1,18 @@
-"""Fixtures shared by every test: a real redis-server and clients of it."""
+"""Fixtures shared by every test: a real redis-server and clients of it, and PostgreSQL."""
 
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
 from django_rlock.core import LockClient
+from tests.postgres import PostgresServer
 from tests.servers import RedisServer
 
 #: Seconds after which a test (setup, call and teardown together) ends the run,
@@ -54,3 +57,87 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def lock_client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
     with LockClient(redis_url, key_prefix="test") as client:
         yield client
+
+
+# -- PostgreSQL: the "pg" database of Django's tests ----------------------------
+#
+# A test marked ``@pytest.mark.django_db(..., databases=[..., "pg"])`` runs on a
+# private cluster (tests/postgres.py), started once per session when the first
+# such test is set up and stopped when pytest ends. Without PostgreSQL those
+# tests skip, and fail under CI (which must run them: .ci/run installs it).
+
+#: The alias of the PostgreSQL database in Django's ``DATABASES``.
+POSTGRES_ALIAS = "pg"
+_postgres = pytest.StashKey["PostgresServer | RuntimeError | OSError"]()
+
+
+def wants_postgres(item: pytest.Item) -> bool:
+    """True when ``item``'s ``django_db`` mark names the PostgreSQL alias."""
+    marker = item.get_closest_marker("django_db")
+    return marker is not None and POSTGRES_ALIAS in (marker.kwargs.get("databases") or ())
+
+
+def started_postgres(config: pytest.Config) -> PostgresServer:
+    """The session's cluster, started on first use; raises why it cannot run (every time)."""
+    found = config.stash.get(_postgres, None)
+    if found is None:
+        try:
+            server = PostgresServer()
+            server.__enter__()
+        except (RuntimeError, OSError) as error:  # PostgresUnavailable is a RuntimeError
+            found = error
+        else:
+            # After the session's fixtures (Django drops its test database first).
+            config.add_cleanup(server.__exit__)
+            found = server
+        config.stash[_postgres] = found
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not wants_postgres(item):
+        return
+    try:
+        started_postgres(item.config)
+    except (RuntimeError, OSError) as error:
+        reason = f"PostgreSQL cannot run here: {error}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the PostgreSQL tests)", pytrace=False)
+        pytest.skip(reason)
+
+
+def add_database(alias: str, config: dict[str, Any]) -> None:
+    """Add ``alias`` to Django's ``DATABASES``, also when the connections already read it."""
+    from django.conf import settings  # noqa: PLC0415 -- the core's tests run without Django
+    from django.db import connections  # noqa: PLC0415
+
+    settings.DATABASES[alias] = config
+    connections.settings[alias] = config  # usually the same dict as settings.DATABASES
+    connections.configure_settings(connections.settings)  # its defaults (TEST...), in place
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None, request: pytest.FixtureRequest
+) -> None:
+    """pytest-django's hook before it creates the test databases: adds "pg" when it is used.
+
+    Only when a collected test names it and the cluster runs; if it cannot, the
+    alias stays out and its tests skip or fail in :func:`pytest_runtest_setup`.
+    """
+    if not any(wants_postgres(item) for item in request.session.items):
+        return
+    try:
+        server = started_postgres(request.config)
+    except (RuntimeError, OSError):
+        return
+    add_database(POSTGRES_ALIAS, server.django_settings())
+
+
+@pytest.fixture
+def postgres_server(request: pytest.FixtureRequest) -> PostgresServer:
+    """The session's PostgreSQL cluster (for tests marked with the "pg" database)."""
+    return started_postgres(request.config)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_rlock import locked
+from django_rlock import locked, rlock
 
 #: Set by a test to let the view that holds the lock return.
 release_holder = threading.Event()
@@ -67,3 +69,46 @@ class PayView(View):
 class DispatchView(View):
     def get(self, request: HttpRequest, order_id: int) -> HttpResponse:
         return HttpResponse("dispatched")
+
+
+# -- Accounts (tests/django/test_transactions.py) -------------------------------
+# A table made with raw SQL by the tests (the suite has no models of its own), on
+# the database alias named in the URL. A withdrawal reads the balance and writes
+# it back less 1: two of them overlapping lose one.
+
+#: The accounts table, one row per account: ``id``, ``balance``.
+ACCOUNTS = "rlock_account"
+
+
+def take_one(db: str, account_id: int) -> int:
+    """Read ``account_id``'s balance, write it back less 1; the new balance."""
+    with connections[db].cursor() as cursor:
+        cursor.execute(f"SELECT balance FROM {ACCOUNTS} WHERE id = %s", [account_id])
+        row = cursor.fetchone()
+        assert row is not None, f"no account {account_id} on {db}"
+        balance = int(row[0]) - 1
+        cursor.execute(f"UPDATE {ACCOUNTS} SET balance = %s WHERE id = %s", [balance, account_id])
+    return balance
+
+
+@locked("account:{db}:{account_id}")
+def withdraw(request: HttpRequest, db: str, account_id: int) -> HttpResponse:
+    """The issue's view: under ``ATOMIC_REQUESTS`` its transaction commits after it returns."""
+    return HttpResponse(str(take_one(db, account_id)))
+
+
+def _withdraw_in_a_transaction(db: str, account_id: int) -> int:
+    try:
+        with transaction.atomic(using=db):
+            return take_one(db, account_id)
+    finally:
+        # Runs on an executor thread of its own: leave no connection behind it.
+        connections[db].close()
+
+
+async def withdraw_async(request: HttpRequest, db: str, account_id: int) -> HttpResponse:
+    """Async: Django has no async atomic, so the transaction ends inside the lock's block."""
+    async with rlock(f"account:{db}:{account_id}"):
+        work = sync_to_async(_withdraw_in_a_transaction, thread_sensitive=False)
+        balance = await work(db, account_id)
+    return HttpResponse(str(balance))
