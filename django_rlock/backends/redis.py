@@ -48,6 +48,7 @@ from django_rlock.core.connection import (
 from django_rlock.core.holder import is_holder_field, read_holder
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
+from django_rlock.eviction import maxmemory_policy as read_maxmemory_policy
 from django_rlock.exceptions import LockSettingError
 from django_rlock.loopclients import LoopClients
 
@@ -322,7 +323,11 @@ class RedisLockBackend(BaseLockBackend):
         )
 
     def maxmemory_policy(self) -> str | None:
-        """The server's ``maxmemory-policy``, read with CONFIG GET (5 s at most)."""
+        """The server's ``maxmemory-policy`` (5 s at most): CONFIG GET, else INFO memory.
+
+        INFO is the fallback where CONFIG is refused (an ACL user without
+        ``+config``, managed services); see :func:`django_rlock.eviction.maxmemory_policy`.
+        """
         # Its own short-timeout connection: a deploy check must not hang on a
         # server that does not answer, whatever timeouts the alias's OPTIONS set.
         probe = derive_client(
@@ -331,15 +336,11 @@ class RedisLockBackend(BaseLockBackend):
             socket_connect_timeout=_PROBE_SECONDS,
         )
         try:
-            reply = probe.config_get("maxmemory-policy")
+            return read_maxmemory_policy(probe)
         finally:
             probe.close()
             if isinstance(probe, redis.Redis):
                 probe.connection_pool.disconnect()
-        for key, value in reply.items():
-            if (key.decode() if isinstance(key, bytes) else key) == "maxmemory-policy":
-                return value.decode() if isinstance(value, bytes) else str(value)
-        return None
 
     def close(self) -> None:
         """Close the connections this backend made (a cache's client is the cache's)."""

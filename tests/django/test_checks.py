@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -109,3 +110,44 @@ def test_deploy_check_warns_when_redis_cannot_be_asked(settings: SettingsWrapper
     settings.RLOCKS = {"default": {"LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
     report = run_check("--deploy")
     assert "django_rlock.W004" in report
+
+
+@pytest.fixture
+def user_without_config(
+    r: redis.Redis, redis_url: str, settings: SettingsWrapper
+) -> Iterator[redis.Redis]:
+    """RLOCKS['default'] logs in as an ACL user refused CONFIG (as on managed services).
+
+    Yields an admin client of the same server.
+    """
+    r.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", "noconfig", "reset", "on", ">pw", "~*", "&*", "+@all", "-config"
+    )
+    location = redis_url.replace("redis://", "redis://noconfig:pw@", 1)
+    settings.RLOCKS = {"default": {"LOCATION": location}}
+    try:
+        yield r
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.execute_command("ACL", "DELUSER", "noconfig")  # type: ignore[no-untyped-call]
+
+
+def test_deploy_check_reads_the_policy_from_info_where_config_is_refused(
+    user_without_config: redis.Redis,
+) -> None:
+    user_without_config.config_set("maxmemory-policy", "volatile-lru")
+    report = run_check("--deploy")
+    assert "django_rlock.W003" in report and "volatile-lru" in report
+    assert "W004" not in report
+    user_without_config.config_set("maxmemory-policy", "noeviction")
+    assert "no issues" in run_check("--deploy")
+
+
+def test_deploy_check_says_could_not_read_when_info_is_refused_too(
+    user_without_config: redis.Redis,
+) -> None:
+    user_without_config.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", "noconfig", "-info"
+    )
+    report = run_check("--deploy")
+    assert "django_rlock.W004" in report and "NoPermissionError" in report

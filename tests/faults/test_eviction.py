@@ -19,6 +19,7 @@ from django.test import override_settings
 from django_rlock.checks import check_eviction_policy
 from django_rlock.core import LockClient, LockOutOfMemoryError
 from django_rlock.core.watchdog import get_watchdog
+from tests.faults import eviction_scenario
 from tests.faults.conftest import TIMEOUT, ServerFactory, server_major
 from tests.faults.recorder import LockWatch
 
@@ -98,3 +99,14 @@ def _capture(into: list[BaseException], call: object) -> None:
         call()  # type: ignore[operator]
     except BaseException as error:  # noqa: BLE001 -- the test inspects it
         into.append(error)
+
+
+@pytest.mark.slow
+def test_volatile_lru_evicts_held_locks_and_a_rival_takes_them_first(
+    start_server: ServerFactory,
+) -> None:
+    # What docs/guarantees.md ("Eviction") measures with tests/faults/eviction_scenario.py.
+    outcome = eviction_scenario.run(start_server())
+    assert outcome.evicted > 0  # lock keys carry a TTL: volatile-lru evicts them
+    assert outcome.told == outcome.evicted  # every holder is told, at a renewal...
+    assert outcome.taken_first > 0  # ...after a rival held its lock
