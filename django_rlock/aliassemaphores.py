@@ -12,6 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
+from django_rlock.aliasfamily import (
+    AliasFairLock,
+    AliasReadLock,
+    AliasWriteLock,
+    AsyncAliasFairLock,
+    AsyncAliasReadLock,
+    AsyncAliasWriteLock,
+)
 from django_rlock.aliaslocks import AliasAttached, AliasLock, AsyncAliasLock, AsyncWithTwin
 from django_rlock.core.aio.client import AsyncLockClient
 from django_rlock.core.aio.semaphore import AsyncSemaphore
@@ -63,5 +71,17 @@ class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
 
 
 #: Whatever a backend hands out that reports its holds (signals, slow log,
-#: hold times, metrics): its locks and semaphores, sync and asyncio.
-AnyAliasLock = AliasLock | AsyncAliasLock | AliasSemaphore | AsyncAliasSemaphore
+#: hold times, metrics): its locks, semaphores, fair locks and both sides of
+#: its read-write locks, sync and asyncio.
+AnyAliasLock = (
+    AliasLock
+    | AsyncAliasLock
+    | AliasSemaphore
+    | AsyncAliasSemaphore
+    | AliasFairLock
+    | AsyncAliasFairLock
+    | AliasReadLock
+    | AsyncAliasReadLock
+    | AliasWriteLock
+    | AsyncAliasWriteLock
+)

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from django_rlock import conf
+from django_rlock.aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
 from django_rlock.aliaslocks import AliasLock
 from django_rlock.aliassemaphores import AliasSemaphore
 from django_rlock.core import forking
@@ -26,7 +27,14 @@ from django_rlock.holdtimes import HoldTimes
 from django_rlock.reporting import Reporter
 from django_rlock.threadowned import ThreadOwnedLock
 
-__all__ = ["AsyncLock", "BaseLockBackend", "InvalidLockBackendError", "LockInfo", "display_owner"]
+__all__ = [
+    "AsyncLock",
+    "AsyncReadWriteLock",
+    "BaseLockBackend",
+    "InvalidLockBackendError",
+    "LockInfo",
+    "display_owner",
+]
 
 
 class AsyncLock(Protocol):
@@ -48,6 +56,20 @@ class AsyncLock(Protocol):
         traceback: TracebackType | None,
     ) -> None:
         """Give the hold back."""
+        ...
+
+
+class AsyncReadWriteLock(Protocol):
+    """What :meth:`BaseLockBackend.async_read_write_lock` returns: two sides for ``async with``."""
+
+    @property
+    def read(self) -> AsyncLock:
+        """The shared side: many tasks at once while nobody else writes."""
+        ...
+
+    @property
+    def write(self) -> AsyncLock:
+        """The exclusive side: one task, and no reader but that task."""
         ...
 
 
@@ -200,6 +222,79 @@ class BaseLockBackend(ABC):
         """The semaphore ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
         return ThreadOwnedLock(
             self.semaphore(name, permits, timeout=timeout, lease=lease, blocking=blocking)
+        )
+
+    def fair_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AliasFairLock:
+        """A reentrant lock called ``name`` granted in arrival order (:meth:`LockClient.fair_lock`).
+
+        The keywords are ``with``'s defaults, as for :meth:`lock`. A fair lock
+        and a plain lock of the same name are two different locks. A backend
+        with no fair locks raises NotImplementedError saying so.
+        """
+        raise NotImplementedError(
+            f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no fair locks"
+        )
+
+    def async_fair_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AsyncLock:
+        """The fair lock ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
+        return ThreadOwnedLock(
+            self.fair_lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
+        )
+
+    def read_write_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AliasReadWriteLock:
+        """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
+
+        As :meth:`LockClient.read_write_lock`; the keywords are both sides'
+        defaults for ``with``. A backend with no read-write locks raises
+        NotImplementedError saying so.
+        """
+        raise NotImplementedError(
+            f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no read-write locks"
+        )
+
+    def async_read_write_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AsyncReadWriteLock:
+        """The read-write lock ``name`` for asyncio code: each side owned by the current task.
+
+        This default runs :meth:`read_write_lock`'s sides on a worker thread of
+        the task's own (as :meth:`async_lock` does); backends with a native
+        asyncio engine return that instead.
+        """
+        return ThreadOwnedReadWriteLock(
+            self.read_write_lock(
+                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+            )
         )
 
     @abstractmethod

@@ -29,9 +29,21 @@ import redis
 import redis.asyncio
 
 from django_rlock import conf
+from django_rlock.aliasfamily import (
+    AliasFairLock,
+    AliasReadWriteLock,
+    AsyncAliasFairLock,
+    AsyncAliasReadWriteLock,
+)
 from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
 from django_rlock.aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
-from django_rlock.backends.base import AsyncLock, BaseLockBackend, LockInfo, display_owner
+from django_rlock.backends.base import (
+    AsyncLock,
+    AsyncReadWriteLock,
+    BaseLockBackend,
+    LockInfo,
+    display_owner,
+)
 from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.core.client import LockClient
@@ -239,6 +251,100 @@ class RedisLockBackend(BaseLockBackend):
             timeout=timeout,
             lease=lease,
             blocking=blocking,
+        )
+
+    def fair_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AliasFairLock:
+        """A Redis lock called ``name``, granted in arrival order (see BaseLockBackend).
+
+        Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
+        """
+        return AliasFairLock(
+            self.client,
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
+        )
+
+    def async_fair_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AsyncLock:
+        """The asyncio twin of :meth:`fair_lock`, owned by the current task (no thread hop)."""
+        if not self._native_async():
+            return super().async_fair_lock(
+                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+            )
+        return AsyncAliasFairLock(
+            self._async_client(),
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
+        )
+
+    def read_write_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AliasReadWriteLock:
+        """A Redis read-write lock called ``name`` (see :meth:`BaseLockBackend.read_write_lock`).
+
+        Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
+        """
+        return AliasReadWriteLock(
+            self.client,
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
+        )
+
+    def async_read_write_lock(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        lease: float | None = None,
+        blocking: bool = True,
+        max_hold: float | None = None,
+    ) -> AsyncReadWriteLock:
+        """The asyncio twin of :meth:`read_write_lock`, each side owned by the current task."""
+        if not self._native_async():
+            return super().async_read_write_lock(
+                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+            )
+        return AsyncAliasReadWriteLock(
+            self._async_client(),
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
         )
 
     def _native_async(self) -> bool:

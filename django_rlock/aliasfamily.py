@@ -1,0 +1,243 @@
+"""The fair locks and read-write locks a backend hands out, with an alias attached.
+
+As :mod:`django_rlock.aliaslocks` is for the plain lock, each class here is the
+engine's own (it adds no state to a hold and overrides no acquire or release)
+plus ``backend`` (whose reporter turns its hold events into signals, metrics,
+hold times and slow-lock log lines), ``location``, ``key_template`` and, on
+the sync ones, ``async with``, which takes the backend's asyncio twin, owned
+by the current task::
+
+    from django_rlock import locks
+
+    with locks["default"].fair_lock("report:42"):        # waits its turn
+        ...
+
+    report = locks["default"].read_write_lock("report:42")
+    with report.read:                                     # many readers at once
+        ...
+    with report.write:                                    # alone
+        ...
+
+* :class:`AliasFairLock` / :class:`AsyncAliasFairLock`: the engine's
+  :class:`~django_rlock.core.FairLock` / ``AsyncFairLock``;
+* :class:`AliasReadWriteLock` / :class:`AsyncAliasReadWriteLock`: ``.read`` and
+  ``.write``, the engine's read and write sides (:mod:`django_rlock.core.rwlock`),
+  each alias-attached; :class:`ThreadOwnedReadWriteLock` is the asyncio face of
+  a backend with no native asyncio engine (each side on the task's own thread).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Unpack
+
+from django_rlock.aliaslocks import AliasAttached, AsyncWithTwin
+from django_rlock.core.aio.client import AsyncLockClient
+from django_rlock.core.aio.fairlock import AsyncFairLock
+from django_rlock.core.aio.rwlock import AsyncReadLock, AsyncWriteLock
+from django_rlock.core.client import LockClient
+from django_rlock.core.fairlock import FairLock
+from django_rlock.core.lock import LockOptions
+from django_rlock.core.rwlock import ReadLock, ReadWriteBase, WriteLock, scripts_of
+from django_rlock.core.rwlock_scripts import RWKeys, RWScripts
+from django_rlock.threadowned import ThreadOwnedLock
+
+if TYPE_CHECKING:
+    from django_rlock.backends.base import AsyncLock, BaseLockBackend
+
+__all__ = [
+    "AliasFairLock",
+    "AliasReadLock",
+    "AliasReadWriteLock",
+    "AliasWriteLock",
+    "AsyncAliasFairLock",
+    "AsyncAliasReadLock",
+    "AsyncAliasReadWriteLock",
+    "AsyncAliasWriteLock",
+    "ThreadOwnedReadWriteLock",
+]
+
+
+class AliasFairLock(AsyncWithTwin, FairLock):
+    """A :class:`~django_rlock.core.FairLock` of one ``RLOCKS`` alias; see the module."""
+
+    _noun = "fair lock"
+
+    def __init__(
+        self,
+        client: LockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, name, **options)
+        self._attach(backend)
+
+    def _async_twin(self) -> AsyncLock:
+        return self.backend.async_fair_lock(
+            self.name,
+            timeout=self.timeout,
+            lease=self.lease,
+            blocking=self.blocking,
+            max_hold=self.max_hold,
+        )
+
+
+class AsyncAliasFairLock(AliasAttached, AsyncFairLock):
+    """An ``AsyncFairLock`` of one ``RLOCKS`` alias; see the module."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, name, **options)
+        self._attach(backend)
+
+
+class AliasReadLock(AsyncWithTwin, ReadLock):
+    """The read side of an :class:`AliasReadWriteLock`; see the module."""
+
+    _noun = "read lock"
+
+    def __init__(
+        self,
+        client: LockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)
+        self._attach(backend)
+
+    def _async_twin(self) -> AsyncLock:
+        return self.backend.async_read_write_lock(
+            self.name,
+            timeout=self.timeout,
+            lease=self.lease,
+            blocking=self.blocking,
+            max_hold=self.max_hold,
+        ).read
+
+
+class AliasWriteLock(AsyncWithTwin, WriteLock):
+    """The write side of an :class:`AliasReadWriteLock`; see the module."""
+
+    _noun = "write lock"
+
+    def __init__(
+        self,
+        client: LockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)
+        self._attach(backend)
+
+    def _async_twin(self) -> AsyncLock:
+        return self.backend.async_read_write_lock(
+            self.name,
+            timeout=self.timeout,
+            lease=self.lease,
+            blocking=self.blocking,
+            max_hold=self.max_hold,
+        ).write
+
+
+class AliasReadWriteLock(ReadWriteBase):
+    """Many readers or one writer, of one ``RLOCKS`` alias: ``.read`` and ``.write``.
+
+    The engine's :class:`~django_rlock.core.rwlock.ReadWriteLock`, its two
+    sides alias-attached (see the module). One object may be shared by many
+    threads, each its own owner.
+    """
+
+    def __init__(
+        self,
+        client: LockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        keys = self._build_keys(client.min_replicas, client.key_prefix, name)
+        scripts = scripts_of(client)
+        #: The shared side: many owners at once while nobody else writes.
+        self.read = AliasReadLock(client, keys, scripts, backend, **options)
+        #: The exclusive side: one owner, and no reader but that owner.
+        self.write = AliasWriteLock(client, keys, scripts, backend, **options)
+
+
+class AsyncAliasReadLock(AliasAttached, AsyncReadLock):
+    """The read side of an :class:`AsyncAliasReadWriteLock`; see the module."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)
+        self._attach(backend)
+
+
+class AsyncAliasWriteLock(AliasAttached, AsyncWriteLock):
+    """The write side of an :class:`AsyncAliasReadWriteLock`; see the module."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)
+        self._attach(backend)
+
+
+class AsyncAliasReadWriteLock(ReadWriteBase):
+    """The asyncio twin of :class:`AliasReadWriteLock`: each side owned by the current task."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        name: str,
+        backend: BaseLockBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)
+        scripts = client.rw_scripts
+        #: The shared side: many tasks at once while nobody else writes.
+        self.read = AsyncAliasReadLock(client, keys, scripts, backend, **options)
+        #: The exclusive side: one task, and no reader but that task.
+        self.write = AsyncAliasWriteLock(client, keys, scripts, backend, **options)
+
+
+class ThreadOwnedReadWriteLock:
+    """``async with`` on both sides of a sync read-write lock, each run on the task's thread.
+
+    What a backend with no native asyncio engine (a cache alias, Sentinel...)
+    returns from ``async_read_write_lock``: see :mod:`django_rlock.threadowned`.
+    One task's calls on either side run on the one thread that task is given,
+    so the task is one owner: its write may read, its read may not write.
+    """
+
+    def __init__(self, lock: AliasReadWriteLock) -> None:
+        #: The shared side, for ``async with``.
+        self.read = ThreadOwnedLock(lock.read)
+        #: The exclusive side, for ``async with``.
+        self.write = ThreadOwnedLock(lock.write)
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self.read.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
