@@ -5,11 +5,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-
 from django_rlock import locks
 from django_rlock.core import LockTimeout
+from django_rlock.testing import held_elsewhere
 
 from orders.models import Entry, Order, Report
 from orders.tasks import build_report, capture_payment
@@ -26,9 +24,7 @@ def test_a_report_runs_under_its_customer_lock(order: Order) -> None:
     assert locks["default"].inspect(f"report:{order.customer_id}") is None  # released
 
 
-def test_a_report_of_a_busy_customer_never_runs_beside_the_holder(
-    order: Order, held_elsewhere: Callable[..., AbstractContextManager[None]]
-) -> None:
+def test_a_report_of_a_busy_customer_never_runs_beside_the_holder(order: Order) -> None:
     with held_elsewhere(f"report:{order.customer_id}"):
         # Eagerly, Celery runs each retry at once, so all of them meet the busy
         # lock and the last fails with LockTimeout (a worker waits for the lease).
@@ -40,9 +36,7 @@ def test_a_report_of_a_busy_customer_never_runs_beside_the_holder(
     assert not Report.objects.exists()
 
 
-def test_capture_shares_the_order_lock_with_the_views(
-    order: Order, held_elsewhere: Callable[..., AbstractContextManager[None]]
-) -> None:
+def test_capture_shares_the_order_lock_with_the_views(order: Order) -> None:
     with held_elsewhere(Order.lock_name(order.pk)):
         busy = capture_payment.apply(args=(order.pk, 700))
     captured = capture_payment.apply(args=(order.pk, 700)).get()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 import pytest
 from django.test import Client
+from django_rlock.testing import held_elsewhere
 from pytest_django.live_server_helper import LiveServer
 
 from demo.checks import Section, balance_errors, violations
@@ -55,9 +54,7 @@ def test_bad_amounts_are_refused(client: Client, order: Order) -> None:
     assert response.status_code == 400
 
 
-def test_refund_of_a_busy_order_answers_409_with_retry_after(
-    client: Client, order: Order, held_elsewhere: Callable[..., AbstractContextManager[None]]
-) -> None:
+def test_refund_of_a_busy_order_answers_409_with_retry_after(client: Client, order: Order) -> None:
     with held_elsewhere(Order.lock_name(order.pk)):
         response = client.post(
             f"/orders/{order.pk}/refund/", '{"amount": 100}', content_type="application/json"
@@ -68,9 +65,7 @@ def test_refund_of_a_busy_order_answers_409_with_retry_after(
     assert not Entry.objects.filter(order=order).exists()
 
 
-def test_pay_waits_for_a_busy_order_then_pays(
-    client: Client, order: Order, held_elsewhere: Callable[..., AbstractContextManager[None]]
-) -> None:
+def test_pay_waits_for_a_busy_order_then_pays(client: Client, order: Order) -> None:
     with held_elsewhere(Order.lock_name(order.pk), lease=0.5):
         status, body = post(client, f"/orders/{order.pk}/pay/", 100)
 
