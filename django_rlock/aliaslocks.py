@@ -11,6 +11,11 @@ Django face knows:
 * ``key_template``, the template the name was built from (``"order:{order_id}"``,
   set by ``@locked`` and Celery's locked tasks; None for a name given as it
   is), the ``lock`` label of the metrics (:mod:`django_rlock.metrics`);
+* ``transaction``, ``"auto"`` or ``"ignore"`` (the alias's ``TRANSACTION``
+  unless ``rlock()`` or ``@locked`` says otherwise): whether the end of a
+  ``with`` block inside an atomic block waits for the transaction's end
+  (:mod:`django_rlock.transactions`);
+* ``max_hold``, when the lock was made without one: the alias's ``MAX_HOLD``;
 * ``async with``, which takes the backend's asyncio twin of the lock, owned by
   the current task, and yields that.
 
@@ -23,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from django_rlock.callsite import caller_location
 from django_rlock.core.aio.client import AsyncLockClient
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.client import LockClient
 from django_rlock.core.lock import LockOptions, RLock
+from django_rlock.transactions import end_block
 
 if TYPE_CHECKING:
     from django_rlock.backends.base import AsyncLock, BaseLockBackend
@@ -47,11 +53,16 @@ class AliasAttached:
     backend: BaseLockBackend
     location: str | None
     key_template: str | None
+    transaction: str
+    max_hold: float | None
 
     def _attach(self, backend: BaseLockBackend) -> None:
         self.backend = backend
         self.location = None
         self.key_template = None
+        self.transaction = backend.transaction
+        if self.max_hold is None:
+            self.max_hold = backend.max_hold
 
 
 class AsyncWithTwin(AliasAttached):
@@ -90,6 +101,15 @@ class AsyncWithTwin(AliasAttached):
         self._twins.setdefault(self._current_task(), []).append(twin)
         return entered
 
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Mixed into RLock subclasses only (AliasLock, AliasSemaphore, ...).
+        end_block(cast(RLock, self), self.transaction)
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -125,7 +145,11 @@ class AliasLock(AsyncWithTwin, RLock):
 
     def _async_twin(self) -> AsyncLock:
         return self.backend.async_lock(
-            self.name, timeout=self.timeout, lease=self.lease, blocking=self.blocking
+            self.name,
+            timeout=self.timeout,
+            lease=self.lease,
+            blocking=self.blocking,
+            max_hold=self.max_hold,
         )
 
 

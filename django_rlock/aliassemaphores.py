@@ -51,7 +51,12 @@ class AliasSemaphore(AsyncWithTwin, Semaphore):
 
     def _async_twin(self) -> AsyncLock:
         return self.backend.async_semaphore(
-            self.name, self.permits, timeout=self.timeout, lease=self.lease, blocking=self.blocking
+            self.name,
+            self.permits,
+            timeout=self.timeout,
+            lease=self.lease,
+            blocking=self.blocking,
+            max_hold=self.max_hold,
         )
 
 

@@ -15,12 +15,17 @@
                        typo such as ``LOCATON`` would otherwise be ignored).
 ``django_rlock.E008``  ``RLOCK_METRICS`` is neither None nor ``"prometheus"``,
                        or prometheus_client is not installed.
+``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``, or
+                       ``LEAKED`` not ``"release"``/``"warn"``.
 ``django_rlock.W001``  The LocMem backend is used with ``DEBUG = False``: it
                        does not lock across processes.
 ``django_rlock.W003``  (deploy) Redis's ``maxmemory-policy`` can evict keys with
                        a TTL: held locks would vanish silently under memory
                        pressure. Use ``noeviction``.
 ``django_rlock.W004``  (deploy) The ``maxmemory-policy`` could not be read.
+``django_rlock.W005``  A database has ``ATOMIC_REQUESTS = True`` while an alias's
+                       ``TRANSACTION`` is ``"ignore"``: a locked view's lock is
+                       then released before its transaction commits.
 =====================  ========================================================
 """
 
@@ -39,7 +44,7 @@ from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.exceptions import LockSettingError
 from django_rlock.handler import create_backend, locks
 
-__all__ = ["check_eviction_policy", "check_lock_settings"]
+__all__ = ["check_eviction_policy", "check_lock_settings", "check_transaction_binding"]
 
 TAG = "django_rlock"
 
@@ -120,3 +125,30 @@ def check_eviction_policy(
                 )
             )
     return messages
+
+
+@register(TAG)
+def check_transaction_binding(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``ATOMIC_REQUESTS`` with ``TRANSACTION = "ignore"``: locks end before the commit."""
+    atomic = [alias for alias, db in settings.DATABASES.items() if db.get("ATOMIC_REQUESTS")]
+    if not atomic:
+        return []
+    try:
+        ignoring = [alias for alias in conf.aliases() if conf.transaction(alias) == "ignore"]
+    except LockSettingError:
+        return []  # reported by check_lock_settings
+    if not ignoring:
+        return []
+    return [
+        Warning(
+            f"DATABASES {', '.join(map(repr, atomic))} set ATOMIC_REQUESTS = True while the "
+            f"lock alias(es) {', '.join(map(repr, ignoring))} release at the end of the "
+            "locked block (TRANSACTION = 'ignore'): a locked view's lock is then free before "
+            "its transaction commits, and the next holder reads the old rows (lost updates).",
+            hint="Remove RLOCK_TRANSACTION = 'ignore' (the default 'auto' keeps the lock "
+            "until the commit), or pass transaction='ignore' only where that is intended.",
+            id="django_rlock.W005",
+        )
+    ]

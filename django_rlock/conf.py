@@ -36,7 +36,7 @@ from django_rlock.core.defaults import (
     DEFAULT_WATCHDOG_TIMEOUT,
 )
 from django_rlock.core.exceptions import LockTimeout
-from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
+from django_rlock.core.names import check_key_prefix, check_max_hold, check_watchdog_timeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
@@ -55,10 +55,13 @@ __all__ = [
     "check_busy_response",
     "check_options",
     "key_prefix",
+    "leaked",
     "lock_settings",
     "lookup",
+    "max_hold",
     "metrics",
     "seconds_or_none",
+    "transaction",
     "watchdog_timeout",
 ]
 
@@ -83,10 +86,19 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "BUSY_RESPONSE": 409,
     "MIN_REPLICAS": 0,
     "REPLICA_SYNC_TIMEOUT": DEFAULT_REPLICA_SYNC_TIMEOUT,
+    "TRANSACTION": "auto",
+    "LEAKED": "release",
+    "MAX_HOLD": None,
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
 ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAULTS})
+
+#: What ``TRANSACTION`` takes: bind a block's release to the open transaction, or not.
+TRANSACTION_CHOICES: Final = ("auto", "ignore")
+
+#: What ``LEAKED`` takes: give a leaked hold back at once, or only report it.
+LEAKED_CHOICES: Final = ("release", "warn")
 
 #: The values ``RLOCK_METRICS`` takes besides None (no metrics, the default).
 METRICS_CHOICES: Final = ("prometheus",)
@@ -225,6 +237,39 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
             f"{source} must be >= 0 seconds or None, got {value!r}", check_id="django_rlock.E004"
         )
     return float(value)
+
+
+def transaction(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> str:
+    """``TRANSACTION``: ``"auto"`` (default) or ``"ignore"``; see :mod:`django_rlock.transactions`.
+
+    ``"auto"`` keeps a hold whose ``with`` block ends inside an atomic block
+    until the outermost transaction ends; ``"ignore"`` releases at the block's end.
+    """
+    return _choice("TRANSACTION", alias, value, TRANSACTION_CHOICES, "django_rlock.E009")
+
+
+def leaked(alias: str = DEFAULT_LOCK_ALIAS) -> str:
+    """``LEAKED``: ``"release"`` (default) gives a leaked hold back, ``"warn"`` only reports it."""
+    return _choice("LEAKED", alias, UNSET, LEAKED_CHOICES, "django_rlock.E009")
+
+
+def max_hold(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> float | None:
+    """``MAX_HOLD``: None (default, no bound) or the seconds a watchdog hold may last."""
+    found, source = lookup("MAX_HOLD", alias, value)
+    try:
+        return check_max_hold(found)
+    except ValueError as error:
+        raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
+
+
+def _choice(name: str, alias: str, value: object, choices: tuple[str, ...], check_id: str) -> str:
+    found, source = lookup(name, alias, value)
+    if found not in choices:
+        raise LockSettingError(
+            f"{source} must be one of {', '.join(map(repr, choices))}, got {found!r}",
+            check_id=check_id,
+        )
+    return str(found)
 
 
 def metrics() -> str | None:

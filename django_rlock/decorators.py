@@ -38,6 +38,15 @@ anything that is not a view, :class:`LockUnavailableError` propagates.
 The default ``timeout=None`` waits as long as it takes; views usually want a
 small timeout.
 
+Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
+``transaction.atomic()``), the lock is kept until the transaction commits or
+rolls back, so the next holder reads what this call wrote
+(``transaction="auto"``, the default; see :mod:`django_rlock.transactions`).
+
+``fair=True`` takes the fair lock of the name (granted in arrival order),
+``mode="read"`` or ``mode="write"`` a side of its read-write lock (many
+readers or one writer), ``permits=N`` one permit of its semaphore.
+
 An async function uses the backend's asyncio lock natively (its owner is the
 request's task; no thread hop on the Redis, embedded and LocMem backends); an
 alias without one (a cache alias, Sentinel, Cluster) enters and releases the
@@ -49,24 +58,31 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar, cast
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import conf
-from django_rlock.aliaslocks import AliasLock
-from django_rlock.aliassemaphores import AliasSemaphore, AnyAliasLock
+from django_rlock.aliaslocks import AsyncWithTwin
+from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.backends.base import AsyncLock
-from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 from django_rlock.core.lock import RLock
-from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.handler import locks
+from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock.responses import (
+    UNAVAILABLE_RETRY_AFTER,
+    busy_status_response,
+    invalid_name_response,
+    unavailable_response,
+)
 from django_rlock.threadowned import ThreadOwnedLock
 
 __all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
@@ -74,10 +90,6 @@ __all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavail
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("django_rlock.lock")
-
-#: The Retry-After (seconds) of a view whose lock server is unreachable: an
-#: outage has no known end, and a few seconds spreads the clients' retries.
-UNAVAILABLE_RETRY_AFTER: Final = 5
 
 
 def locked(
@@ -88,6 +100,10 @@ def locked(
     lease: float | None = None,
     busy_response: object = conf.UNSET,
     permits: int | None = None,
+    fair: bool = False,
+    mode: str | None = None,
+    transaction: str | None = None,
+    max_hold: float | None = None,
 ) -> Callable[[F], F]:
     """Hold the lock named by ``key_template`` for each call of the decorated function.
 
@@ -97,52 +113,61 @@ def locked(
     for this view: an HTTP status, ``"raise"``, or a callable
     ``(request, error) -> HttpResponse``. ``permits=N`` holds one permit of
     the semaphore ``key_template`` of N permits instead of the lock: at most
-    N calls run at once (busy handling is the same).
+    N calls run at once (busy handling is the same). ``fair=True`` takes the
+    fair lock, ``mode="read"``/``"write"`` a side of the read-write lock.
+    ``transaction`` (``"auto"``/``"ignore"``, None: the alias's setting) and
+    ``max_hold`` (seconds, None: the alias's setting) are :func:`~django_rlock.rlock`'s.
     """
-    _check_amounts(timeout, lease, permits)
-    if not isinstance(using, str):
-        raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
-    if busy_response is not conf.UNSET:
-        conf.check_busy_response(busy_response, "the busy_response argument", resolve=False)
+    _check_amounts(timeout, lease, permits, max_hold)
+    _check_choices(using, busy_response, transaction)
+    kind = _check_kind(permits, fair, mode)
 
     def decorator(func: F) -> F:
         _refuse_a_celery_task(func, key_template)
         signature_source = _signature_source(func)
         template = check_template(key_template, signature_source)
         location = _definition(func)
-        label = template_label(template)
-        spec = LockedSpec(template, signature_source, using, timeout, lease, permits)
+        where = _Where(location, template_label(template), transaction)
+        spec = LockedSpec(
+            template,
+            signature_source,
+            using,
+            timeout,
+            lease,
+            permits,
+            fair=fair,
+            mode=mode,
+            transaction=transaction,
+            max_hold=max_hold,
+        )
+        options = _Options(timeout, lease, max_hold)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
-            lock = _sync_lock(using, name, permits, timeout, lease)
-            if isinstance(lock, AliasLock | AliasSemaphore):
-                lock.location = location
-                lock.key_template = label
-            return lock
+            return _described(_sync_lock(using, name, kind, permits, options), where)
 
         def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
             name = build_key(template, signature_source, args, kwargs)
-            lock = _async_lock(using, name, permits, timeout, lease)
-            # An alias with no native asyncio lock runs its sync lock on a thread.
-            inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
-            if isinstance(inner, AnyAliasLock):
-                inner.location = location
-                inner.key_template = label
-            return lock
+            return _described(_async_lock(using, name, kind, permits, options), where)
 
-        def busy(args: tuple[Any, ...], error: LockTimeout | LockUnavailableError) -> HttpResponse:
-            return _answer_busy(args, _honest(error, using, label), using, busy_response)
+        def busy(
+            args: tuple[Any, ...], error: LockTimeout | LockUnavailableError, lock: object
+        ) -> HttpResponse:
+            return _answer_busy(args, _honest(error, lock), using, busy_response)
 
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                lock = take_async(args, kwargs)
+                try:
+                    lock = take_async(args, kwargs)
+                except InvalidLockNameError as error:
+                    return _refuse_name(args, error)
                 try:
                     await lock.__aenter__()
                 except (LockTimeout, LockUnavailableError) as error:
-                    return busy(args, error)
+                    # The honest Retry-After may read the holder: blocking I/O, on a thread.
+                    return await sync_to_async(busy)(args, error, lock)
                 try:
                     return await func(*args, **kwargs)
                 finally:
@@ -155,15 +180,19 @@ def locked(
             task = _running_task(wrapper)
             if task is not None:
                 return _run_as_task(task, func, args, kwargs)
-            lock = take(args, kwargs)
+            try:
+                lock = take(args, kwargs)
+            except InvalidLockNameError as error:
+                return _refuse_name(args, error)
             try:
                 lock.__enter__()
             except (LockTimeout, LockUnavailableError) as error:
-                return busy(args, error)
+                return busy(args, error, lock)
             try:
                 return func(*args, **kwargs)
             finally:
-                lock.release()
+                # The with-block's end: kept until the transaction ends, if one is open.
+                lock.__exit__(None, None, None)
 
         wrapper.__rlock_locked__ = spec  # type: ignore[attr-defined]  # read by celery_rlock
         return cast(F, wrapper)
@@ -171,77 +200,130 @@ def locked(
     return decorator
 
 
-def _check_amounts(timeout: object, lease: object, permits: object) -> None:
-    """Refuse a bad ``timeout``, ``lease`` or ``permits`` when decorating, not at the first call."""
+@dataclass(frozen=True)
+class _Options:
+    """The lock options ``@locked`` passes to every lock it takes."""
+
+    timeout: float | None
+    lease: float | None
+    max_hold: float | None
+
+
+#: The kinds ``@locked`` can hold: the lock, the fair lock, a read-write lock's
+#: side, or a semaphore's permit.
+_KINDS = ("lock", "fair", "read", "write", "permit")
+
+
+def _check_kind(permits: object, fair: object, mode: object) -> str:
+    """Which kind ``permits``, ``fair`` and ``mode`` ask for; at most one of them may be given."""
+    if not isinstance(fair, bool):
+        raise ValueError(f"fair must be True or False, got {fair!r}")
+    if mode not in (None, "read", "write"):
+        raise ValueError(f"mode must be 'read', 'write' or None, got {mode!r}")
+    given = [
+        what
+        for what, chosen in (("permits", permits is not None), ("fair", fair), ("mode", mode))
+        if chosen
+    ]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} choose different kinds of lock: give one of them")
+    if permits is not None:
+        return "permit"
+    if fair:
+        return "fair"
+    return cast(str, mode) if mode is not None else "lock"
+
+
+L = TypeVar("L")
+
+
+@dataclass(frozen=True)
+class _Where:
+    """What every lock of one decorated function is told: the code, the template, the binding."""
+
+    location: str | None
+    label: str
+    transaction: str | None
+
+
+def _described(lock: L, where: _Where) -> L:
+    """``lock``, told where it is taken, its key template and its transaction binding."""
+    # An alias with no native asyncio lock runs its sync lock on a thread.
+    inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
+    if isinstance(inner, AnyAliasLock):
+        inner.location = where.location
+        inner.key_template = where.label
+    if where.transaction is not None and isinstance(inner, AsyncWithTwin):
+        inner.transaction = where.transaction
+    return lock
+
+
+def _check_choices(using: object, busy_response: object, transaction: object) -> None:
+    """Refuse a bad ``using``, ``busy_response`` or ``transaction`` when decorating."""
+    if not isinstance(using, str):
+        raise ValueError(f"using must be a lock alias (a str), not {type(using).__name__}")
+    if busy_response is not conf.UNSET:
+        conf.check_busy_response(busy_response, "the busy_response argument", resolve=False)
+    if transaction is not None and transaction not in conf.TRANSACTION_CHOICES:
+        choices = " or ".join(map(repr, conf.TRANSACTION_CHOICES))
+        raise ValueError(f"transaction must be {choices} (or None), got {transaction!r}")
+
+
+def _check_amounts(timeout: object, lease: object, permits: object, max_hold: object) -> None:
+    """Refuse a bad ``timeout``, ``lease``, ``permits`` or ``max_hold`` when decorating."""
     check_timeout(timeout)
     check_lease(lease)
+    check_max_hold(max_hold)
     if permits is not None:
         check_permits(permits)
 
 
-def _sync_lock(
-    using: str, name: str, permits: int | None, timeout: float | None, lease: float | None
-) -> RLock:
-    """The lock ``name`` of alias ``using``, or one permit's semaphore when ``permits``."""
+def _sync_lock(using: str, name: str, kind: str, permits: int | None, options: _Options) -> RLock:
+    """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`)."""
     backend = locks[using]
-    if permits is None:
-        return backend.lock(name, timeout=timeout, lease=lease)
-    return backend.semaphore(name, permits, timeout=timeout, lease=lease)
+    given = asdict(options)
+    if kind == "permit":
+        return backend.semaphore(name, cast(int, permits), **given)
+    if kind == "fair":
+        return backend.fair_lock(name, **given)
+    if kind in ("read", "write"):
+        sides = backend.read_write_lock(name, **given)
+        return sides.read if kind == "read" else sides.write
+    return backend.lock(name, **given)
 
 
 def _async_lock(
-    using: str, name: str, permits: int | None, timeout: float | None, lease: float | None
+    using: str, name: str, kind: str, permits: int | None, options: _Options
 ) -> AsyncLock:
     """The asyncio twin of :func:`_sync_lock`."""
     backend = locks[using]
-    if permits is None:
-        return backend.async_lock(name, timeout=timeout, lease=lease)
-    return backend.async_semaphore(name, permits, timeout=timeout, lease=lease)
-
-
-def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
-    """What a view answers when its lock stayed busy and BUSY_RESPONSE is a status.
-
-    ``status`` (409 by default) with a Retry-After taken from ``error``. The
-    body does not name the lock: lock names may carry ids the client should
-    not see. (Not itself a BUSY_RESPONSE callable, which takes ``(request, error)``.)
-    """
-    retry_after = error.retry_after
-    seconds = 1 if retry_after is None or not math.isfinite(retry_after) else retry_after
-    response = HttpResponse(
-        "This resource is busy with another request; retry later.\n",
-        status=status,
-        content_type="text/plain; charset=utf-8",
-    )
-    response["Retry-After"] = str(max(1, math.ceil(seconds)))
-    return response
-
-
-def unavailable_response(error: LockUnavailableError) -> HttpResponse:
-    """What a view answers when its lock server cannot be reached: 503 and Retry-After.
-
-    The lock was not taken and the view did not run. The error (naming the
-    alias) goes to the log; the body names neither the lock nor the server.
-    """
-    logger.error("%s", error)
-    response = HttpResponse(
-        "The service is temporarily unavailable; retry later.\n",
-        status=503,
-        content_type="text/plain; charset=utf-8",
-    )
-    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
-    return response
+    given = asdict(options)
+    if kind == "permit":
+        return backend.async_semaphore(name, cast(int, permits), **given)
+    if kind == "fair":
+        return backend.async_fair_lock(name, **given)
+    if kind in ("read", "write"):
+        sides = backend.async_read_write_lock(name, **given)
+        return sides.read if kind == "read" else sides.write
+    return backend.async_lock(name, **given)
 
 
 def _honest(
-    error: LockTimeout | LockUnavailableError, using: str, label: str
+    error: LockTimeout | LockUnavailableError, lock: object
 ) -> LockTimeout | LockUnavailableError:
     """``error`` with the Retry-After of how long the lock is really held, not its lease."""
     if isinstance(error, LockTimeout) and error.name is not None:
-        error.retry_after = locks[using].hold_times.retry_after(
-            error.name, label, error.retry_after
-        )
+        honest = lock_retry_after(lock, error.retry_after)
+        if honest is not None:
+            error.retry_after = honest
     return error
+
+
+def _refuse_name(args: tuple[Any, ...], error: InvalidLockNameError) -> HttpResponse:
+    """A view whose lock name, built from the request, breaks a naming rule: 400; else raise."""
+    if _request_of(args) is None:
+        raise error
+    return invalid_name_response(error)
 
 
 def _answer_busy(
@@ -276,6 +358,14 @@ class LockedSpec:
     lease: float | None
     #: Hold one permit of a semaphore of this many permits instead of the lock.
     permits: int | None = None
+    #: Hold the fair lock of the name instead.
+    fair: bool = False
+    #: Hold the read ("read") or write ("write") side of the name's read-write lock.
+    mode: str | None = None
+    #: Whether the hold outlives its call until an open transaction ends (None: the alias's).
+    transaction: str | None = None
+    #: The hold's bound in seconds (None: the alias's MAX_HOLD).
+    max_hold: float | None = None
 
 
 def _refuse_a_celery_task(func: object, key_template: KeyTemplate) -> None:

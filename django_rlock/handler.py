@@ -27,6 +27,9 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_rlock import conf
+
+# Imported for its receivers: a request's leaked holds are found wherever locks are used.
+from django_rlock import requests as _requests  # noqa: F401
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core import forking
 from django_rlock.exceptions import InvalidLockBackendError

@@ -11,6 +11,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 ``django_rlock_wait_seconds``               histogram  ``alias``, ``lock``
 ``django_rlock_hold_seconds``               histogram  ``alias``, ``lock``
 ``django_rlock_lost_total``                 counter    ``alias``, ``lock``
+``django_rlock_leaked_total``               counter    ``alias``, ``lock``
 ``django_rlock_renewals_total``             counter    ``outcome``
 ``django_rlock_held``                       gauge      ``alias``, ``lock``
 ==========================================  =========  ==============================
@@ -98,6 +99,7 @@ class _Series:
     wait: Histogram
     hold: Histogram
     lost: Counter
+    leaked: Counter
     renewals: Counter
     held: Gauge
 
@@ -139,6 +141,11 @@ def _create_series() -> _Series:
             buckets=BUCKETS,
         ),
         lost=Counter("django_rlock_lost", "Lock holds lost while held.", per_lock),
+        leaked=Counter(
+            "django_rlock_leaked",
+            "Lock holds that outlived their owner thread or task, or their request.",
+            per_lock,
+        ),
         renewals=Counter(
             "django_rlock_renewals",
             "Watchdog renewals of held locks, by outcome: ok, failed, lost.",
@@ -186,10 +193,13 @@ class LockMetrics:
         registry.on_released(self._released)
         registry.on_lost(self._lost)
         registry.on_gave_up(self._gave_up)
+        registry.on_leaked(self._leaked)
 
     def detach(self, registry: HoldRegistry) -> None:
         """Stop counting the holds of ``registry``."""
-        registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
+        registry.unsubscribe(
+            self._acquired, self._released, self._lost, self._gave_up, self._leaked
+        )
 
     def _ours(self, lock: object) -> AnyAliasLock | None:
         if isinstance(lock, AnyAliasLock) and lock.backend is self.backend:
@@ -226,6 +236,11 @@ class LockMetrics:
         lock = self._ours(hold.locks[0]) if hold.locks else None
         if lock is not None:
             self._series.lost.labels(self.backend.alias, _label(lock)).inc()
+
+    def _leaked(self, hold: Hold, _reason: str) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is not None:
+            self._series.leaked.labels(self.backend.alias, _label(lock)).inc()
 
 
 def _count_renewal(hold: Hold, outcome: watchdog.RenewalOutcome) -> None:

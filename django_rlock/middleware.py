@@ -43,8 +43,12 @@ from django.utils.deprecation import MiddlewareMixin
 from django_rlock import conf
 from django_rlock.aliaslocks import AliasAttached
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
-from django_rlock.decorators import busy_status_response, unavailable_response
 from django_rlock.holdtimes import lock_retry_after
+from django_rlock.responses import (
+    busy_status_response,
+    invalid_name_response,
+    unavailable_response,
+)
 from django_rlock.threadowned import ThreadOwnedLock
 
 __all__ = ["LockErrorMiddleware", "invalid_name_response"]
@@ -65,23 +69,6 @@ class LockErrorMiddleware(MiddlewareMixin):
         if isinstance(exception, LockTimeout | LockUnavailableError):
             return _lock_error_response(request, exception)
         return None
-
-
-def invalid_name_response(error: InvalidLockNameError) -> HttpResponse:
-    """What a view answers when the lock name it built breaks a naming rule: 400.
-
-    Such a name comes from the request (a URL slug with a control character
-    in it), so it is the client's mistake, not a server error. The rule
-    broken is logged (on ``django_rlock.lock``, at WARNING); the body names
-    neither the lock nor the rule, since the name may carry data the client
-    should not see echoed.
-    """
-    logger.warning("refused a request whose lock name is invalid: %s", error)
-    return HttpResponse(
-        "Bad request: this address cannot name a resource.\n",
-        status=400,
-        content_type="text/plain; charset=utf-8",
-    )
 
 
 def _lock_error_response(

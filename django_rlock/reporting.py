@@ -11,7 +11,10 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   last, :data:`~django_rlock.signals.lock_lost` when a hold is lost;
 * a WARNING on the ``django_rlock.slow`` logger when a wait took longer than
   ``SLOW_WAIT`` seconds or a hold lasted longer than ``SLOW_HOLD``, naming the
-  lock, its alias, the seconds and the code location that took the lock.
+  lock, its alias, the seconds and the code location that took the lock;
+* an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
+  when a hold outlived its thread, task or request (:mod:`django_rlock.core.leaks`,
+  :mod:`django_rlock.requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
 :class:`~django_rlock.metrics.LockMetrics` wherever it is attached itself.
@@ -29,7 +32,7 @@ from django_rlock.callsite import caller_location
 from django_rlock.core import clock, forking
 from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
 from django_rlock.metrics import LockMetrics, for_backend
-from django_rlock.signals import lock_acquired, lock_lost, lock_released
+from django_rlock.signals import lock_acquired, lock_leaked, lock_lost, lock_released
 
 if TYPE_CHECKING:
     from django_rlock.backends.base import BaseLockBackend
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Reporter", "slow_logger"]
 
 slow_logger = logging.getLogger("django_rlock.slow")
+logger = logging.getLogger("django_rlock.lock")
 
 
 class Reporter:
@@ -45,7 +49,7 @@ class Reporter:
     :meth:`attach` subscribes it to a lock client's registry; it reports only
     the holds taken through locks of its own backend (a cache's lock client
     may also serve ``cache.lock()`` or another alias). The one thing it keeps
-    is where each hold was taken, for the slow-hold line.
+    is where each hold was taken, for the slow-hold and the leak lines.
     """
 
     def __init__(self, backend: BaseLockBackend) -> None:
@@ -62,12 +66,16 @@ class Reporter:
         registry.on_released(self._released)
         registry.on_lost(self._lost)
         registry.on_gave_up(self._gave_up)
+        registry.on_leaked(self._leaked)
+        registry.release_leaked = self.backend.leaked == "release"
         if self.metrics is not None:
             self.metrics.attach(registry)
 
     def detach(self, registry: HoldRegistry) -> None:
         """Stop reporting the holds of ``registry`` (a client that outlives the backend)."""
-        registry.unsubscribe(self._acquired, self._released, self._lost, self._gave_up)
+        registry.unsubscribe(
+            self._acquired, self._released, self._lost, self._gave_up, self._leaked
+        )
         if self.metrics is not None:
             self.metrics.detach(registry)
 
@@ -76,17 +84,13 @@ class Reporter:
             return lock
         return None
 
-    def _slow_reporting(self) -> bool:
-        return self.backend.slow_wait is not None or self.backend.slow_hold is not None
-
     def _acquired(self, hold: Hold) -> None:
         lock = self._ours(hold.locks[0]) if hold.locks else None
         if lock is None:
             return
         # On the acquiring thread (or task): the call stack is the caller's.
-        location = lock.location
-        if location is None and self._slow_reporting():
-            location = caller_location()
+        # Always kept: a leak report must say which code took the hold.
+        location = lock.location or caller_location()
         self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
         with self._mutex:
             self._locations[hold] = location
@@ -135,6 +139,38 @@ class Reporter:
     def _lost(self, hold: Hold) -> None:
         if hold.locks:
             self.report_lost(hold.locks[0])
+
+    def _leaked(self, hold: Hold, reason: str) -> None:
+        lock = self._ours(hold.locks[0]) if hold.locks else None
+        if lock is None:
+            return
+        backend = self.backend
+        with self._mutex:
+            location = self._locations.get(hold)
+        held = clock.monotonic() - hold.acquired_at
+        released = backend.leaked == "release"
+        logger.error(
+            "lock %r (alias %r) leaked: %s; held %.3fs, taken at %s; %s",
+            lock.name,
+            backend.alias,
+            reason,
+            held,
+            location or "an unknown location",
+            "released now"
+            if released
+            else "not renewed, it expires by itself (RLOCK_LEAKED = 'warn')",
+            extra={"lock_name": lock.name, "alias": backend.alias, "seconds": held},
+        )
+        lock_leaked.send(
+            sender=type(backend),
+            name=lock.name,
+            alias=backend.alias,
+            lock=lock,
+            reason=reason,
+            held=held,
+            location=location,
+            released=released,
+        )
 
     def report_lost(self, lock: object) -> None:
         """Send :data:`lock_lost` for ``lock`` (if it is this backend's).

@@ -21,6 +21,7 @@ twin of the lock instead, owned by the current task (on the Redis backend an
 
 from __future__ import annotations
 
+from django_rlock import conf
 from django_rlock.aliaslocks import AliasLock
 from django_rlock.aliassemaphores import AliasSemaphore
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
@@ -36,14 +37,26 @@ def rlock(
     timeout: float | None = None,
     lease: float | None = None,
     blocking: bool = True,
+    transaction: str | None = None,
+    max_hold: float | None = None,
 ) -> AliasLock:
     """The reentrant lock ``name`` of alias ``using``, ready for ``with`` and ``async with``.
 
     ``timeout`` is the longest wait in seconds (None: wait as long as it
     takes), ``lease`` a fixed expiry in seconds (None: the watchdog renews the
     lock until it is released), ``blocking=False`` a single attempt.
+    ``transaction="auto"`` keeps a hold whose block ends inside
+    ``transaction.atomic()`` until that transaction commits or rolls back,
+    ``"ignore"`` releases it as the block ends (None: the alias's
+    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock.transactions`).
+    ``max_hold`` bounds the hold in seconds: past it the watchdog stops
+    renewing it and it is declared lost (None: the alias's ``MAX_HOLD``).
     """
-    return locks[using].lock(name, timeout=timeout, lease=lease, blocking=blocking)
+    backend = locks[using]
+    lock = backend.lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
+    if transaction is not None:
+        lock.transaction = conf.transaction(using, transaction)
+    return lock
 
 
 def semaphore(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["lock_acquired", "lock_lost", "lock_released"]
+__all__ = ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"]
 
 #: Sent when a caller goes from holding nothing to holding the lock (re-entries
 #: send nothing). Arguments: ``name`` (the lock name), ``alias`` (the RLOCKS
@@ -29,3 +29,12 @@ lock_released = Signal()
 #: Sent when a hold is lost: its key expired or another owner took it while the
 #: holder still believed it held it. Arguments: ``name``, ``alias``, ``lock``.
 lock_lost = Signal()
+
+#: Sent when a hold outlived what took it: its thread ended, its asyncio task
+#: finished, or its request finished, still holding it. Arguments: ``name``,
+#: ``alias``, ``lock``, ``reason`` (which of these), ``held`` (seconds since it
+#: was taken), ``location`` (the code that took it, ``path:line in function``,
+#: or None), ``released`` (True when it is given back now, ``RLOCK_LEAKED =
+#: "release"``; False when it is left to expire, ``"warn"``). Sent on the thread
+#: that noticed: the request's, the ended task's event loop, or the watchdog's.
+lock_leaked = Signal()

@@ -137,6 +137,12 @@ class BaseLockBackend(ABC):
         self.watchdog_timeout = conf.watchdog_timeout(alias)
         self.slow_wait = conf.seconds_or_none("SLOW_WAIT", alias)
         self.slow_hold = conf.seconds_or_none("SLOW_HOLD", alias)
+        #: Whether a ``with`` block's end waits for its transaction ("auto") or not.
+        self.transaction = conf.transaction(alias)
+        #: What becomes of a hold that outlived its owner: "release" or "warn".
+        self.leaked = conf.leaked(alias)
+        #: The bound of a watchdog hold, in seconds, for locks made without one.
+        self.max_hold = conf.max_hold(alias)
         options = params.get("OPTIONS", {})
         if not isinstance(options, dict):
             raise LockSettingError(
@@ -170,6 +176,7 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AliasLock:
         """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
 
@@ -184,13 +191,16 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AsyncLock:
         """The lock ``name`` for asyncio code (``async with``), owned by the current task.
 
         This default enters and releases :meth:`lock` on a worker thread of its
         own; backends with a native asyncio lock return that instead.
         """
-        return ThreadOwnedLock(self.lock(name, timeout=timeout, lease=lease, blocking=blocking))
+        return ThreadOwnedLock(
+            self.lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
+        )
 
     def semaphore(
         self,
@@ -200,6 +210,7 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AliasSemaphore:
         """A semaphore of ``permits`` permits called ``name``, as :meth:`LockClient.semaphore`.
 
@@ -218,10 +229,13 @@ class BaseLockBackend(ABC):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AsyncLock:
         """The semaphore ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
         return ThreadOwnedLock(
-            self.semaphore(name, permits, timeout=timeout, lease=lease, blocking=blocking)
+            self.semaphore(
+                name, permits, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+            )
         )
 
     def fair_lock(

@@ -61,6 +61,7 @@ from django_rlock.core.holder import is_holder_field, read_holder
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.eviction import maxmemory_policy as read_maxmemory_policy
+from django_rlock.eviction import report_eviction_policy
 from django_rlock.exceptions import LockSettingError
 from django_rlock.loopclients import LoopClients
 
@@ -143,6 +144,9 @@ class RedisLockBackend(BaseLockBackend):
                 client = self._client
                 if client is None:
                     client = self._client = self._connect()
+                    # Once per server and process, off this thread: an evicting
+                    # policy makes locks vanish under memory pressure.
+                    report_eviction_policy(client)
         return client
 
     def _connect(self) -> LockClient:
@@ -183,10 +187,17 @@ class RedisLockBackend(BaseLockBackend):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AliasLock:
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
         return AliasLock(
-            self.client, check_name(name), self, timeout=timeout, lease=lease, blocking=blocking
+            self.client,
+            check_name(name),
+            self,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
         )
 
     def async_lock(
@@ -196,10 +207,13 @@ class RedisLockBackend(BaseLockBackend):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
-            return super().async_lock(name, timeout=timeout, lease=lease, blocking=blocking)
+            return super().async_lock(
+                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+            )
         return AsyncAliasLock(
             self._async_client(),
             check_name(name),
@@ -207,6 +221,7 @@ class RedisLockBackend(BaseLockBackend):
             timeout=timeout,
             lease=lease,
             blocking=blocking,
+            max_hold=max_hold,
         )
 
     def semaphore(
@@ -217,6 +232,7 @@ class RedisLockBackend(BaseLockBackend):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AliasSemaphore:
         """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
         return AliasSemaphore(
@@ -227,6 +243,7 @@ class RedisLockBackend(BaseLockBackend):
             timeout=timeout,
             lease=lease,
             blocking=blocking,
+            max_hold=max_hold,
         )
 
     def async_semaphore(
@@ -237,11 +254,12 @@ class RedisLockBackend(BaseLockBackend):
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> AsyncLock:
         """The asyncio twin of :meth:`semaphore`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_semaphore(
-                name, permits, timeout=timeout, lease=lease, blocking=blocking
+                name, permits, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
             )
         return AsyncAliasSemaphore(
             self._async_client(),
@@ -251,6 +269,7 @@ class RedisLockBackend(BaseLockBackend):
             timeout=timeout,
             lease=lease,
             blocking=blocking,
+            max_hold=max_hold,
         )
 
     def fair_lock(

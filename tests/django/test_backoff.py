@@ -114,11 +114,6 @@ def test_the_rule_also_holds_on_the_locmem_alias(hold_elsewhere: Holders) -> Non
     assert lock_retry_after(locks["mem"].lock("order:8"), 29.0) == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="@locked answers through decorators._honest, which calls holdtimes.retry_after "
-    "once the lead's hook lands (then remove this mark)",
-)
 def test_a_busy_locked_view_answers_with_the_holders_time(hold_elsewhere: Holders) -> None:
     hold_elsewhere("order:9", lease=20)
     before = Client().get("/quick/9/")

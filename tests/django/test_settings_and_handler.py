@@ -281,6 +281,7 @@ def test_create_backend_checks_the_backend_path_type(settings: SettingsWrapper) 
 def test_package_exports_lazily_without_settings() -> None:
     assert sorted(django_rlock.__all__) == [
         "InvalidLockBackendError",
+        "InvalidLockNameError",
         "LockError",
         "LockLostError",
         "LockNotOwnedError",

@@ -23,3 +23,10 @@ urlpatterns += [
     path("accounts/<str:db>/<int:account_id>/withdraw/", views.withdraw),
     path("accounts/<str:db>/<int:account_id>/withdraw-async/", views.withdraw_async),
 ]
+
+from tests.django import leak_views  # noqa: E402 -- appended per test module
+
+urlpatterns += [
+    path("leaky/<str:name>/", leak_views.leaky),
+    path("leaky-async/<str:name>/", leak_views.leaky_async),
+]

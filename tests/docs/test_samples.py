@@ -361,6 +361,8 @@ def test_every_hidden_block_is_one_the_runner_runs(page: Path) -> None:
     assert not unknown, f"comments the docs test would not run: {unknown}"
 
 
+# A transactional database: the pages' transaction samples commit and roll back for real.
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
 def test_every_sample_of_the_page_runs(page: Path, fixtures: dict[str, Any]) -> None:
     run_page(page, fixtures, _address(fixtures))

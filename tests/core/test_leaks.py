@@ -1,0 +1,88 @@
+"""The engine's leak rules (core/leaks.py), on a bare LockClient: no Django.
+
+The watchdog never renews a hold whose owner thread has ended, nor one past
+its ``max_hold``; a thread's leaked hold is given back (``release_leaked``,
+the default) or only left to expire; an asyncio task's as the task finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import redis
+
+from django_rlock.core import LockClient
+from django_rlock.core.aio import AsyncLockClient
+from django_rlock.core.hold import Hold
+
+HANG = 20.0
+TIMEOUT = 1.5  # the watchdog timeout: ticks every 0.5 s
+
+
+def test_a_thread_that_ended_holding_is_not_renewed_and_is_given_back(
+    redis_url: str, r: redis.Redis
+) -> None:
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        leaks: list[tuple[Hold, str]] = []
+        client.holds.on_leaked(lambda hold, reason: leaks.append((hold, reason)))
+        lock = client.lock("orphan")
+        thread = threading.Thread(target=lock.acquire)
+        thread.start()
+        thread.join(HANG)
+        assert r.exists(lock.keys.hash)
+        # Not kept alive for ever: given back at the watchdog's next tick.
+        deadline = time.monotonic() + HANG
+        while r.exists(lock.keys.hash) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not r.exists(lock.keys.hash)
+        assert [hold.name for hold, _ in leaks] == ["orphan"]
+
+
+def test_without_release_leaked_the_hold_expires_unrenewed(redis_url: str, r: redis.Redis) -> None:
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        client.holds.release_leaked = False
+        lock = client.lock("left")
+        thread = threading.Thread(target=lock.acquire)
+        thread.start()
+        thread.join(HANG)
+        started = time.monotonic()
+        deadline = started + HANG
+        while r.exists(lock.keys.hash) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Gone by expiry: not before the first tick found it, not after one timeout.
+        assert not r.exists(lock.keys.hash)
+        assert time.monotonic() - started <= TIMEOUT + 0.5
+
+
+def test_a_live_holder_past_max_hold_loses_its_hold(redis_url: str, r: redis.Redis) -> None:
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        lock = client.lock("bounded", max_hold=0.6)
+        unbounded = client.lock("unbounded")
+        lock.acquire()
+        unbounded.acquire()
+        deadline = time.monotonic() + HANG
+        while not lock.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lock.lost
+        assert not unbounded.lost  # the bound is per lock
+        # Not renewed any more: the key expires by itself.
+        while r.exists(lock.keys.hash) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not r.exists(lock.keys.hash)
+        assert r.exists(unbounded.keys.hash)
+        unbounded.release()
+
+
+def test_an_asyncio_task_that_finished_holding_gives_it_back(redis_url: str) -> None:
+    async def main() -> None:
+        async with AsyncLockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+            lock = client.lock("task-orphan")
+            await asyncio.create_task(lock.acquire())
+            # The task's end runs its hooks after this wake-up: one loop turn.
+            await asyncio.sleep(0)
+            await client.settle()  # the release started as the task ended
+            assert not await lock.locked()
+
+    asyncio.run(main())
