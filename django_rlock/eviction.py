@@ -18,13 +18,13 @@ short timeouts, and its errors go to the debug log.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 import redis
 
+from django_rlock.core import forking
 from django_rlock.core.client import LockClient
 from django_rlock.core.connection import RedisClient, derive_client, describe
 
@@ -51,13 +51,11 @@ _probed: set[str] = set()
 _probed_mutex = threading.Lock()
 
 
+@forking.after_fork_in_child
 def _forget_probed() -> None:
     global _probed_mutex  # noqa: PLW0603 -- a lock held across fork() must be remade
     _probed.clear()
     _probed_mutex = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_probed)
 
 
 def can_evict(policy: str) -> bool:

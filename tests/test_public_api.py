@@ -28,6 +28,8 @@ PUBLIC = (
     "django_rlock.core",
     "django_rlock.core.aio",
     "django_rlock.exceptions",
+    "django_rlock.middleware",
+    "django_rlock.testing",
     "celery_rlock",
 )
 

@@ -255,13 +255,16 @@ class HoldRegistry:
             ]
 
     def report_leaked(self, hold: Hold, reason: str) -> bool:
-        """Mark ``hold`` leaked and tell the :meth:`on_leaked` subscribers; False if it was already.
+        """Mark ``hold`` leaked and tell the :meth:`on_leaked` subscribers; False if not done.
 
         From now on the watchdog no longer renews it. Giving it back is the
-        caller's choice (:mod:`django_rlock.core.leaks`).
+        caller's choice (:mod:`django_rlock.core.leaks`). Only a watchdog hold
+        can leak: one taken with a ``lease`` ends with it by design (a caller
+        may take one and leave it, to do something at most once per lease), so
+        False for it, as for a hold already reported, lost or released.
         """
         with self._lock:
-            if hold.leaked or hold.lost or hold.released:
+            if hold.leaked or hold.lost or hold.released or not hold.watchdog:
                 return False
             hold.leaked = True
         if not self._leaked:

@@ -10,7 +10,8 @@ Now:
 * a thread that ended holding is found at the watchdog's next tick (at most
   ``watchdog_timeout / 3`` later), a task that finished holding at once, on
   its event loop, as it ends;
-* each such hold is reported once (:meth:`HoldRegistry.report_leaked
+* each such hold, if the watchdog renews it (a hold taken with a ``lease``
+  ends with its lease, by design), is reported once (:meth:`HoldRegistry.report_leaked
   <django_rlock.core.hold.HoldRegistry.report_leaked>`: the registry's
   ``on_leaked`` subscribers, or a WARNING on ``django_rlock.lock``) and, when
   the registry's ``release_leaked`` is true (the default), given back on the

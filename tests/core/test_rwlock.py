@@ -199,12 +199,26 @@ def test_the_watchdog_keeps_read_and_write_holds_past_the_timeout(
         rw.write.acquire()
         rw.read.acquire()
         other = client.read_write_lock("renewed-read")
-        assert in_thread(other.read.acquire) is True  # another thread's read, renewed too
+        # Another live thread's read, renewed too (a thread that ended holding
+        # would have its holds given back: core/leaks.py).
+        took, done = threading.Event(), threading.Event()
+
+        def read_until_done() -> None:
+            other.read.acquire()
+            took.set()
+            done.wait(10)
+            other.read.release()
+
+        reader = threading.Thread(target=read_until_done)
+        reader.start()
+        assert took.wait(10)
         time.sleep(2.0)  # more than three timeouts
         assert rw.write.owned() and rw.read.owned() and other.read.locked()
         assert not rw.write.lost and not rw.read.lost
         assert in_thread(rw.read.acquire, False) is False
         assert in_thread(other.write.acquire, False) is False
+        done.set()
+        reader.join(10)
         rw.read.release()
         rw.write.release()
 

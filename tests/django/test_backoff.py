@@ -78,9 +78,7 @@ def test_the_holders_time_is_bounded_by_the_lease_left(
     assert retry_after(locks["default"], "order:3", None, left) == left
 
 
-def test_recent_holds_come_before_the_holders_time(
-    hold_elsewhere: Holders, r: redis.Redis
-) -> None:
+def test_recent_holds_come_before_the_holders_time(hold_elsewhere: Holders, r: redis.Redis) -> None:
     hold_elsewhere("order:4", lease=30)
     _held_since(r, "order:4", 10.0)
     _hold_briefly("order:5", MIN_SAMPLES)  # same template: quick holds
