@@ -86,3 +86,21 @@ def test_an_asyncio_task_that_finished_holding_gives_it_back(redis_url: str) -> 
             assert not await lock.locked()
 
     asyncio.run(main())
+
+
+def test_a_lease_hold_left_by_its_thread_runs_to_its_lease(redis_url: str, r: redis.Redis) -> None:
+    # Taking a lease and leaving it is a way to do something at most once per
+    # lease: not a leak, never given back early.
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        leaks: list[Hold] = []
+        client.holds.on_leaked(lambda hold, _: leaks.append(hold))
+        watched = client.lock("watched")  # keeps the watchdog ticking meanwhile
+        watched.acquire()
+        lock = client.lock("throttle")
+        thread = threading.Thread(target=lambda: lock.acquire(lease=3.0))
+        thread.start()
+        thread.join(HANG)
+        time.sleep(2 * TIMEOUT / 3 + 0.5)  # two ticks and more
+        assert r.exists(lock.keys.hash)
+        assert leaks == []
+        watched.release()
