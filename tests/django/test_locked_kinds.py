@@ -45,7 +45,7 @@ def test_mode_write_shuts_readers_out() -> None:
 
     @locked("doc:{doc_id}", mode="write", timeout=0)
     def edit(doc_id: int) -> bool:
-        return in_other_thread(lambda: _try_and_release(rw.read))
+        return bool(in_other_thread(lambda: _try_and_release(rw.read)))
 
     assert edit(2) is False
     assert in_other_thread(lambda: _try_and_release(rw.read)) is True
