@@ -151,18 +151,25 @@ def _django_locks() -> Any:
 
 
 def get_lock(
-    app: Celery, using: str, name: str, *, lease: float | None = None, permits: int | None = None
+    app: Celery,
+    using: str,
+    name: str,
+    *,
+    lease: float | None = None,
+    permits: int | None = None,
+    max_hold: float | None = None,
 ) -> RLock:
     """The lock called ``name`` for a task of ``app``, from the source chosen above.
 
     With ``permits``, the semaphore called ``name`` of that many permits instead.
+    ``max_hold`` bounds its watchdog holds (see :class:`~django_rlock.core.lock.LockOptions`).
     """
     if uses_django(app):
         backend = _django_locks()[using]
         if permits is not None:
-            semaphore: RLock = backend.semaphore(name, permits, lease=lease)
+            semaphore: RLock = backend.semaphore(name, permits, lease=lease, max_hold=max_hold)
             return semaphore
-        lock: RLock = backend.lock(name, lease=lease)
+        lock: RLock = backend.lock(name, lease=lease, max_hold=max_hold)
         return lock
     if using != DEFAULT_LOCK_ALIAS:
         raise ConfigurationError(
@@ -170,8 +177,8 @@ def get_lock(
             f"{DEFAULT_LOCK_ALIAS!r} lock server (rlock_url)"
         )
     if permits is not None:
-        return lock_client(app).semaphore(name, permits, lease=lease)
-    return lock_client(app).lock(name, lease=lease)
+        return lock_client(app).semaphore(name, permits, lease=lease, max_hold=max_hold)
+    return lock_client(app).lock(name, lease=lease, max_hold=max_hold)
 
 
 def check_configuration(app: Celery, aliases: set[str]) -> None:

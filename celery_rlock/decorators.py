@@ -32,9 +32,11 @@ from celery_rlock.conf import DEFAULT_LOCK_ALIAS
 from celery_rlock.guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
+    DEFAULT_ON_UNAVAILABLE,
     LockOptions,
     OnBusy,
     OnLost,
+    OnUnavailable,
     SkippedResult,
     run_locked,
 )
@@ -61,14 +63,18 @@ def locked(
     on_busy: OnBusy = DEFAULT_ON_BUSY,
     on_lost: OnLost = DEFAULT_ON_LOST,
     permits: int | None = None,
+    max_hold: float | None = None,
+    done_ttl: float | None = None,
+    on_unavailable: OnUnavailable = DEFAULT_ON_UNAVAILABLE,
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R | SkippedResult]]:
     """Run the decorated task body under the lock named by ``key_template``.
 
     ``key_template`` is ``str.format``-ed with the call's signature-bound
     arguments (defaults applied), or is a callable taking them. ``using``,
-    ``timeout``, ``lease``, ``on_busy``, ``on_lost`` and ``permits`` are LockedTask's
-    ``lock_using``, ``lock_timeout``, ``lock_lease``, ``on_busy``, ``on_lost``
-    and ``lock_permits``.
+    ``timeout``, ``lease``, ``on_busy``, ``on_lost``, ``permits``, ``max_hold``,
+    ``done_ttl`` and ``on_unavailable`` are LockedTask's ``lock_using``,
+    ``lock_timeout``, ``lock_lease``, ``on_busy``, ``on_lost``, ``lock_permits``,
+    ``lock_max_hold``, ``lock_done_ttl`` and ``on_unavailable``.
     """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R | SkippedResult]:
@@ -86,6 +92,9 @@ def locked(
             on_busy=on_busy,
             on_lost=on_lost,
             permits=permits,
+            max_hold=max_hold,
+            done_ttl=done_ttl,
+            on_unavailable=on_unavailable,
         )
 
         @functools.wraps(func)
@@ -155,6 +164,7 @@ def options_of(task: Any) -> LockOptions | None:
             lease=spec.lease,
             using=spec.using,
             permits=spec.permits,
+            max_hold=spec.max_hold,
         )
         _locked_functions[body] = options
     return options

@@ -38,7 +38,7 @@ from django_rlock.core.exceptions import (
     LockUnavailableError,
 )
 from django_rlock.core.holder import holder_details
-from django_rlock.core.names import check_lease, check_timeout
+from django_rlock.core.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
@@ -54,6 +54,7 @@ __all__ = [
     "LockOptions",
     "OnBusy",
     "OnLost",
+    "OnUnavailable",
     "SkippedResult",
     "TaskLock",
     "run_locked",
@@ -76,6 +77,13 @@ OnLost: TypeAlias = Literal["report", "fail"]
 #: The default: the work is done by then, and failing it would not undo an
 #: overlap (a retry could even repeat the work); the report says one may have happened.
 DEFAULT_ON_LOST: Final[OnLost] = "report"
+
+#: What a run does when its lock server cannot be reached: re-queue the task
+#: (Celery's back-off options and ``max_retries`` apply), or fail it.
+OnUnavailable: TypeAlias = Literal["retry", "fail"]
+
+#: The default: an outage is usually short, and a failed task is work dropped.
+DEFAULT_ON_UNAVAILABLE: Final[OnUnavailable] = "retry"
 
 _R = TypeVar("_R")
 
@@ -103,6 +111,12 @@ class LockOptions:
     on_lost: OnLost = DEFAULT_ON_LOST
     #: Hold one permit of a semaphore of this many permits instead of the lock.
     permits: int | None = None
+    #: Seconds a run's hold may last before the watchdog stops renewing it (None: no bound).
+    max_hold: float | None = None
+    #: Seconds a finished run's task id is remembered, so that a redelivery of
+    #: the same message is dropped (None: from the broker's visibility timeout).
+    done_ttl: float | None = None
+    on_unavailable: OnUnavailable = DEFAULT_ON_UNAVAILABLE
 
     @classmethod
     def build(
@@ -116,18 +130,26 @@ class LockOptions:
         on_busy: object = DEFAULT_ON_BUSY,
         on_lost: object = DEFAULT_ON_LOST,
         permits: object = None,
+        max_hold: object = None,
+        done_ttl: object = None,
+        on_unavailable: object = DEFAULT_ON_UNAVAILABLE,
     ) -> LockOptions:
         """Check every option against ``func`` (ValueError names the bad one)."""
-        if on_busy not in get_args(OnBusy):
-            raise ValueError(f"on_busy must be one of {get_args(OnBusy)}, got {on_busy!r}")
-        if on_lost not in get_args(OnLost):
-            raise ValueError(f"on_lost must be one of {get_args(OnLost)}, got {on_lost!r}")
+        for option, value, choices in (
+            ("on_busy", on_busy, get_args(OnBusy)),
+            ("on_lost", on_lost, get_args(OnLost)),
+            ("on_unavailable", on_unavailable, get_args(OnUnavailable)),
+        ):
+            if value not in choices:
+                raise ValueError(f"{option} must be one of {choices}, got {value!r}")
         if not isinstance(using, str) or not using:
             raise ValueError(f"lock_using must be a lock alias (a non-empty str), got {using!r}")
         try:
             checked_timeout = check_timeout(timeout)
             checked_lease = check_lease(lease)
             checked_permits = None if permits is None else check_permits(permits)
+            checked_max_hold = check_max_hold(max_hold)
+            checked_done_ttl = None if done_ttl is None else _check_done_ttl(done_ttl)
         except ValueError as error:
             raise ValueError(f"lock_{error}") from None
         return cls(
@@ -138,6 +160,9 @@ class LockOptions:
             on_busy=on_busy,  # type: ignore[arg-type]  # checked against OnBusy above
             on_lost=on_lost,  # type: ignore[arg-type]  # checked against OnLost above
             permits=checked_permits,
+            max_hold=checked_max_hold,
+            done_ttl=checked_done_ttl,
+            on_unavailable=on_unavailable,  # type: ignore[arg-type]  # checked above
         )
 
     @property
@@ -150,6 +175,18 @@ class LockOptions:
         if self.timeout is not None:
             return self.timeout
         return None if self.on_busy == "wait" else 0.0
+
+
+def _check_done_ttl(value: object) -> float:
+    """``done_ttl``: seconds > 0 (a redelivery later than that runs again)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"done_ttl must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 @dataclass(eq=False)
@@ -201,7 +238,14 @@ def run_locked(
     With ``once_lease``, the task's ``once`` marker follows the run.
     """
     name = build_key(options.key, func, args, kwargs)
-    lock = get_lock(app, options.using, name, lease=options.lease, permits=options.permits)
+    lock = get_lock(
+        app,
+        options.using,
+        name,
+        lease=options.lease,
+        permits=options.permits,
+        max_hold=options.max_hold,
+    )
     if isinstance(lock, AnyAliasLock):
         lock.key_template = template_label(options.key)  # the metrics' bounded lock label
     # The top of the request stack is this run's own request (the task's

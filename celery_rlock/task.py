@@ -31,9 +31,11 @@ from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
+    DEFAULT_ON_UNAVAILABLE,
     LockOptions,
     OnBusy,
     OnLost,
+    OnUnavailable,
     run_locked,
 )
 from celery_rlock.once import AlreadyQueued, OnceMarker
@@ -79,9 +81,20 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         (default: log it, ``self.request.rlock.lost`` turns true, Django's
         ``lock_lost`` signal; the body's result or exception stands) or
         ``"fail"`` (a body that succeeded fails with LockLostError).
+    ``lock_max_hold``
+        Seconds a run's hold may last: past it the watchdog stops renewing it
+        and it is declared lost (default None: no bound).
+    ``lock_done_ttl``
+        Seconds a finished run's task id is remembered, so that a redelivery
+        of the same message is dropped, not run again (default None: the
+        broker's ``visibility_timeout`` plus a margin).
+    ``on_unavailable``
+        ``"retry"`` (default: re-queue, with Celery's back-off options and
+        ``max_retries``) or ``"fail"`` when the lock server cannot be reached.
     ``once``
         True: ``apply_async`` refuses an equal task (same name and lock key)
-        while one is queued or running. ``once_lease`` (seconds, default one
+        while one is queued or running. ``"queued"``: only while one is
+        queued; a running one lets one follow-up be queued. ``once_lease`` (seconds, default one
         hour) bounds how long a marker can outlive a lost message;
         ``once_on_duplicate`` is ``"raise"`` (:class:`AlreadyQueued`, default)
         or ``"return"`` (the queued task's AsyncResult).
@@ -100,7 +113,10 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     lock_permits: int | None = None
     on_busy: OnBusy = DEFAULT_ON_BUSY
     on_lost: OnLost = DEFAULT_ON_LOST
-    once: bool = False
+    lock_max_hold: float | None = None
+    lock_done_ttl: float | None = None
+    on_unavailable: OnUnavailable = DEFAULT_ON_UNAVAILABLE
+    once: bool | Literal["queued"] = False
     once_lease: float = DEFAULT_ONCE_LEASE
     once_on_duplicate: OnDuplicate = "raise"
 
@@ -130,6 +146,9 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             on_busy=cls.on_busy,
             on_lost=cls.on_lost,
             permits=cls.lock_permits,
+            max_hold=cls.lock_max_hold,
+            done_ttl=cls.lock_done_ttl,
+            on_unavailable=cls.on_unavailable,
         )
         if cls.once and cls.lock_permits is not None:
             raise ValueError(

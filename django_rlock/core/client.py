@@ -256,14 +256,22 @@ class LockClient:
         timeout: float | None = None,
         lease: float | None = None,
         blocking: bool = True,
+        max_hold: float | None = None,
     ) -> Semaphore:
         """A semaphore called ``name`` of ``permits`` watchdog-renewed permits.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
         ``with semaphore:``; see :class:`~django_rlock.core.semaphore.Semaphore`.
+        ``max_hold`` bounds each watchdog-renewed permit (see :class:`LockOptions`).
         """
         return Semaphore(
-            self, check_name(name), permits, timeout=timeout, lease=lease, blocking=blocking
+            self,
+            check_name(name),
+            permits,
+            timeout=timeout,
+            lease=lease,
+            blocking=blocking,
+            max_hold=max_hold,
         )
 
     def on_lost(self, callback: LostCallback) -> None:
