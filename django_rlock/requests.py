@@ -22,37 +22,22 @@ finishes (:mod:`django_rlock.core.leaks`), as are a thread's when it ends.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from django.core.signals import request_finished, request_started
 
-from django_rlock.core import clock, leaks
-from django_rlock.core.hold import registries
-from django_rlock.core.identity import thread_owner
+from django_rlock.core import leaks
 
 __all__ = ["release_leaked_holds"]
 
-_started = threading.local()
-
 
 def _request_started(**_: Any) -> None:
-    _started.at = clock.monotonic()
+    leaks.work_started()
 
 
 def release_leaked_holds(**_: Any) -> None:
     """Report, and give back as configured, the holds the finishing request left behind."""
-    since: float | None = getattr(_started, "at", None)
-    if since is None:
-        return  # not a request this module saw begin
-    _started.at = None
-    owner = thread_owner()
-    reason = "the request that took it finished without releasing it"
-    for registry in registries():
-        for hold in registry.holds_owned_by(owner):
-            reported = hold.acquired_at >= since and registry.report_leaked(hold, reason)
-            if reported and registry.release_leaked:
-                leaks.give_back(hold)
+    leaks.work_ended("request")
 
 
 request_started.connect(_request_started, dispatch_uid="django_rlock.requests.started")

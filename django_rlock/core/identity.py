@@ -29,7 +29,14 @@ from typing import Any
 
 from django_rlock.core import forking
 
-__all__ = ["on_task_end", "owner_alive", "process_id", "task_owner", "thread_owner"]
+__all__ = [
+    "on_task_end",
+    "owner_alive",
+    "process_id",
+    "retire_thread_owner",
+    "task_owner",
+    "thread_owner",
+]
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -57,6 +64,18 @@ def thread_owner() -> str:
         _local.owner = owner
         _remember(owner, threading.current_thread())
     return owner
+
+
+def retire_thread_owner() -> None:
+    """The calling thread takes a new owner id from its next lock call on.
+
+    Holds left under the old id belong to nobody alive any more
+    (:func:`owner_alive` is false for it): the thread cannot re-enter them.
+    """
+    owner: str | None = getattr(_local, "owner", None)
+    if owner is not None:
+        _local.owner = None
+        _subjects.pop(owner, None)
 
 
 def task_owner() -> str:

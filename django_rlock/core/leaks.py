@@ -21,8 +21,14 @@ Now:
 With ``release_leaked`` false the hold is only reported and left to expire
 (within the watchdog timeout, as if its process had died).
 
-The Django face adds a third finder: holds a request took and did not give
-back by the time it finished (:mod:`django_rlock.requests`).
+A third finder is the end of a unit of work on a thread that lives on: a
+request (:mod:`django_rlock.requests`) or a Celery task run
+(:mod:`celery_rlock.worker`) calls :func:`work_started` and :func:`work_ended`,
+and the holds the thread took in between and still has are leaked. They are
+given back at once, so the thread's next request or task (same thread, same
+owner id) can never re-enter them; when they are only reported
+(``release_leaked`` false), the thread takes a new owner id instead, if it
+holds nothing older, and the next unit of work waits for them like anyone else.
 """
 
 from __future__ import annotations
@@ -30,12 +36,52 @@ from __future__ import annotations
 import logging
 import threading
 
-from django_rlock.core import identity
+from django_rlock.core import clock, identity
 from django_rlock.core.hold import Hold, HoldRegistry, registries
 
-__all__ = ["give_back", "thread_gone"]
+__all__ = ["give_back", "thread_gone", "work_ended", "work_started"]
 
 logger = logging.getLogger("django_rlock.lock")
+
+# Per thread: when each unit of work under way began (nested: a stack).
+_work = threading.local()
+
+
+def work_started() -> None:
+    """The calling thread begins a unit of work whose holds must end with it."""
+    stack: list[float] | None = getattr(_work, "started", None)
+    if stack is None:
+        stack = _work.started = []
+    stack.append(clock.monotonic())
+
+
+def work_ended(what: str) -> None:
+    """The unit of work the calling thread began last has ended: what it kept is leaked.
+
+    ``what`` names it in the report ("request", "task run"). Each watchdog hold
+    the thread took since :func:`work_started` and still has is reported and,
+    with the registry's ``release_leaked``, given back.
+    """
+    stack: list[float] | None = getattr(_work, "started", None)
+    if not stack:
+        return  # a unit of work this module did not see begin
+    since = stack.pop()
+    owner = identity.thread_owner()
+    reason = f"the {what} that took it ended without releasing it"
+    kept = False
+    for registry in registries():
+        for hold in registry.holds_owned_by(owner):
+            if hold.acquired_at < since or not registry.report_leaked(hold, reason):
+                continue
+            if registry.release_leaked:
+                give_back(hold)
+            else:
+                kept = True
+    older = (hold for registry in registries() for hold in registry.holds_owned_by(owner))
+    if kept and all(hold.leaked for hold in older):
+        # Only reported, the holds are still this owner's on the server: under a
+        # new owner id the thread's next unit of work cannot re-enter them.
+        identity.retire_thread_owner()
 
 
 def thread_gone(registry: HoldRegistry, hold: Hold) -> None:

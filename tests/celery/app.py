@@ -278,3 +278,28 @@ def record_django_lock_signals(**kwargs: Any) -> None:
 def tenant_call(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
     """Holds one of the tenant's 3 permits while it runs."""
     return work(self, run, hold, gate)
+
+
+# -- a task body that keeps its lock (tests/celery/test_leaks.py) ------------------------
+
+
+@app.task(bind=True)
+def leaky_body(self: Task, run: str) -> bool:
+    """Takes lock ``leak:<run>`` (watchdog) and ends without releasing it."""
+    from celery_rlock.conf import get_lock  # noqa: PLC0415 -- the worker's own lock source
+
+    return get_lock(app, "default", f"leak:{run}").acquire(blocking=False)
+
+
+@app.task(bind=True)
+def reenter_probe(self: Task, run: str) -> dict[str, Any]:
+    """The next task on the child: takes ``leak:<run>`` and gives it back, reporting how."""
+    from celery_rlock.conf import get_lock  # noqa: PLC0415
+
+    lock = get_lock(app, "default", f"leak:{run}")
+    took = lock.acquire(blocking=False)
+    seen = {"took": took, "hold_count": lock.hold_count() if took else 0}
+    if took:
+        lock.release()
+    seen["locked_after_release"] = lock.locked()
+    return seen

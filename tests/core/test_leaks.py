@@ -13,7 +13,7 @@ import time
 
 import redis
 
-from django_rlock.core import LockClient
+from django_rlock.core import LockClient, leaks
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.core.hold import Hold
 
@@ -104,3 +104,30 @@ def test_a_lease_hold_left_by_its_thread_runs_to_its_lease(redis_url: str, r: re
         assert r.exists(lock.keys.hash)
         assert leaks == []
         watched.release()
+
+
+def test_a_unit_of_works_kept_hold_is_not_reentered_by_the_next(redis_url: str) -> None:
+    # A worker thread serves one request or task after another under one owner
+    # id: what one left must not pass to the next as a re-entry.
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        client.holds.release_leaked = False  # reported only: it stays on the server
+        lock = client.lock("kept")
+        leaks.work_started()
+        assert lock.acquire()
+        leaks.work_ended("request")
+        assert lock.locked()  # left to expire, not given back...
+        assert not lock.acquire(blocking=False)  # ...and not this thread's any more
+        assert lock.acquire(timeout=2 * TIMEOUT)  # free once it expired, unrenewed
+        lock.release()
+
+
+def test_holds_taken_before_the_unit_of_work_are_not_its(redis_url: str) -> None:
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        outer = client.lock("outer")
+        assert outer.acquire()
+        leaks.work_started()
+        inner = client.lock("inner")
+        assert inner.acquire()
+        leaks.work_ended("task run")
+        assert outer.owned() and not inner.locked()
+        outer.release()

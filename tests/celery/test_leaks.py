@@ -1,0 +1,36 @@
+"""A task body's leaked hold ends with its run (the work scope of core/leaks.py).
+
+Before, a body that acquired and never released left the hold to the worker
+child's thread: renewed for the child's life, and "re-entered" by the next task
+on that child (hold count 2, no wait), whose own release then left it held.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from tests.celery import app as test_app
+from tests.celery.conftest import lock_key
+from tests.celery.workers import Worker
+
+HANG = 30.0
+
+
+@pytest.fixture
+def child(broker_url: str, run: str) -> Worker:
+    """A worker of one child on a queue of its own: consecutive tasks share that child."""
+    with Worker(broker_url, concurrency=1, queue=f"leaks-{run}") as own:
+        yield own
+
+
+def test_a_leaked_hold_is_released_as_the_run_ends_and_never_reentered(
+    child: Worker, run: str, store: redis.Redis
+) -> None:
+    queue = f"leaks-{run}"
+    assert test_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
+    # Given back as the run ended: free now, not a watchdog timeout (or a child's life) later.
+    assert not store.exists(lock_key(f"leak:{run}"))
+    seen = test_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
+    assert seen == {"took": True, "hold_count": 1, "locked_after_release": False}
+    assert "leaked" in child.log.read_text()
