@@ -7,6 +7,8 @@ on that child (hold count 2, no wait), whose own release then left it held.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import redis
 
@@ -18,7 +20,7 @@ HANG = 30.0
 
 
 @pytest.fixture
-def child(broker_url: str, run: str) -> Worker:
+def child(broker_url: str, run: str) -> Iterator[Worker]:
     """A worker of one child on a queue of its own: consecutive tasks share that child."""
     with Worker(broker_url, concurrency=1, queue=f"leaks-{run}") as own:
         yield own
