@@ -15,13 +15,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, Unpack
 
 from django_rlock import conf
 from django_rlock.aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
 from django_rlock.aliaslocks import AliasLock
 from django_rlock.aliassemaphores import AliasSemaphore
 from django_rlock.core import forking
+from django_rlock.core.lock import LockOptions
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.holdtimes import HoldTimes
 from django_rlock.reporting import Reporter
@@ -169,49 +170,25 @@ class BaseLockBackend(ABC):
         conf.check_options(self.alias, self.options, accepted, what)
 
     @abstractmethod
-    def lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasLock:
+    def lock(self, name: str, **options: Unpack[LockOptions]) -> AliasLock:
         """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
 
-        ``timeout``, ``lease`` and ``blocking`` are the defaults ``with lock:``
-        uses. The lock sends the lock signals and writes the slow-lock log.
+        The keywords (:class:`~django_rlock.core.lock.LockOptions`: ``timeout``,
+        ``lease``, ``blocking``, ``max_hold``) are the defaults ``with lock:``
+        uses; a ``max_hold`` of None takes the alias's ``MAX_HOLD``. The lock
+        sends the lock signals and writes the slow-lock log. Every other kind's
+        factory below takes the same keywords.
         """
 
-    def async_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The lock ``name`` for asyncio code (``async with``), owned by the current task.
 
         This default enters and releases :meth:`lock` on a worker thread of its
         own; backends with a native asyncio lock return that instead.
         """
-        return ThreadOwnedLock(
-            self.lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
-        )
+        return ThreadOwnedLock(self.lock(name, **options))
 
-    def semaphore(
-        self,
-        name: str,
-        permits: int,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasSemaphore:
+    def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AliasSemaphore:
         """A semaphore of ``permits`` permits called ``name``, as :meth:`LockClient.semaphore`.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults ``with`` uses.
@@ -221,32 +198,11 @@ class BaseLockBackend(ABC):
             f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no semaphores"
         )
 
-    def async_semaphore(
-        self,
-        name: str,
-        permits: int,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
         """The semaphore ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
-        return ThreadOwnedLock(
-            self.semaphore(
-                name, permits, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        )
+        return ThreadOwnedLock(self.semaphore(name, permits, **options))
 
-    def fair_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasFairLock:
+    def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasFairLock:
         """A reentrant lock called ``name`` granted in arrival order (:meth:`LockClient.fair_lock`).
 
         The keywords are ``with``'s defaults, as for :meth:`lock`. A fair lock
@@ -257,29 +213,11 @@ class BaseLockBackend(ABC):
             f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no fair locks"
         )
 
-    def async_fair_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The fair lock ``name`` for asyncio code, as :meth:`async_lock` is the lock's."""
-        return ThreadOwnedLock(
-            self.fair_lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
-        )
+        return ThreadOwnedLock(self.fair_lock(name, **options))
 
-    def read_write_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasReadWriteLock:
+    def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasReadWriteLock:
         """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
 
         As :meth:`LockClient.read_write_lock`; the keywords are both sides'
@@ -291,13 +229,7 @@ class BaseLockBackend(ABC):
         )
 
     def async_read_write_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
+        self, name: str, **options: Unpack[LockOptions]
     ) -> AsyncReadWriteLock:
         """The read-write lock ``name`` for asyncio code: each side owned by the current task.
 
@@ -305,11 +237,7 @@ class BaseLockBackend(ABC):
         the task's own (as :meth:`async_lock` does); backends with a native
         asyncio engine return that instead.
         """
-        return ThreadOwnedReadWriteLock(
-            self.read_write_lock(
-                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        )
+        return ThreadOwnedReadWriteLock(self.read_write_lock(name, **options))
 
     @abstractmethod
     def names(self, pattern: str = "*") -> Iterator[str]:

@@ -23,7 +23,7 @@ first use and shared by every thread of the process.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import redis
 import redis.asyncio
@@ -58,6 +58,7 @@ from django_rlock.core.connection import (
     redact_url,
 )
 from django_rlock.core.holder import is_holder_field, read_holder
+from django_rlock.core.lock import LockOptions
 from django_rlock.core.names import LockKeys, check_name, escape
 from django_rlock.core.unavailable import reported_unavailable
 from django_rlock.eviction import maxmemory_policy as read_maxmemory_policy
@@ -180,191 +181,53 @@ class RedisLockBackend(BaseLockBackend):
         """How errors name this alias's server: the alias, and the URL without credentials."""
         return f"RLOCKS[{self.alias!r}] ({redact_url(self.location)})"
 
-    def lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasLock:
+    def lock(self, name: str, **options: Unpack[LockOptions]) -> AliasLock:
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
-        return AliasLock(
-            self.client,
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+        return AliasLock(self.client, check_name(name), self, **options)
 
-    def async_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
-            return super().async_lock(
-                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        return AsyncAliasLock(
-            self._async_client(),
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+            return super().async_lock(name, **options)
+        return AsyncAliasLock(self._async_client(), check_name(name), self, **options)
 
-    def semaphore(
-        self,
-        name: str,
-        permits: int,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasSemaphore:
+    def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AliasSemaphore:
         """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
-        return AliasSemaphore(
-            self.client,
-            check_name(name),
-            permits,
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+        return AliasSemaphore(self.client, check_name(name), permits, self, **options)
 
-    def async_semaphore(
-        self,
-        name: str,
-        permits: int,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`semaphore`, owned by the current task (no thread hop)."""
         if not self._native_async():
-            return super().async_semaphore(
-                name, permits, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        return AsyncAliasSemaphore(
-            self._async_client(),
-            check_name(name),
-            permits,
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+            return super().async_semaphore(name, permits, **options)
+        return AsyncAliasSemaphore(self._async_client(), check_name(name), permits, self, **options)
 
-    def fair_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasFairLock:
+    def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasFairLock:
         """A Redis lock called ``name``, granted in arrival order (see BaseLockBackend).
 
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
-        return AliasFairLock(
-            self.client,
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+        return AliasFairLock(self.client, check_name(name), self, **options)
 
-    def async_fair_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AsyncLock:
+    def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`fair_lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
-            return super().async_fair_lock(
-                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        return AsyncAliasFairLock(
-            self._async_client(),
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+            return super().async_fair_lock(name, **options)
+        return AsyncAliasFairLock(self._async_client(), check_name(name), self, **options)
 
-    def read_write_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
-    ) -> AliasReadWriteLock:
+    def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasReadWriteLock:
         """A Redis read-write lock called ``name`` (see :meth:`BaseLockBackend.read_write_lock`).
 
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
-        return AliasReadWriteLock(
-            self.client,
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+        return AliasReadWriteLock(self.client, check_name(name), self, **options)
 
     def async_read_write_lock(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        lease: float | None = None,
-        blocking: bool = True,
-        max_hold: float | None = None,
+        self, name: str, **options: Unpack[LockOptions]
     ) -> AsyncReadWriteLock:
         """The asyncio twin of :meth:`read_write_lock`, each side owned by the current task."""
         if not self._native_async():
-            return super().async_read_write_lock(
-                name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
-            )
-        return AsyncAliasReadWriteLock(
-            self._async_client(),
-            check_name(name),
-            self,
-            timeout=timeout,
-            lease=lease,
-            blocking=blocking,
-            max_hold=max_hold,
-        )
+            return super().async_read_write_lock(name, **options)
+        return AsyncAliasReadWriteLock(self._async_client(), check_name(name), self, **options)
 
     def _native_async(self) -> bool:
         """Whether this alias has the asyncio engine (if not: a lock on a worker thread)."""
