@@ -73,13 +73,7 @@ class AliasFairLock(AsyncWithTwin, FairLock):
         self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
-        return self.backend.async_fair_lock(
-            self.name,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-            max_hold=self.max_hold,
-        )
+        return self.backend.async_fair_lock(self.name, **self._defaults())
 
 
 class AsyncAliasFairLock(AliasAttached, AsyncFairLock):
@@ -113,13 +107,7 @@ class AliasReadLock(AsyncWithTwin, ReadLock):
         self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
-        return self.backend.async_read_write_lock(
-            self.name,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-            max_hold=self.max_hold,
-        ).read
+        return self.backend.async_read_write_lock(self.name, **self._defaults()).read
 
 
 class AliasWriteLock(AsyncWithTwin, WriteLock):
@@ -139,13 +127,7 @@ class AliasWriteLock(AsyncWithTwin, WriteLock):
         self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
-        return self.backend.async_read_write_lock(
-            self.name,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-            max_hold=self.max_hold,
-        ).write
+        return self.backend.async_read_write_lock(self.name, **self._defaults()).write
 
 
 class AliasReadWriteLock(ReadWriteBase):

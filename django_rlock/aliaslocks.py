@@ -85,6 +85,13 @@ class AsyncWithTwin(AliasAttached):
         """The backend's asyncio lock of the same name and ``with`` defaults."""
         raise NotImplementedError
 
+    def _defaults(self) -> LockOptions:
+        """The lock's ``with`` defaults, for its asyncio twin."""
+        lock = cast(RLock, self)  # mixed into RLock subclasses only
+        return LockOptions(
+            timeout=lock.timeout, lease=lock.lease, blocking=lock.blocking, max_hold=lock.max_hold
+        )
+
     async def __aenter__(self) -> AsyncLock:
         twin = self._async_twin()
         if isinstance(twin, AliasAttached) and twin.location is None:
@@ -144,13 +151,7 @@ class AliasLock(AsyncWithTwin, RLock):
         self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
-        return self.backend.async_lock(
-            self.name,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-            max_hold=self.max_hold,
-        )
+        return self.backend.async_lock(self.name, **self._defaults())
 
 
 class AsyncAliasLock(AliasAttached, AsyncRLock):

@@ -50,14 +50,7 @@ class AliasSemaphore(AsyncWithTwin, Semaphore):
         self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
-        return self.backend.async_semaphore(
-            self.name,
-            self.permits,
-            timeout=self.timeout,
-            lease=self.lease,
-            blocking=self.blocking,
-            max_hold=self.max_hold,
-        )
+        return self.backend.async_semaphore(self.name, self.permits, **self._defaults())
 
 
 class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
