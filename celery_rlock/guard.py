@@ -22,7 +22,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypedDict, TypeVar, get_args
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    NoReturn,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+    get_args,
+)
 
 from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
@@ -42,6 +52,7 @@ from django_rlock.core.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock.responses import UNAVAILABLE_RETRY_AFTER
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -230,12 +241,15 @@ def run_locked(
     task: Any,
     body: Callable[[], _R],
     once_lease: float | None = None,
+    once_queued: bool = False,
 ) -> _R | SkippedResult:
     """Run ``body()`` holding the lock ``options`` builds from ``func(*args, **kwargs)``.
 
     ``task`` is the running Task (None when the function is called outside
     one: then "retry" and "wait" raise LockTimeout instead of re-queueing).
-    With ``once_lease``, the task's ``once`` marker follows the run.
+    With ``once_lease``, the task's ``once`` marker follows the run
+    (``once_queued``: the marker of ``once="queued"``). A lock server that
+    cannot be reached is handled by ``on_unavailable`` (see :func:`_unavailable`).
     """
     name = build_key(options.key, func, args, kwargs)
     lock = get_lock(
@@ -256,12 +270,10 @@ def run_locked(
         task_id = request.id
     marker = None
     if once_lease is not None and task_id is not None:
-        marker = OnceMarker(lock, task.name, once_lease)
+        marker = OnceMarker(lock, task.name, once_lease, queued_only=once_queued)
 
     started = time.monotonic()
-    # Operators see which task holds it (rlock inspect, the admin).
-    with holder_details(task_id=task_id or "", task_name=getattr(task, "name", None) or ""):
-        acquired = lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
+    acquired = _acquire(lock, options, task, request, marker=marker)
     waited = time.monotonic() - started
     if not acquired:
         ending: BaseException | None = None
@@ -332,6 +344,82 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
     raise task.retry(exc=error, countdown=countdown)
 
 
+def _acquire(
+    lock: RLock,
+    options: LockOptions,
+    task: Any,
+    request: Any,
+    *,
+    marker: OnceMarker | None,
+) -> bool:
+    """Take the run's lock within ``options.wait``; ``on_unavailable`` when its server is down.
+
+    ``request`` is the run's own request (None outside a task).
+    """
+    task_id = request.id if request is not None and not request.called_directly else None
+    try:
+        # Operators see which task holds it (rlock inspect, the admin).
+        with holder_details(task_id=task_id or "", task_name=getattr(task, "name", None) or ""):
+            return lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
+    except LockUnavailableError as error:
+        try:
+            _unavailable(task, request, options, error)
+        except BaseException as ending:
+            _end_marker(marker, task_id, ending)
+            raise
+
+
+def _unavailable(
+    task: Any, request: Any, options: LockOptions, error: LockUnavailableError
+) -> NoReturn:
+    """Apply ``on_unavailable`` to a run whose lock server could not be reached.
+
+    ``"retry"`` re-queues the task after :func:`unavailable_countdown`
+    (``max_retries`` applies: past it, ``error`` itself is raised);
+    ``"fail"``, and a call outside a worker run, raise ``error``. Either way
+    what is raised or logged is the LockUnavailableError naming the server.
+    """
+    if options.on_unavailable == "fail" or request is None or request.called_directly:
+        logger.warning("%s: failing", error)
+        raise error
+    countdown = unavailable_countdown(task)
+    logger.warning("%s: retrying in %.3fs", error, countdown)
+    # retry() raises Retry, or `error` itself once max_retries is exhausted.
+    raise task.retry(exc=error, countdown=countdown)
+
+
+def unavailable_countdown(task: Any) -> float:
+    """Seconds before retrying a run whose lock server could not be reached.
+
+    Celery's exponential back-off when the task asks for it (``retry_backoff``,
+    ``retry_backoff_max``, ``retry_jitter``), else
+    :data:`~django_rlock.responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
+    of a view in the same outage (``default_retry_delay``, three minutes
+    unless set, would leave the work waiting long after a short outage).
+    """
+    backoff = celery_backoff(task)
+    return float(UNAVAILABLE_RETRY_AFTER) if backoff is None else backoff
+
+
+def celery_backoff(task: Any) -> float | None:
+    """The exponential back-off Celery would use for this retry of ``task``.
+
+    None unless the task sets ``retry_backoff`` (``retry_backoff_max``,
+    ``retry_jitter`` and the run's retry count apply as in Celery's autoretry).
+    """
+    backoff = getattr(task, "retry_backoff", False)
+    if not backoff:
+        return None
+    return float(
+        get_exponential_backoff_interval(
+            factor=int(max(1.0, float(backoff))),
+            retries=task.request.retries,
+            maximum=int(getattr(task, "retry_backoff_max", 600)),
+            full_jitter=bool(getattr(task, "retry_jitter", True)),
+        )
+    )
+
+
 def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     """Seconds before a busy run's retry: when its lock is likely free.
 
@@ -346,18 +434,8 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     seconds = lock_retry_after(lock, lease_left)
     if seconds is None:  # a lock of no alias: no hold history to go by
         seconds = 0.0 if lease_left is None else lease_left
-    backoff = getattr(task, "retry_backoff", False)
-    if backoff:
-        seconds = max(
-            seconds,
-            get_exponential_backoff_interval(
-                factor=int(max(1.0, float(backoff))),
-                retries=task.request.retries,
-                maximum=int(getattr(task, "retry_backoff_max", 600)),
-                full_jitter=bool(getattr(task, "retry_jitter", True)),
-            ),
-        )
-    return seconds
+    backoff = celery_backoff(task)
+    return seconds if backoff is None else max(seconds, backoff)
 
 
 def _release(held: TaskLock) -> None:
@@ -427,10 +505,17 @@ def _report_lost(
 def _end_marker(
     marker: OnceMarker | None, task_id: str | None, error: BaseException | None
 ) -> None:
-    """Move the ``once`` marker on at the end of a run that ended with ``error``."""
+    """Move the ``once`` marker on at the end of a run that ended with ``error``.
+
+    A marker that cannot be moved (its server is unreachable) is logged, never
+    put in place of the run's own outcome: it expires within ``once_lease``.
+    """
     if marker is None or task_id is None:
         return
-    if isinstance(error, Retry) or (isinstance(error, Reject) and error.requeue):
-        marker.requeued(task_id)
-    else:
-        marker.done(task_id)
+    try:
+        if isinstance(error, Retry) or (isinstance(error, Reject) and error.requeue):
+            marker.requeued(task_id)
+        else:
+            marker.done(task_id)
+    except LockUnavailableError as unreachable:
+        logger.warning("%s: it expires within its once_lease", unreachable)

@@ -16,6 +16,11 @@ The options are read once, when the task is bound to its app, and checked
 there: a bad template or option fails at import, i.e. at worker start.
 
 A task revoked (or expired) before it ran frees its ``once`` marker.
+
+``once="queued"`` pairs with an ``on_busy`` that runs the follow-up later
+(``"retry"``, the default, or ``"wait"``): a follow-up that is skipped or
+raises because the run it follows still holds the lock drops the change it
+was queued for.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from celery import Task
 from celery._state import _task_stack
 from celery.signals import task_revoked
 from celery.utils import uuid
+from celery.utils.log import get_task_logger
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.guard import (
@@ -40,6 +46,7 @@ from celery_rlock.guard import (
 )
 from celery_rlock.once import AlreadyQueued, OnceMarker
 from celery_rlock.worker import install
+from django_rlock.core.exceptions import LockUnavailableError
 from django_rlock.core.names import check_lease
 from django_rlock.keys import KeyTemplate, build_key
 
@@ -50,6 +57,8 @@ __all__ = ["DEFAULT_ONCE_LEASE", "LockedTask"]
 DEFAULT_ONCE_LEASE: Final = 3600.0
 
 OnDuplicate = Literal["raise", "return"]
+
+logger = get_task_logger("celery_rlock")
 
 
 class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Task is Any
@@ -94,7 +103,10 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     ``once``
         True: ``apply_async`` refuses an equal task (same name and lock key)
         while one is queued or running. ``"queued"``: only while one is
-        queued; a running one lets one follow-up be queued. ``once_lease`` (seconds, default one
+        queued (sent and not yet holding its lock): a running one lets one
+        follow-up be queued, so a change made during a run gets exactly one
+        more run, and a task may enqueue itself from its body (see
+        :mod:`celery_rlock.once`). ``once_lease`` (seconds, default one
         hour) bounds how long a marker can outlive a lost message;
         ``once_on_duplicate`` is ``"raise"`` (:class:`AlreadyQueued`, default)
         or ``"return"`` (the queued task's AsyncResult).
@@ -128,13 +140,16 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     def on_bound(cls, app: Any) -> None:
         """Check the lock options once the task has a name, a run and an app."""
         super().on_bound(app)
+        once = cls.once
+        if not (isinstance(once, bool) or once == "queued"):
+            raise ValueError(f"{cls.name}: once must be True, False or 'queued', got {once!r}")
         # Read through the class: a callable template stored as a class
         # attribute must not turn into a bound method.
         template = cls.__dict__.get("lock", cls.lock)
         template = getattr(template, "__func__", template)
         if template is None:
-            if cls.once:
-                raise ValueError(f"{cls.name}: once=True needs a lock key template (lock=...)")
+            if once:
+                raise ValueError(f"{cls.name}: once={once!r} needs a lock key template (lock=...)")
             cls.lock_options = None
             return
         cls.lock_options = LockOptions.build(
@@ -150,12 +165,12 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             done_ttl=cls.lock_done_ttl,
             on_unavailable=cls.on_unavailable,
         )
-        if cls.once and cls.lock_permits is not None:
+        if once and cls.lock_permits is not None:
             raise ValueError(
-                f"{cls.name}: once=True refuses an equal queued task, lock_permits lets "
+                f"{cls.name}: once={once!r} refuses an equal queued task, lock_permits lets "
                 "several run at once: use one or the other"
             )
-        if cls.once:
+        if once:
             check_lease(cls.once_lease)
             if cls.once_on_duplicate not in get_args(OnDuplicate):
                 raise ValueError(
@@ -195,6 +210,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             task=self,
             body=lambda: self.run(*args, **kwargs),
             once_lease=self.once_lease if self.once else None,
+            once_queued=self.once == "queued",
         )
 
     def apply_async(
@@ -205,8 +221,12 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         *posargs: Any,
         **options: Any,
     ) -> Any:
-        """Send the task; with ``once=True``, refuse a duplicate of a queued or running one."""
+        """Send the task; with ``once``, refuse a duplicate of a queued (or running) one."""
         if not self.once or self.lock_options is None:
+            return super().apply_async(args, kwargs, task_id, *posargs, **options)
+        if self.once == "queued" and self._is_own_retry(task_id):
+            # The running message going on (self.retry(), on_busy="retry"), not
+            # a new enqueue: never refused. The run's end moves the marker.
             return super().apply_async(args, kwargs, task_id, *posargs, **options)
         task_id = task_id or uuid()
         marker = self.once_marker(tuple(args or ()), dict(kwargs or {}))
@@ -214,8 +234,9 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         if existing is not None:
             if self.once_on_duplicate == "return":
                 return self.AsyncResult(existing)
+            state = "queued" if self.once == "queued" else "queued or running"
             raise AlreadyQueued(
-                f"{self.name}: an equal task ({existing}) is already queued or running "
+                f"{self.name}: an equal task ({existing}) is already {state} "
                 f"under lock {marker.lock.name!r}",
                 name=marker.lock.name,
                 task_id=existing,
@@ -226,14 +247,26 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
             marker.done(task_id)
             raise
 
+    def _is_own_retry(self, task_id: str | None) -> bool:
+        """Whether sending ``task_id`` re-sends the message this process is running."""
+        request = self.request_stack.top
+        return (
+            task_id is not None
+            and request is not None
+            and not request.called_directly
+            and request.id == task_id
+        )
+
     def once_marker(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> OnceMarker:
         """The ``once`` marker of a call with these arguments."""
         options = self.lock_options
         if options is None:
-            raise ValueError(f"{self.name}: once=True needs a lock key template (lock=...)")
+            raise ValueError(
+                f"{self.name}: once={self.once!r} needs a lock key template (lock=...)"
+            )
         name = build_key(options.key, self.run, args, kwargs)
         lock = get_lock(self._get_app(), options.using, name, lease=options.lease)
-        return OnceMarker(lock, self.name, self.once_lease)
+        return OnceMarker(lock, self.name, self.once_lease, queued_only=self.once == "queued")
 
 
 def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
@@ -242,7 +275,10 @@ def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> 
     # run that was terminated also lets its lock expire within the watchdog timeout.
     if not isinstance(sender, LockedTask) or not sender.once or request is None:
         return
-    sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
+    try:
+        sender.once_marker(tuple(request.args or ()), dict(request.kwargs or {})).done(request.id)
+    except LockUnavailableError as error:
+        logger.warning("%s: it expires within once_lease (%gs)", error, sender.once_lease)
 
 
 task_revoked.connect(_on_task_revoked, weak=False)

@@ -11,6 +11,8 @@ view can answer it with 400 (it usually comes from a URL).
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "InvalidLockNameError",
     "LockError",
@@ -36,11 +38,30 @@ class InvalidLockNameError(ValueError):
 
 
 class LockError(Exception):
-    """Base class of every run-time lock error; ``name`` is the lock's name."""
+    """Base class of every run-time lock error; ``name`` is the lock's name.
+
+    Every one pickles as itself, with its attributes: Celery stores a task's
+    exception pickled, and replaces one that does not round-trip by its first
+    base class that does (a LockUnavailableError, whose ``server`` is a
+    required keyword, was stored and logged as a plain LockError).
+    """
 
     def __init__(self, message: str, *, name: str | None = None) -> None:
         super().__init__(message)
         self.name = name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException's own rebuilds with cls(*args), which the required
+        # keywords of the subclasses (server=, required=, ...) refuse.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[LockError], args: tuple[Any, ...], state: dict[str, Any]) -> LockError:
+    """Unpickle a LockError: its args and attributes back, without calling ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class LockTimeout(LockError, TimeoutError):

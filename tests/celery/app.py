@@ -303,3 +303,61 @@ def reenter_probe(self: Task, run: str) -> dict[str, Any]:
         lock.release()
     seen["locked_after_release"] = lock.locked()
     return seen
+
+
+# -- once="queued", on_unavailable, lock_max_hold (issue 22) -----------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock="followup:{run}", once="queued", max_retries=100)
+def once_queued(self: Task, run: str, gate: bool = False, again: bool = False) -> Any:
+    """Dedup while queued only; with ``again``, enqueues itself once more from its body."""
+    started = work(self, run, 0.0, gate)
+    if again:
+        started["next"] = once_queued.delay(run).id
+    return started
+
+
+#: Retried every second while the lock server is down (back-off capped at 1 s).
+UNAVAILABLE_RETRY = {
+    "max_retries": 30,
+    "retry_backoff": 1,
+    "retry_backoff_max": 1,
+    "retry_jitter": False,
+}
+
+
+@app.task(bind=True, base=LockedTask, lock="unavailable:{run}", **UNAVAILABLE_RETRY)
+def unavailable_retry(self: Task, run: str) -> Any:
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, **UNAVAILABLE_RETRY)
+@locked("unavailable:{run}")
+def unavailable_decorated_retry(self: Task, run: str) -> Any:
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(
+    bind=True, base=LockedTask, lock="unavailable:{run}", **{**UNAVAILABLE_RETRY, "max_retries": 1}
+)
+def unavailable_retried_once(self: Task, run: str) -> Any:
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, base=LockedTask, lock="unavailable:{run}", on_unavailable="fail")
+def unavailable_fail(self: Task, run: str) -> Any:
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True)
+@locked("unavailable:{run}", on_unavailable="fail")
+def unavailable_decorated_fail(self: Task, run: str) -> Any:
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, base=LockedTask, lock="lost:{run}", on_busy="raise", lock_max_hold=1)
+def lost_past_max_hold(self: Task, run: str, hold: float) -> bool:
+    """Holds its lock ``hold`` seconds, past its max_hold of 1 s; was the hold lost by then?"""
+    work(self, run, hold, gate=False)
+    lost: bool = self.request.rlock.lost
+    return lost

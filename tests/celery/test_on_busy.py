@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from celery.result import AsyncResult
 
-from django_rlock.core import LockTimeout
+from django_rlock.core import LockClient, LockTimeout
 from tests.celery import app as test_app
 from tests.celery.conftest import (
     assert_no_overlap,
@@ -98,3 +100,52 @@ def test_a_task_sent_while_its_lock_is_held(
     }.get(mode)
     if verdict is not None:
         assert re.search(rf"lock 'crit:{run}' busy after waiting [0-9.]+s.*: {verdict}", log)
+
+
+# -- the countdown of a busy retry follows the holder's age, not its lease -------------
+
+#: The lease of the lock held elsewhere: what the countdown was before (about 28 s).
+HOLDER_LEASE = 30.0
+#: How long that lock has been held when the task finds it busy.
+HOLDER_AGE = 2.0
+
+
+@pytest.fixture(scope="module")
+def django_worker(broker_url: str) -> Iterator[tuple[Worker, str]]:
+    """A worker whose locks come from Django's RLOCKS, which keeps their hold times."""
+    queue = "busy-django"
+    env = {"DJANGO_SETTINGS_MODULE": "tests.celery.django_settings"}
+    with Worker(broker_url, env=env, queue=queue, concurrency=1) as worker:
+        yield worker, queue
+
+
+def test_a_busy_retry_comes_back_after_the_holders_age_not_its_lease(
+    django_worker: tuple[Worker, str], broker_url: str, run: str
+) -> None:
+    worker, queue = django_worker
+    name = f"crit:{run}"
+    # Another process holds the lock, with a long lease and no hold history.
+    client = LockClient(broker_url, key_prefix="djtest")  # tests/celery/django_settings.py
+    holder = client.lock(name)
+    try:
+        assert holder.acquire(lease=HOLDER_LEASE)
+        time.sleep(HOLDER_AGE)
+        result = test_app.critical_retry.apply_async((run,), queue=queue)
+        countdown = _retry_countdown(worker, name)
+        # About the holder's age so far (before b9e5590: its lease left, about 28 s).
+        assert HOLDER_AGE - 0.5 <= countdown < HOLDER_LEASE / 2
+        holder.release()
+        started = result.get(timeout=HOLDER_LEASE / 2)  # back well before the lease ended
+        assert started["retries"] == 1
+    finally:
+        client.close()
+
+
+def _retry_countdown(worker: Worker, name: str, timeout: float = 20.0) -> float:
+    """The countdown the worker logged for the busy lock ``name``."""
+    pattern = re.compile(rf"lock '{re.escape(name)}' busy after waiting .*: retrying in ([0-9.]+)s")
+    deadline = time.monotonic() + timeout
+    while (found := pattern.search(worker.output())) is None:
+        assert time.monotonic() < deadline, f"no busy retry of {name!r} logged"
+        time.sleep(0.02)
+    return float(found.group(1))

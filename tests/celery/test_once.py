@@ -1,4 +1,7 @@
-"""once=True: one equal task queued or running; never stuck after a crash or revoke."""
+"""once=True: one equal task queued or running; never stuck after a crash or revoke.
+
+once="queued": one equal task queued; a run in progress lets one follow-up be queued.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ import uuid
 
 import pytest
 import redis
+from celery import Celery
 from celery.result import AsyncResult
 
-from celery_rlock import AlreadyQueued
+from celery_rlock import AlreadyQueued, LockedTask
 from tests.celery import app as test_app
-from tests.celery.conftest import WATCHDOG_TIMEOUT, open_gate, wait_started
+from tests.celery.conftest import WATCHDOG_TIMEOUT, intervals, open_gate, wait_started
 from tests.celery.workers import Worker
 
 pytestmark = pytest.mark.slow
@@ -91,3 +95,59 @@ def test_revoking_a_queued_task_frees_its_marker(
         assert queued.state == "REVOKED"
     finally:
         control.cancel_consumer(parked, destination=[worker.nodename], reply=True, timeout=5)
+
+
+# -- once="queued": dedup while queued only ---------------------------------------------
+
+
+def test_queued_mode_runs_exactly_one_follow_up_of_a_run_in_progress(
+    worker: Worker, store: redis.Redis, run: str
+) -> None:
+    first = test_app.once_queued.delay(run, gate=True)
+    wait_started(store, run)  # the first run holds its lock: it is no longer queued
+    accepted, refused = [], []
+    for _ in range(3):  # three changes made while it runs
+        try:
+            accepted.append(test_app.once_queued.delay(run))
+        except AlreadyQueued as duplicate:
+            refused.append(duplicate.task_id)
+    assert len(accepted) == 1, "a run in progress must let one follow-up be queued"
+    follow_up = accepted[0]
+    assert refused == [follow_up.id, follow_up.id]
+    open_gate(store, run)
+    assert first.get(timeout=20)["id"] == first.id
+    assert follow_up.get(timeout=20)["id"] == follow_up.id
+    assert len(intervals(store, run)) == 2  # the run and its one follow-up
+    again = test_app.once_queued.delay(run)  # nothing queued any more
+    assert again.get(timeout=20)["id"] == again.id
+
+
+def test_queued_mode_lets_a_task_enqueue_itself_from_its_body(
+    worker: Worker, store: redis.Redis, run: str
+) -> None:
+    first = test_app.once_queued.delay(run, again=True)
+    follow_up = first.get(timeout=20)["next"]  # refused (AlreadyQueued) under once=True
+    assert test_app.once_queued.AsyncResult(follow_up).get(timeout=20)["id"] == follow_up
+    assert len(intervals(store, run)) == 2
+
+
+@pytest.mark.parametrize("once", ["always", 1, "True", None])
+def test_once_accepts_only_true_false_or_queued(once: object) -> None:
+    app = Celery("once-definition-test", set_as_current=False)
+
+    @app.task(base=LockedTask, shared=False, lock="o:{order_id}", once=once)  # type: ignore[untyped-decorator]
+    def pay(order_id: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"once must be True, False or 'queued', got"):
+        pay.name  # noqa: B018 -- evaluating the lazy task binds and checks it
+
+
+@pytest.mark.parametrize("once", [True, False, "queued"])
+def test_the_three_once_values_define_a_task(once: object) -> None:
+    app = Celery("once-definition-test", set_as_current=False)
+
+    @app.task(base=LockedTask, shared=False, lock="o:{order_id}", once=once)  # type: ignore[untyped-decorator]
+    def pay(order_id: int) -> None: ...
+
+    assert pay.name.endswith("pay")
+    assert pay.once == once
