@@ -102,7 +102,7 @@ def locked(
             task = get_current_task()
             if task is not None and _body_of(task) is not wrapper:
                 task = None  # called from inside some other task, not as this task's body
-            app = task._get_app() if task is not None else current_app
+            app = task._get_app() if task is not None else current_app._get_current_object()
             return run_locked(
                 options, func, args, kwargs, app=app, task=task, body=lambda: func(*args, **kwargs)
             )

@@ -30,12 +30,14 @@ import logging
 import math
 import statistics
 import threading
+import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from django_rlock.aliaslocks import AliasAttached
 from django_rlock.core import forking
 from django_rlock.core.aio.lock import AsyncRLock
+from django_rlock.core.holder import SINCE_FIELD
 from django_rlock.core.lock import RLock
 from django_rlock.core.names import LockKeys
 from django_rlock.threadowned import ThreadOwnedLock
@@ -108,17 +110,26 @@ class HoldTimes:
         ``lease_left`` (the holder's TTL: the lock is free by then at the
         latest) and at least :data:`MIN_RETRY_AFTER`.
         """
-        bound = lease_left if lease_left is not None and math.isfinite(lease_left) else None
-        estimate = self.typical(name, template)
-        if estimate is None and held_for is not None and math.isfinite(held_for):
-            # Held t so far: as likely to end within about t more as not
-            # (a 0.2 s hold does not make a client wait out a 30 s lease).
-            estimate = max(0.0, held_for)
-        if estimate is None:
-            seconds = bound if bound is not None else MIN_RETRY_AFTER
-        else:
-            seconds = estimate if bound is None else min(estimate, bound)
-        return max(MIN_RETRY_AFTER, seconds)
+        return back_off(self.typical(name, template), held_for, lease_left)
+
+
+def back_off(typical: float | None, held_for: float | None, lease_left: float | None) -> float:
+    """The rule: ``typical`` (a recent hold), else ``held_for``, else ``lease_left``; bounded.
+
+    See :meth:`HoldTimes.retry_after`; also used alone for a lock of no alias,
+    which has no hold history (``typical`` None).
+    """
+    bound = lease_left if lease_left is not None and math.isfinite(lease_left) else None
+    estimate = typical
+    if estimate is None and held_for is not None and math.isfinite(held_for):
+        # Held t so far: as likely to end within about t more as not
+        # (a 0.2 s hold does not make a client wait out a 30 s lease).
+        estimate = max(0.0, held_for)
+    if estimate is None:
+        seconds = bound if bound is not None else MIN_RETRY_AFTER
+    else:
+        seconds = estimate if bound is None else min(estimate, bound)
+    return max(MIN_RETRY_AFTER, seconds)
 
 
 def holder_held_for(backend: BaseLockBackend, name: str) -> float | None:
@@ -167,12 +178,35 @@ def retry_after(
 def lock_retry_after(lock: object, lease_left: float | None) -> float | None:
     """:func:`retry_after` for a lock a backend handed out (sync, asyncio or thread-run).
 
-    None for a lock of no alias (a bare engine lock has no hold history).
     The holder is read only for a plain lock, whose hash is the one
-    ``inspect(name)`` reads (a semaphore's or fair lock's holders live elsewhere).
+    ``inspect(name)`` reads (a semaphore's or fair lock's holders live
+    elsewhere). A plain engine lock of no alias (Celery without Django) has no
+    hold history: its holder's age alone, by :func:`back_off`. None for the
+    other kinds of no alias.
     """
     inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
-    if not (isinstance(inner, AliasAttached) and isinstance(inner, RLock | AsyncRLock)):
+    if not isinstance(inner, RLock | AsyncRLock):
         return None
     plain = inner.keys == LockKeys.build(inner.client.key_prefix, inner.name)
-    return retry_after(inner.backend, inner.name, inner.key_template, lease_left, read_holder=plain)
+    if isinstance(inner, AliasAttached):
+        return retry_after(
+            inner.backend, inner.name, inner.key_template, lease_left, read_holder=plain
+        )
+    if isinstance(inner, RLock) and plain:
+        # A lock of no alias (Celery without Django): no hold history, but its holder's age.
+        return back_off(None, _holder_age(inner), lease_left)
+    return None
+
+
+def _holder_age(lock: RLock) -> float | None:
+    """Seconds the holder of a bare lock has held it (0.0: free by now); None when unknown."""
+    try:
+        since = lock.client.redis.hget(lock.keys.hash, SINCE_FIELD)
+    except Exception as error:  # noqa: BLE001 -- a hint must never fail what it refines
+        logger.debug("could not read the holder of lock %r: %s", lock.name, error)
+        return None
+    if since is None:
+        return 0.0  # released since the caller was turned away: retry soon
+    # The grant's time is the server's clock; compared with this machine's, as
+    # LockInfo.held_for() does.
+    return max(0.0, time.time() - int(since) / 1000)

@@ -93,10 +93,11 @@ class LockUnavailableError(LockError, ConnectionError):
     call (acquire, release, inspection). ``server`` names the server as the
     message does: the Django alias, or the URL without its credentials. Whether
     a call whose reply never came ran on the server is unknown; retrying it is
-    safe (see docs/failure-modes.md).
+    safe (see docs/failure-modes.md). ``server`` is None only for an error
+    rebuilt from its message alone (Celery's JSON result backend does that).
     """
 
-    def __init__(self, message: str, *, name: str | None = None, server: str) -> None:
+    def __init__(self, message: str, *, name: str | None = None, server: str | None = None) -> None:
         super().__init__(message, name=name)
         self.server = server
 

@@ -4,6 +4,7 @@ far), never the holder's whole lease, from the first request on."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from celery_rlock.guard import retry_countdown
+from django_rlock.core import LockClient
 from django_rlock.core.holder import SINCE_FIELD
 from django_rlock.core.names import LockKeys
 from django_rlock.handler import locks
@@ -179,3 +181,17 @@ def test_hold_times_forget_the_least_recent_names(extra: int) -> None:
     for index in range(NAMES - 1 + extra):
         times.observe(f"name:{index}", None, 1.0)
     assert times.typical("first", None) is None
+
+
+def test_a_lock_of_no_alias_asks_for_its_holders_age(redis_url: str, r: redis.Redis) -> None:
+    # Celery without Django locks through a bare LockClient: no hold history,
+    # but the holder's age still beats its 30 s lease.
+    with LockClient(redis_url, key_prefix="t") as client:
+        holder = threading.Thread(target=lambda: client.lock("bare:1").acquire(lease=30))
+        holder.start()
+        holder.join(10)
+        set_at = _held_since(r, "bare:1", 3.0)
+        seconds = lock_retry_after(client.lock("bare:1"), 29.0)
+        assert seconds is not None
+        assert 3.0 <= seconds <= 3.05 + (time.time() - set_at)
+        assert lock_retry_after(client.lock("bare:free"), 29.0) == 1.0  # free by now
