@@ -29,3 +29,10 @@ def test_a_lock_error_round_trips_through_pickle(error: LockError) -> None:
     assert type(copy) is type(error)
     assert copy.args == error.args
     assert vars(copy) == vars(error)
+
+
+def test_an_unavailable_error_rebuilds_from_its_message_alone() -> None:
+    # Celery's JSON result backend rebuilds an exception as cls(message).
+    error = LockUnavailableError("RLOCKS['default'] unreachable")
+    assert str(error) == "RLOCKS['default'] unreachable"
+    assert error.server is None
