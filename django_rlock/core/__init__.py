@@ -29,6 +29,7 @@ from django_rlock.core.exceptions import (
     LockUpgradeError,
 )
 from django_rlock.core.fairlock import FairLock
+from django_rlock.core.leader import Term
 from django_rlock.core.lock import RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.rwlock import ReadLock, ReadWriteLock, WriteLock
@@ -52,5 +53,6 @@ __all__ = [
     "ReadWriteLock",
     "RedLock",
     "Semaphore",
+    "Term",
     "WriteLock",
 ]

@@ -51,6 +51,7 @@ from django_rlock.core.exceptions import LockNotReplicatedError
 from django_rlock.core.fairlock import FairLock
 from django_rlock.core.fairlock_scripts import FairScripts
 from django_rlock.core.hold import Hold, HoldRegistry
+from django_rlock.core.leader import Leadership
 from django_rlock.core.lock import LockBase, RLock
 from django_rlock.core.multilock import MultiLock, RedLock
 from django_rlock.core.names import (
@@ -273,6 +274,16 @@ class LockClient:
             blocking=blocking,
             max_hold=max_hold,
         )
+
+    def leader(self, name: str, *, timeout: float | None = None) -> Leadership:
+        """Leader election ``name``: ``with client.leader(name) as term:`` leads, one at a time.
+
+        The block waits until this thread is elected (at most ``timeout``
+        seconds, None: as long as it takes; then LockTimeout) and runs as the
+        leader; ``term.token`` fences what it writes, ``term.lost`` and
+        ``term.on_lost`` tell it to step down. See :mod:`django_rlock.core.leader`.
+        """
+        return Leadership(name, lambda: self.lock(name), timeout=timeout)
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""

@@ -8,6 +8,9 @@ server's clock at the grant.
 
 Upper layers add what only they know with :func:`holder_details` (Celery's task
 id and name); it follows the current thread or asyncio task (a context variable).
+A ``role`` detail says what the hold is for: an elected leader's lock
+(:mod:`django_rlock.core.leader`) reads ``"MainThread (leader)"`` as its thread,
+so ``manage.py rlock list`` and the admin show who leads each election.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ _HOST = socket.gethostname()
 
 @contextmanager
 def holder_details(**details: str) -> Iterator[None]:
-    """Add ``details`` (``task_id=``, ``task_name=``) to the locks taken inside the block."""
+    """Add ``details`` (``task_id=``, ``task_name=``, ``role=``) to the locks taken in the block."""
     token = _details.set({**(_details.get() or {}), **details})
     try:
         yield
@@ -61,17 +64,25 @@ def describe() -> str:
     task = _current_task()
     name = task.get_name() if task is not None else threading.current_thread().name
     details = _details.get() or {}
-    return _encoded(os.getpid(), name, details.get("task_id", ""), details.get("task_name", ""))
+    return _encoded(
+        os.getpid(),
+        name,
+        details.get("task_id", ""),
+        details.get("task_name", ""),
+        details.get("role", ""),
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _encoded(pid: int, thread: str, task_id: str, task_name: str) -> str:
+def _encoded(pid: int, thread: str, task_id: str, task_name: str, role: str) -> str:
     # Cached: a thread takes many locks under one description.
     description = {"host": _HOST, "pid": pid, "thread": thread}
     if task_id:
         description["task_id"] = task_id
     if task_name:
         description["task_name"] = task_name
+    if role:
+        description["role"] = role
     return json.dumps(description, separators=(",", ":"))
 
 
@@ -85,6 +96,10 @@ def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
     except ValueError:
         return None
     holder: dict[str, Any] = {key: stored.get(key) for key in HOLDER_KEYS}
+    role = stored.get("role")
+    if role:
+        # Shown with the thread: the operator's keys stay the documented six.
+        holder["thread"] = f"{holder['thread']} ({role})"
     since = fields.get(SINCE_FIELD)
     if since is not None and since.isdigit():
         holder["acquired_at"] = datetime.fromtimestamp(int(since) / 1000, UTC).isoformat()

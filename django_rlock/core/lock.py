@@ -474,14 +474,24 @@ class LockBase:
         return None if hold is None else hold.token
 
     def _holds_lost(self, owner: str) -> bool:
-        """Whether any hold of ``owner`` is lost, declaring those whose deadline passed."""
+        """Whether ``owner``'s current hold is lost, declaring those whose deadline passed.
+
+        The current hold is the newest. A fresh grant after a loss is a new
+        term: it is not lost, even while the lost hold below it still waits
+        for its owner's release (which raises LockLostError); the acquire that
+        made it took that hold off the server first (see :mod:`~django_rlock.core.lostholds`).
+        """
+        return self._current_lost(owner) is True
+
+    def _current_lost(self, owner: str) -> bool | None:
+        """Whether ``owner``'s newest hold is lost; None when it has no hold here."""
         registry = self._registry
         stack = registry.holds_of(self.hold_keys(owner)[0], owner)
         now = clock.monotonic()
         for hold in stack:
             if not hold.lost and now >= hold.deadline:
                 registry.declare_lost(hold, "its deadline passed without a renewal")
-        return any(hold.lost for hold in stack)
+        return stack[-1].lost if stack else None
 
 
 class RLock(LockBase):
@@ -705,13 +715,20 @@ class RLock(LockBase):
 
     @property
     def lost(self) -> bool:
-        """True when a hold the calling thread took through this lock was lost.
+        """True when the calling thread's current hold on this lock was lost.
 
         A hold is lost when its key expired or another owner took it, as seen by
         the watchdog, by a release, or by its local deadline passing (a pause
-        longer than the lease). Stays true until this thread acquires again.
+        longer than the lease). After the lost hold is released (which raises
+        LockLostError) it stays true until this thread acquires again. A new
+        grant clears it at once, released or not: the thread then holds a
+        fresh hold with a higher token (its newest hold is what ``lost`` and
+        ``token`` speak of; releasing that one shows the lost hold below again).
         """
-        return self._holds_lost(thread_owner()) or getattr(self._local, "lost", False)
+        current = self._current_lost(thread_owner())
+        if current is not None:
+            return current
+        return bool(getattr(self._local, "lost", False))
 
     def on_lost(self, callback: Callable[[RLock], object]) -> None:
         """Call ``callback(self)`` when a hold taken through this lock is lost.

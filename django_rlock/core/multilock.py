@@ -309,14 +309,16 @@ class _GroupLock:
 
     @property
     def lost(self) -> bool:
-        """True when the calling thread's hold on this lock was lost.
+        """True when the calling thread's current (newest) hold on this lock was lost.
 
-        Stays true after the lost hold is released, until this thread acquires again.
+        Stays true after the lost hold is released, until this thread acquires
+        again; a new grant clears it at once, whether the lost hold was
+        released or not (as :attr:`RLock.lost <django_rlock.core.RLock.lost>`).
         """
         stack = self._stack()
         if not stack:
             return bool(getattr(self._local, "lost", False))
-        return any(self._is_lost(acquisition) for acquisition in stack)
+        return self._is_lost(stack[-1])
 
     def _is_lost(self, acquisition: _Acquisition) -> bool:
         alive = 0

@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from django_rlock.core.aio.connection import connect_async, sync_twin
 from django_rlock.core.aio.fairlock import AsyncFairLock
+from django_rlock.core.aio.leader import AsyncLeadership
 from django_rlock.core.aio.lock import AsyncRLock
 from django_rlock.core.aio.rwlock import AsyncReadWriteLock
 from django_rlock.core.aio.semaphore import AsyncSemaphore
@@ -100,6 +101,14 @@ class AsyncLockClient:
     def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncSemaphore:
         """An async semaphore of ``permits`` permits; see :meth:`LockClient.semaphore`."""
         return AsyncSemaphore(self, check_name(name), permits, **options)
+
+    def leader(self, name: str, *, timeout: float | None = None) -> AsyncLeadership:
+        """Leader election ``name`` for asyncio: ``async with client.leader(name) as term:``.
+
+        The twin of :meth:`LockClient.leader`: the current task is the
+        candidate, and the leader while the block runs.
+        """
+        return AsyncLeadership(name, lambda: self.lock(name), timeout=timeout)
 
     async def __aenter__(self) -> AsyncLockClient:
         return self

@@ -251,10 +251,15 @@ class AsyncRLock(LockBase):
 
     @property
     def lost(self) -> bool:
-        """True when a hold the current task took through this lock was lost (see RLock.lost)."""
+        """True when the current task's current hold on this lock was lost (see RLock.lost).
+
+        A new grant clears it at once, whether the lost hold was released or not.
+        """
+        current = self._current_lost(task_owner())
+        if current is not None:
+            return current
         task = asyncio.current_task()
-        flagged = task is not None and self._lost_tasks.get(task, False)
-        return self._holds_lost(task_owner()) or flagged
+        return task is not None and self._lost_tasks.get(task, False)
 
     def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
         """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
