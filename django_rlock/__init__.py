@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         LockUpgradeError,
     )
     from django_rlock.handler import locks
+    from django_rlock.leaders import leader
     from django_rlock.shortcuts import rlock, semaphore
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "leader",
     "locked",
     "locks",
     "rlock",
@@ -71,6 +73,7 @@ _LAZY = {
     "LockSettingError": "django_rlock.exceptions",
     "LockTimeout": "django_rlock.exceptions",
     "LockUnavailableError": "django_rlock.exceptions",
+    "leader": "django_rlock.leaders",
     "locked": "django_rlock.decorators",
     "locks": "django_rlock.handler",
     "rlock": "django_rlock.shortcuts",
