@@ -44,7 +44,10 @@ class AliasLeadership(Leadership, AsyncLeadership):
         return f"<AliasLeadership {self.name!r} using={self.backend.alias!r}>"
 
     def _election_lock(self) -> RLock:
-        return self.backend.lock(self.name)
+        lock = self.backend.lock(self.name)
+        # The alias's MAX_HOLD bounds work, not office: a term lasts as long as its leader.
+        lock.max_hold = None
+        return lock
 
     def _async_election_lock(self) -> AsyncRLock:
         lock = self.backend.async_lock(self.name)
@@ -55,6 +58,7 @@ class AliasLeadership(Leadership, AsyncLeadership):
                 "MIN_REPLICAS): use a sync `with leader(...)` on a thread that lives for "
                 "the whole term"
             )
+        lock.max_hold = None  # as for the sync election
         return lock
 
 

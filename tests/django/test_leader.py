@@ -15,7 +15,7 @@ import redis
 from django.core.management import call_command
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from django_rlock import LockTimeout, leader, locks
+from django_rlock import LockLostError, LockTimeout, leader, locks
 from django_rlock.core import Term
 from django_rlock.exceptions import InvalidLockBackendError, InvalidLockNameError
 
@@ -128,3 +128,27 @@ def test_bad_arguments_are_clear_errors(settings: SettingsWrapper, redis_url: st
 
     with pytest.raises(NotImplementedError, match="needs the asyncio engine"):
         asyncio.run(in_async_code())
+
+
+def test_an_alias_max_hold_bounds_locks_but_not_terms(settings: SettingsWrapper) -> None:
+    settings.RLOCKS = {**settings.RLOCKS}
+    settings.RLOCKS["default"] = {
+        **settings.RLOCKS["default"],
+        "WATCHDOG_TIMEOUT": 1,
+        "MAX_HOLD": 0.4,
+    }
+    work = locks["default"].lock("work")
+    plain_lost = threading.Event()
+    work.on_lost(lambda _lock: plain_lost.set())
+
+    async def async_term() -> bool:
+        async with leader("async-office") as term:
+            await asyncio.sleep(1.2)
+            return term.lost
+
+    with leader("office") as term:
+        with pytest.raises(LockLostError), work:
+            assert plain_lost.wait(WAIT)  # a hold past MAX_HOLD is lost...
+        held_past_it = asyncio.run(async_term())
+        assert not term.lost  # ...a term is not
+    assert not held_past_it
