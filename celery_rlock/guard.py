@@ -8,6 +8,10 @@ skips ``after_return`` on RETRY, IGNORED and REJECTED, so a release there leaks.
 Per-run state is a :class:`TaskLock` on ``self.request.rlock`` (the request is
 per run; the task object is shared by every run in the process).
 
+A delivery of a message whose task id has a live run holding the lock, or
+one that has ended, is a duplicate: acknowledged and dropped, never run
+again (:mod:`celery_rlock.delivery`).
+
 A lock found lost when the run ends (its key expired, was force-released, or
 vanished with a lock server that restarted) is reported, never allowed to
 replace what the body returned or raised: a log line, ``rlock.lost`` turning
@@ -39,6 +43,7 @@ from celery.utils.log import get_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock.delivery import Delivery
 from celery_rlock.once import OnceMarker
 from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.core.exceptions import (
@@ -271,11 +276,15 @@ def run_locked(
     marker = None
     if once_lease is not None and task_id is not None:
         marker = OnceMarker(lock, task.name, once_lease, queued_only=once_queued)
+    # A delivery of this message whose run is going on or has ended is dropped.
+    delivery = Delivery.of(task, request, lock, options)
+    delivery.before_acquire()
 
     started = time.monotonic()
     acquired = _acquire(lock, options, task, request, marker=marker)
     waited = time.monotonic() - started
     if not acquired:
+        delivery.when_busy()  # the holder may be a run of this very message
         ending: BaseException | None = None
         try:
             return _busy(task, options, lock, waited)
@@ -285,8 +294,7 @@ def run_locked(
         finally:
             _end_marker(marker, task_id, ending)
 
-    held = TaskLock(name=name, lock=lock, token=lock.token, waited=waited)
-    logger.info("lock %r acquired after waiting %.3fs (token %s)", name, waited, held.token)
+    held = _acquired(name, lock, waited, delivery)
     if marker is not None and task_id is not None:
         marker.running(task_id)
     if request is not None:
@@ -299,6 +307,7 @@ def run_locked(
         raise
     finally:
         try:
+            delivery.finish(ending)  # before the release: no window for a duplicate
             _release(held)
             if ending is None and held.lost_at_release and options.on_lost == "fail":
                 ending = LockLostError(
@@ -310,6 +319,19 @@ def run_locked(
         finally:
             _end_marker(marker, task_id, ending)
     return result
+
+
+def _acquired(name: str, lock: RLock, waited: float, delivery: Delivery) -> TaskLock:
+    """The run's hold of the lock it has just taken.
+
+    A run of the same message may have ended while this one waited for the
+    lock (or, for a semaphore, hold a permit granted before this one): then
+    the lock is given back and this delivery dropped.
+    """
+    held = TaskLock(name=name, lock=lock, token=lock.token, waited=waited)
+    logger.info("lock %r acquired after waiting %.3fs (token %s)", name, waited, held.token)
+    delivery.once_acquired(release=lambda: _release(held))
+    return held
 
 
 def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:

@@ -12,6 +12,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 ``django_rlock_hold_seconds``               histogram  ``alias``, ``lock``
 ``django_rlock_lost_total``                 counter    ``alias``, ``lock``
 ``django_rlock_leaked_total``               counter    ``alias``, ``lock``
+``django_rlock_duplicates_total``           counter    ``alias``, ``lock``, ``found``
 ``django_rlock_renewals_total``             counter    ``outcome``
 ``django_rlock_held``                       gauge      ``alias``, ``lock``
 ==========================================  =========  ==============================
@@ -25,6 +26,10 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 * ``outcome`` of a watchdog renewal, per lock: ``ok``, ``failed`` (the call
   failed; retried on the next tick), ``lost`` (the key was gone or another
   owner's).
+* ``django_rlock_duplicates_total``: deliveries of a locked Celery task's
+  message dropped as duplicates (:mod:`celery_rlock.delivery`); ``found`` is
+  what gave them away: ``running`` (a live run of the same task id held the
+  lock) or ``finished`` (one had ended).
 * ``django_rlock_held``: the holds this process has now (one per owner and
   lock, however often re-entered).
 * ``lock`` is the key template the name was built from (``order:{order_id}``
@@ -100,6 +105,7 @@ class _Series:
     hold: Histogram
     lost: Counter
     leaked: Counter
+    duplicates: Counter
     renewals: Counter
     held: Gauge
 
@@ -145,6 +151,12 @@ def _create_series() -> _Series:
             "django_rlock_leaked",
             "Lock holds that outlived their owner thread or task, or their request.",
             per_lock,
+        ),
+        duplicates=Counter(
+            "django_rlock_duplicates",
+            "Deliveries of a locked Celery task's message dropped as duplicates of a run "
+            "of the same task id, by what was found: running, finished.",
+            [*per_lock, "found"],
         ),
         renewals=Counter(
             "django_rlock_renewals",
@@ -231,6 +243,12 @@ class LockMetrics:
         alias, label, series = self.backend.alias, _label(lock), self._series
         series.hold.labels(alias, label).observe(clock.monotonic() - hold.acquired_at)
         series.held.labels(alias, label).dec()
+
+    def count_duplicate(self, lock: object, found: str) -> None:
+        """Count a delivery of a task locked by ``lock`` dropped as a duplicate (``found``)."""
+        ours = self._ours(lock)
+        if ours is not None:
+            self._series.duplicates.labels(self.backend.alias, _label(ours), found).inc()
 
     def _lost(self, hold: Hold) -> None:
         lock = self._ours(hold.locks[0]) if hold.locks else None

@@ -361,3 +361,90 @@ def lost_past_max_hold(self: Task, run: str, hold: float) -> bool:
     work(self, run, hold, gate=False)
     lost: bool = self.request.rlock.lost
     return lost
+
+
+# -- one run per message (tests/celery/test_delivery.py) ---------------------------------
+#
+# ``ctest:runs:<run>`` counts the bodies that ran, ``ctest:deliveries:<run>`` the
+# deliveries that reached the worker's child (task_prerun), ``ctest:dropped:<run>``
+# one JSON line per delivery dropped as a duplicate. A worker started with
+# ``RLOCK_TEST_VISIBILITY_TIMEOUT`` gives unacknowledged messages back after that
+# many seconds, and looks for them every half of it.
+
+from celery.signals import task_prerun  # noqa: E402 -- this section's own imports
+
+from celery_rlock.signals import duplicate_dropped  # noqa: E402
+
+if os.environ.get("RLOCK_TEST_VISIBILITY_TIMEOUT"):
+    _visibility = float(os.environ["RLOCK_TEST_VISIBILITY_TIMEOUT"])
+    app.conf.broker_transport_options = {
+        "visibility_timeout": _visibility,
+        "unacked_restore_interval": _visibility / 2,
+        "unacked_restore_throttle": 1,
+    }
+
+DELIVERY_TASKS = ("delivered", "delivered_late", "delivered_retrying", "delivered_permit")
+
+
+def counted_work(task: Task, run: str, hold: float, gate: bool) -> dict[str, Any]:
+    store().incr(f"ctest:runs:{run}")
+    return work(task, run, hold, gate)
+
+
+@app.task(bind=True, base=LockedTask, lock="delivery:{run}", max_retries=50)
+def delivered(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """The default on_busy ("retry"), as the issue measured it."""
+    return counted_work(self, run, hold, gate)
+
+
+@app.task(
+    bind=True,
+    base=LockedTask,
+    lock="delivery:{run}",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=50,
+)
+def delivered_late(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """Acknowledged after its run: redelivered past the visibility timeout, or when lost."""
+    return counted_work(self, run, hold, gate)
+
+
+@app.task(bind=True, base=LockedTask, lock="delivery:{run}", max_retries=5)
+def delivered_retrying(self: Task, run: str) -> Any:
+    """Sends its retry, holds its lock until the test opens the gate, then ends in Retry."""
+    if self.request.retries == 0:
+        retry = self.retry(countdown=0, throw=False)
+        counted_work(self, run, 0.0, gate=True)
+        raise retry
+    return counted_work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, base=LockedTask, lock="delivery:{run}", lock_permits=2, lock_done_ttl=30)
+def delivered_permit(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> Any:
+    """Holds one of two permits; its task ids are remembered 30 s."""
+    return counted_work(self, run, hold, gate)
+
+
+def _delivery_run(task: Any, args: Any, kwargs: Any) -> str | None:
+    if task is None or task.name.rpartition(".")[2] not in DELIVERY_TASKS:
+        return None
+    run = args[0] if args else (kwargs or {}).get("run")
+    return run if isinstance(run, str) else None
+
+
+@task_prerun.connect
+def record_delivery(task: Any = None, args: Any = None, kwargs: Any = None, **rest: Any) -> None:
+    run = _delivery_run(task, args, kwargs)
+    if run is not None:
+        store().rpush(f"ctest:deliveries:{run}", task.request.id)
+
+
+@duplicate_dropped.connect
+def record_dropped(sender: Any = None, request: Any = None, found: str = "", **rest: Any) -> None:
+    run = _delivery_run(sender, request.args, request.kwargs)
+    if run is not None:
+        store().rpush(
+            f"ctest:dropped:{run}",
+            json.dumps({"id": request.id, "found": found, "retries": request.retries}),
+        )

@@ -1,0 +1,362 @@
+"""One run per message: a task message delivered again is dropped, not run again.
+
+A broker may hand one task message to the workers more than once: Redis gives
+a message nobody acknowledged to another worker once its ``visibility_timeout``
+has passed (an ``acks_late`` task running longer than that, an ETA or
+countdown further away, a prefetched message left waiting), an
+acknowledgement can be lost with its connection, and a producer can send the
+same task id twice. So each delivery of a locked task is checked against the
+runs of its task id, with what the run lock already knows (the holder
+metadata of every grant names the task id of the run holding it, see
+:mod:`django_rlock.core.holder`) and one record in the lock's hash slot::
+
+    <lock hash>:done:<task id>   STRING   a run of this task id has ended
+
+A delivery is a duplicate when
+
+``finished``
+    a run of its task id has ended (checked before the lock is taken, and
+    again once it is held, so a run ending in between is seen too);
+``running``
+    a run of its task id holds the lock (with ``lock_permits``, a permit),
+    and is alive. A hold found before the lock is taken may be a run that
+    died with its worker and has not expired yet: this delivery is then the
+    one copy of the message left (``reject_on_worker_lost`` requeues it at
+    once), and must run. So it waits out the time that hold had left plus one
+    watchdog renewal period (``watchdog_timeout / 3``; at most about 4/3 of
+    the watchdog timeout) and looks again: a live run has renewed its hold
+    meanwhile, a dead one's has expired. A hold taken after this delivery
+    first looked (it finds the lock busy, or a permit of the same task id
+    granted before its own) is a run that began meanwhile, alive: dropped at once.
+
+A duplicate is acknowledged and dropped with Celery's ``Ignore``, which stores
+no state: the result backend keeps the outcome of the run that counted. Each
+drop is logged (WARNING on the task's logger), sent as
+:data:`celery_rlock.signals.duplicate_dropped`, and counted in
+``django_rlock_duplicates_total{alias,lock,found}`` in a Django project with
+``RLOCK_METRICS``. It is never retried.
+
+The done record is written before the lock is released, so no delivery can
+slip in between the run's end and its record. A run whose message goes on
+writes none: ended by ``self.retry()`` (or ``on_busy="retry"``), by a
+requeueing ``Reject``, or by ``Ignore`` (``Task.replace`` sends the same task
+id on, and a body raising ``Ignore`` keeps the task's state itself). Neither
+does a run that dies with its worker, so ``acks_late`` with
+``reject_on_worker_lost`` (or the visibility timeout) runs the task again: at
+least once for crashes, at most once for duplicates.
+
+Two limits follow. A run longer than the visibility timeout has its message
+handed to another worker, and that copy is dropped while the run goes on: if
+the run then dies, no copy is left to run it again (keep the visibility
+timeout above the longest run, as Celery advises anyway). And a run that sends
+its own task id on must end soon after (``raise self.retry()`` and
+``Task.replace`` do): one still holding the lock once the new message has
+waited it out gets that message dropped as a duplicate.
+
+Records expire after ``done_ttl`` seconds (the task's ``lock_done_ttl``; by
+default :func:`default_done_ttl`, derived from the broker's visibility
+timeout): a delivery later than that runs again. Calls outside a worker
+(``task(...)``, eager ``apply()``) are no deliveries and are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
+
+from celery.exceptions import Ignore, Reject, Retry
+from celery.utils.log import get_task_logger
+from redis.exceptions import RedisError
+
+from celery_rlock.signals import duplicate_dropped
+from django_rlock.aliassemaphores import AnyAliasLock
+from django_rlock.core.identity import thread_owner
+from django_rlock.core.names import escape
+from django_rlock.core.semaphore import SemaphoreBase
+from django_rlock.core.semaphore_scripts import permit_prefix
+from django_rlock.core.unavailable import UNREACHABLE
+
+if TYPE_CHECKING:
+    import redis
+    from celery import Celery
+
+    from celery_rlock.guard import LockOptions
+    from django_rlock.core import RLock
+
+__all__ = [
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "DONE_TTL_QUEUE_MARGIN",
+    "Delivery",
+    "Found",
+    "default_done_ttl",
+]
+
+logger = get_task_logger("celery_rlock")
+
+#: What made a delivery a duplicate (the ``found`` of the signal and the metric).
+Found: TypeAlias = Literal["running", "finished"]
+
+#: kombu's ``visibility_timeout`` of the Redis transport when
+#: ``broker_transport_options`` sets none (one hour).
+DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
+
+# kombu's Redis transport looks for overdue messages every
+# ``unacked_restore_interval`` seconds, scanning on one call in
+# ``unacked_restore_throttle``: every 100 s by default.
+_DEFAULT_RESTORE_INTERVAL: Final = 10.0
+_DEFAULT_RESTORE_THROTTLE: Final = 10.0
+
+#: Seconds a restored message may wait in its queue before a worker takes it,
+#: in the default ``done_ttl``. Queues that back up longer need a longer
+#: ``lock_done_ttl``.
+DONE_TTL_QUEUE_MARGIN: Final = 200.0
+
+# KEYS[1] the done record, KEYS[2] the lock's hash (a semaphore's: its index
+# of owners). ARGV[1] the task id, ARGV[2] a semaphore's permit key prefix (''
+# for a lock), ARGV[3] 'look' (before the lock is taken, or when it is busy)
+# or 'holding' (the caller holds it), ARGV[4] the caller's owner id when it
+# holds a permit ('' otherwise).
+# Returns {'finished'} when a run of the task id has ended; {'running', pttl}
+# when another run of it holds the lock (pttl: that hold's PTTL in ms; a caller
+# holding a permit counts only a permit granted before its own, ties going to
+# the smaller owner id); else nil. The holders' descriptions ('~holder', JSON;
+# '~since', the grant's server time: core/holder.py) are read from the hashes
+# the index names, all in the lock's slot (as the semaphore's scripts do).
+_CHECK: Final = """
+if redis.call('exists', KEYS[1]) == 1 then
+    return {'finished'}
+end
+local function of_this_task(hash)
+    local raw = redis.call('hget', hash, '~holder')
+    if not raw then
+        return false
+    end
+    local ok, holder = pcall(cjson.decode, raw)
+    return ok and type(holder) == 'table' and holder['task_id'] == ARGV[1]
+end
+if ARGV[2] == '' then
+    if ARGV[3] == 'look' and of_this_task(KEYS[2]) then
+        return {'running', redis.call('pttl', KEYS[2])}
+    end
+    return nil
+end
+local mine = nil
+if ARGV[3] == 'holding' then
+    mine = tonumber(redis.call('hget', ARGV[2] .. ARGV[4], '~since') or '0')
+end
+for _, owner in ipairs(redis.call('smembers', KEYS[2])) do
+    local permit = ARGV[2] .. owner
+    if owner ~= ARGV[4] and of_this_task(permit) then
+        local earlier = true
+        if mine then
+            local since = tonumber(redis.call('hget', permit, '~since') or '0')
+            earlier = since < mine or (since == mine and owner < ARGV[4])
+        end
+        if earlier then
+            return {'running', redis.call('pttl', permit)}
+        end
+    end
+end
+return nil
+"""
+
+_FOUND_SAYS: Final[dict[str, str]] = {
+    "running": "is running now",
+    "finished": "has already run",
+}
+
+
+def default_done_ttl(app: Celery) -> float:
+    """The default ``done_ttl`` of ``app``'s tasks: how late a redelivery can come.
+
+    The broker's ``visibility_timeout`` (``broker_transport_options``; kombu's
+    one hour when unset), plus the time kombu may take to notice the message
+    is overdue (``unacked_restore_interval`` x ``unacked_restore_throttle``,
+    100 s by default), plus :data:`DONE_TTL_QUEUE_MARGIN` for the restored
+    copy's wait in its queue: 3900 s with the defaults.
+    """
+    options = app.conf.broker_transport_options or {}
+    visibility = _seconds(options.get("visibility_timeout"), DEFAULT_VISIBILITY_TIMEOUT)
+    interval = _seconds(options.get("unacked_restore_interval"), _DEFAULT_RESTORE_INTERVAL)
+    throttle = _seconds(options.get("unacked_restore_throttle"), _DEFAULT_RESTORE_THROTTLE)
+    return visibility + interval * max(throttle, 1.0) + DONE_TTL_QUEUE_MARGIN
+
+
+def _seconds(value: object, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return default
+    return max(float(value), 0.0)
+
+
+@dataclass(eq=False)
+class Delivery:
+    """One delivery of a locked task's message, checked against the runs of its task id."""
+
+    lock: RLock
+    task: Any
+    #: The run's request; None for a call that is no delivery (checks and records nothing).
+    request: Any
+    #: Seconds the done record lives.
+    ttl: float
+
+    @classmethod
+    def of(cls, task: Any, request: Any, lock: RLock, options: LockOptions) -> Delivery:
+        """The delivery of the run of ``task`` whose request is ``request``.
+
+        A direct call (``task(...)``, or no task at all) or an eager one
+        (``apply()``, ``task_always_eager``) is no delivery: what this returns
+        then checks and records nothing.
+        """
+        if (
+            task is None
+            or request is None
+            or request.called_directly
+            or request.is_eager
+            or not request.id
+        ):
+            return cls(lock=lock, task=task, request=None, ttl=0.0)
+        ttl = options.done_ttl
+        if ttl is None:
+            ttl = default_done_ttl(task._get_app())
+        return cls(lock=lock, task=task, request=request, ttl=ttl)
+
+    @property
+    def task_id(self) -> str:
+        """The task id of the message delivered."""
+        task_id: str = self.request.id
+        return task_id
+
+    @property
+    def done_key(self) -> str:
+        """The record of a run of this task id that has ended."""
+        return f"{self.lock.keys.hash}:done:{escape(self.task_id)}"
+
+    def before_acquire(self) -> None:
+        """Before the lock is taken: drop a duplicate (raise ``Ignore``).
+
+        A run of this task id holding the lock is waited out first (its hold's
+        time left plus one renewal period, see the module's docstring): it is
+        alive if it still holds the lock then.
+        """
+        found, left = self._look()
+        if found == "running":
+            time.sleep(left + self.lock.client.watchdog_timeout / 3)
+            found, _ = self._look()
+        if found is not None:
+            raise self.dropped(found)
+
+    def when_busy(self) -> None:
+        """The lock stayed busy: drop this delivery (``Ignore``) if a run of its id holds it."""
+        found, _ = self._look()
+        if found is not None:
+            raise self.dropped(found)
+
+    def once_acquired(self, release: Callable[[], object]) -> None:
+        """The lock is held: if a run of this task id ended meanwhile, ``release()`` and drop."""
+        found, _ = self._look(holding=True)
+        if found is not None:
+            release()
+            raise self.dropped(found)
+
+    def dropped(self, found: Found) -> Ignore:
+        """Report this duplicate (log, signal, metric); raise what this returns."""
+        logger.warning(
+            "task %s[%s] %s under lock %r: this delivery is a duplicate, dropped",
+            self.task.name,
+            self.task_id,
+            _FOUND_SAYS[found],
+            self.lock.name,
+        )
+        duplicate_dropped.send(
+            sender=self.task,
+            task_id=self.task_id,
+            lock=self.lock.name,
+            found=found,
+            request=self.request,
+        )
+        if isinstance(self.lock, AnyAliasLock):
+            metrics = self.lock.backend.reporter.metrics
+            if metrics is not None:
+                metrics.count_duplicate(self.lock, found)
+        return Ignore(f"duplicate delivery of task {self.task_id}: its run {_FOUND_SAYS[found]}")
+
+    def finish(self, ending: BaseException | None) -> None:
+        """Record that the run ended with ``ending`` (None: it returned).
+
+        Called while the run still holds its lock, just before it releases it,
+        so it never raises. No record for a run whose
+        message goes on (see the module's docstring), nor for one interrupted
+        by ``SystemExit`` / ``KeyboardInterrupt`` (a worker going down: Celery
+        treats that run as lost, not finished).
+        """
+        if self.request is None or _message_goes_on(ending):
+            return
+        try:
+            self._redis.set(self.done_key, "1", px=max(1, math.ceil(self.ttl * 1000)))
+        except RedisError as error:  # never in place of the release that follows
+            logger.error(
+                "task %s[%s]: could not record its end under lock %r (%r): a redelivery "
+                "of its message would run it again",
+                self.task.name,
+                self.task_id,
+                self.lock.name,
+                error,
+            )
+
+    def _look(self, *, holding: bool = False) -> tuple[Found | None, float]:
+        """What makes this delivery a duplicate, and the running hold's seconds left.
+
+        A lock server that cannot be reached answers (None, 0): the lock's own
+        calls then meet the outage (``on_unavailable``), and a run that does go
+        ahead is the at-least-once side of the rule.
+        """
+        if self.request is None:
+            return None, 0.0
+        semaphore = isinstance(self.lock, SemaphoreBase)
+        try:
+            reply = self._redis.register_script(_CHECK)(
+                keys=[self.done_key, self.lock.keys.hash],
+                args=[
+                    self.task_id,
+                    permit_prefix(self.lock.keys) if semaphore else "",
+                    "holding" if holding else "look",
+                    thread_owner() if semaphore and holding else "",
+                ],
+            )
+        except UNREACHABLE as error:
+            logger.warning(
+                "task %s[%s]: could not look for an earlier delivery under lock %r (%r)",
+                self.task.name,
+                self.task_id,
+                self.lock.name,
+                error,
+            )
+            return None, 0.0
+        if not reply:
+            return None, 0.0
+        found = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if found == "finished":
+            return "finished", 0.0
+        pttl = int(reply[1])
+        if pttl == -1:  # a key with no expiry (written by hand): give it one timeout
+            return "running", self.lock.client.watchdog_timeout
+        return "running", max(pttl, 0) / 1000
+
+    @property
+    def _redis(self) -> redis.Redis:
+        client: redis.Redis = self.lock.client.redis
+        return client
+
+
+def _message_goes_on(ending: BaseException | None) -> bool:
+    """Whether a run that ended with ``ending`` leaves its message (its task id) to run on."""
+    if ending is None:
+        return False
+    if isinstance(ending, Retry | Ignore):
+        return True
+    if isinstance(ending, Reject):
+        return bool(ending.requeue)
+    return not isinstance(ending, Exception)
