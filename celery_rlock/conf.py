@@ -19,6 +19,14 @@ Celery-only settings (``app.conf``, or ``CELERY_RLOCK_*`` with the usual
     Seconds a lock outlives its last renewal (default 30); a worker that dies
     leaves its locks for at most this long.
 
+The elected beat (:mod:`celery_rlock.beat`) reads two more, Django or not:
+
+``rlock_beat_scheduler``
+    The scheduler that keeps the schedule, as ``beat_scheduler`` names one
+    (default ``"celery.beat:PersistentScheduler"``).
+``rlock_beat_lock``
+    The name of the lock whose holder is the leading beat (default ``"celery-beat"``).
+
 The Celery-only path knows one server, so ``lock_using`` must be ``"default"``
 there. The settings are checked when the worker starts (see
 :mod:`celery_rlock.worker`) and again, lazily, by the first lock of a process
@@ -39,15 +47,18 @@ from django_rlock.core.defaults import (
     DEFAULT_LOCK_ALIAS,
     DEFAULT_WATCHDOG_TIMEOUT,
 )
-from django_rlock.core.names import check_key_prefix, check_watchdog_timeout
+from django_rlock.core.names import check_key_prefix, check_name, check_watchdog_timeout
 
 if TYPE_CHECKING:
     from celery import Celery
 
 __all__ = [
+    "DEFAULT_BEAT_LOCK",
+    "DEFAULT_BEAT_SCHEDULER",
     "DEFAULT_KEY_PREFIX",
     "DEFAULT_LOCK_ALIAS",
     "DEFAULT_WATCHDOG_TIMEOUT",
+    "BeatSettings",
     "CelerySettings",
     "ConfigurationError",
     "check_configuration",
@@ -57,6 +68,12 @@ __all__ = [
 ]
 
 _REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+
+#: The scheduler an elected beat wraps unless ``rlock_beat_scheduler`` names another.
+DEFAULT_BEAT_SCHEDULER: Final = "celery.beat:PersistentScheduler"
+
+#: The election lock of the beats unless ``rlock_beat_lock`` names another.
+DEFAULT_BEAT_LOCK: Final = "celery-beat"
 
 
 class ConfigurationError(ValueError):
@@ -96,6 +113,32 @@ class CelerySettings:
         except ValueError as error:
             raise ConfigurationError(f"celery_rlock setting: rlock_{error}") from None
         return cls(url=url, key_prefix=key_prefix, watchdog_timeout=watchdog_timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class BeatSettings:
+    """The elected beat's settings of one app, checked (see :mod:`celery_rlock.beat`)."""
+
+    #: The wrapped scheduler: a ``"module:Class"`` (or dotted) path, or the class itself.
+    scheduler: str | type
+    #: The election lock's name.
+    lock: str
+
+    @classmethod
+    def from_app(cls, app: Celery) -> BeatSettings:
+        """Read and check ``rlock_beat_scheduler`` and ``rlock_beat_lock``."""
+        conf = app.conf
+        scheduler = conf.get("rlock_beat_scheduler") or DEFAULT_BEAT_SCHEDULER
+        if not isinstance(scheduler, str | type):
+            raise ConfigurationError(
+                "rlock_beat_scheduler must name a beat scheduler class "
+                f"('module:Class'), got {scheduler!r}"
+            )
+        try:
+            lock = check_name(conf.get("rlock_beat_lock", DEFAULT_BEAT_LOCK))
+        except ValueError as error:
+            raise ConfigurationError(f"rlock_beat_lock: {error}") from None
+        return cls(scheduler=scheduler, lock=lock)
 
 
 def _describe_url(url: object) -> str:
