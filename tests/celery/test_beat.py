@@ -191,6 +191,7 @@ def test_a_killed_leader_is_replaced_within_the_watchdog_timeout(
     check_left_behind(store, run)
 
 
+@pytest.mark.faults
 def test_a_leader_cut_off_from_redis_steps_down_without_crashing(
     store: redis.Redis, beat_url: str, run: str, redis_server: RedisServer
 ) -> None:
