@@ -203,6 +203,8 @@ class Leadership:
         me = threading.get_ident()
         term = Term(self.name, token, lost_here=lambda: threading.get_ident() == me and lock.lost)
         lock.on_lost(lambda _lock: term.lose())
+        if lock.lost:  # lost before its callback was there to tell the term
+            term.lose()
         self._terms.stack().append((lock, term))
         return term
 

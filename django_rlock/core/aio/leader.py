@@ -72,6 +72,8 @@ class AsyncLeadership:
             self.name, token, lost_here=lambda: _current_task() is task and lock.lost, run=_run
         )
         lock.on_lost(lambda _lock: term.lose())  # runs on this loop
+        if lock.lost:  # lost before its callback was there to tell the term
+            term.lose()
         self._task_terms.setdefault(task, []).append((lock, term))
         return term
 
