@@ -24,8 +24,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from celery import Task, current_app
-from celery._state import get_current_task
+from celery import Task
+from celery._state import get_current_app, get_current_task
 from celery.local import Proxy
 
 from celery_rlock.conf import DEFAULT_LOCK_ALIAS
@@ -102,7 +102,7 @@ def locked(
             task = get_current_task()
             if task is not None and _body_of(task) is not wrapper:
                 task = None  # called from inside some other task, not as this task's body
-            app = task._get_app() if task is not None else current_app._get_current_object()
+            app = task._get_app() if task is not None else get_current_app()
             return run_locked(
                 options, func, args, kwargs, app=app, task=task, body=lambda: func(*args, **kwargs)
             )

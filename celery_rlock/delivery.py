@@ -203,8 +203,10 @@ class Delivery:
     ttl: float
 
     @classmethod
-    def of(cls, task: Any, request: Any, lock: RLock, options: LockOptions) -> Delivery:
-        """The delivery of the run of ``task`` whose request is ``request``.
+    def of(
+        cls, task: Any, request: Any, lock: RLock, options: LockOptions, *, app: Celery
+    ) -> Delivery:
+        """The delivery of the run of ``task`` (of ``app``) whose request is ``request``.
 
         A direct call (``task(...)``, or no task at all) or an eager one
         (``apply()``, ``task_always_eager``) is no delivery: what this returns
@@ -220,7 +222,7 @@ class Delivery:
             return cls(lock=lock, task=task, request=None, ttl=0.0)
         ttl = options.done_ttl
         if ttl is None:
-            ttl = default_done_ttl(task._get_app())
+            ttl = default_done_ttl(app)
         return cls(lock=lock, task=task, request=request, ttl=ttl)
 
     @property

@@ -277,7 +277,7 @@ def run_locked(
     if once_lease is not None and task_id is not None:
         marker = OnceMarker(lock, task.name, once_lease, queued_only=once_queued)
     # A delivery of this message whose run is going on or has ended is dropped.
-    delivery = Delivery.of(task, request, lock, options)
+    delivery = Delivery.of(task, request, lock, options, app=app)
     delivery.before_acquire()
 
     started = time.monotonic()
