@@ -230,6 +230,9 @@ def test_a_leader_cut_off_from_redis_steps_down_without_crashing(
 def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
     store: redis.Redis, beat_url: str, run: str, tmp_path: Path
 ) -> None:
+    # Installed beside the wheel only where a release supports the line's Django
+    # (noxfile.beat_schedulers_for: none supports Django 6.1 yet).
+    pytest.importorskip("django_celery_beat", reason="no django-celery-beat for this Django")
     django_env = {
         "DJANGO_SETTINGS_MODULE": "tests.celery.beat_settings",
         "RLOCK_BEAT_DB": str(tmp_path / "beat.sqlite3"),
