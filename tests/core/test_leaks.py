@@ -112,13 +112,22 @@ def test_a_unit_of_works_kept_hold_is_not_reentered_by_the_next(redis_url: str) 
     with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
         client.holds.release_leaked = False  # reported only: it stays on the server
         lock = client.lock("kept")
-        leaks.work_started()
-        assert lock.acquire()
-        leaks.work_ended("request")
-        assert lock.locked()  # left to expire, not given back...
-        assert not lock.acquire(blocking=False)  # ...and not this thread's any more
-        assert lock.acquire(timeout=2 * TIMEOUT)  # free once it expired, unrenewed
-        lock.release()
+        seen: list[bool] = []
+
+        def serve_two_units_of_work() -> None:
+            # A thread of its own, as a worker's: no older hold of other tests.
+            leaks.work_started()
+            assert lock.acquire()
+            leaks.work_ended("request")
+            seen.append(lock.locked())  # left to expire, not given back...
+            seen.append(lock.acquire(blocking=False))  # ...and not this thread's any more
+            seen.append(lock.acquire(timeout=2 * TIMEOUT))  # free once it expired, unrenewed
+            lock.release()
+
+        worker = threading.Thread(target=serve_two_units_of_work)
+        worker.start()
+        worker.join(HANG)
+        assert seen == [True, False, True]
 
 
 def test_holds_taken_before_the_unit_of_work_are_not_its(redis_url: str) -> None:

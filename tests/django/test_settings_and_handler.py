@@ -291,6 +291,7 @@ def test_package_exports_lazily_without_settings() -> None:
         "LockTimeout",
         "LockUnavailableError",
         "LockUpgradeError",
+        "leader",
         "locked",
         "locks",
         "rlock",
