@@ -125,7 +125,11 @@ def scheduled_at(entry: ScheduleEntry) -> datetime:
     plan = entry.schedule
     last = entry.last_run_at
     if isinstance(plan, crontab):
-        start, ends_in, now = plan.remaining_delta(last)
+        # Celery before 5.7 looks for the next run in the last run's hour only when
+        # ``now`` falls on the last run's day (else it skips to a later hour): with
+        # ``now`` read as the last run, the slot is the run that follows it, whenever
+        # it is computed (Celery 5.7 reads ``now`` here for the return value only).
+        start, ends_in, now = _clock_at(plan, last).remaining_delta(last)
         moment: datetime = now + remaining(start, ends_in, now)
     elif isinstance(plan, every):
         now = plan.maybe_make_aware(plan.now())
@@ -136,6 +140,17 @@ def scheduled_at(entry: ScheduleEntry) -> datetime:
         moment = moment.replace(microsecond=0)
     aware: datetime = maybe_make_aware(moment)
     return aware.replace(microsecond=aware.microsecond // 1000 * 1000)
+
+
+def _clock_at(plan: crontab, moment: datetime) -> crontab:
+    """A copy of ``plan`` whose clock reads ``moment``.
+
+    Copied attribute by attribute: a pickling copy (``copy.copy``) would lose the
+    app that beat gave the schedule, and with it the app's timezone.
+    """
+    pinned: crontab = object.__new__(type(plan))
+    vars(pinned).update(vars(plan), nowfun=lambda: moment)
+    return pinned
 
 
 def _epoch_ms(moment: datetime) -> int:
@@ -370,6 +385,22 @@ class _Claiming:
     def __init__(self, *args: Any, elected: ElectedScheduler, **kwargs: Any) -> None:
         self.elected = elected
         super().__init__(*args, **kwargs)
+
+    def apply_entry(self, entry: ScheduleEntry, producer: Any = None) -> None:
+        """Beat's send of a due run, as Celery's own since 5.3.4.
+
+        Celery 5.3.0-5.3.3 log the ``id`` of what ``apply_async`` returned
+        unguarded (celery/celery#8428): a run not sent (its slot not claimed:
+        None) would end beat's tick, and beat, with an AttributeError.
+        """
+        logger.info("Scheduler: Sending due task %s (%s)", entry.name, entry.task)
+        try:
+            result = self.apply_async(entry, producer=producer, advance=False)
+        except Exception as error:
+            logger.error("Message Error: %s", error, exc_info=True)
+        else:
+            if result is not None:
+                logger.debug("%s sent. id->%s", entry.task, result.id)
 
     def apply_async(
         self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
