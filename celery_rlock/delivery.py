@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from celery.exceptions import Ignore, Reject, Retry
 from celery.utils.log import get_task_logger
+from kombu.transport.redis import Channel as RedisChannel
 from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
@@ -105,9 +106,12 @@ DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
 # kombu's Redis transport looks for overdue messages every
 # ``unacked_restore_interval`` seconds, scanning on one call in
-# ``unacked_restore_throttle``: every 100 s by default.
+# ``unacked_restore_throttle``: every 100 s by default. Releases before kombu
+# 5.7 have neither option: they look every 10 s and scan on one call in 10,
+# whatever ``broker_transport_options`` says.
 _DEFAULT_RESTORE_INTERVAL: Final = 10.0
 _DEFAULT_RESTORE_THROTTLE: Final = 10.0
+_RESTORE_OPTIONS: Final = ("unacked_restore_interval", "unacked_restore_throttle")
 
 #: Seconds a restored message may wait in its queue before a worker takes it,
 #: in the default ``done_ttl``. Queues that back up longer need a longer
@@ -176,13 +180,23 @@ def default_done_ttl(app: Celery) -> float:
     one hour when unset), plus the time kombu may take to notice the message
     is overdue (``unacked_restore_interval`` x ``unacked_restore_throttle``,
     100 s by default), plus :data:`DONE_TTL_QUEUE_MARGIN` for the restored
-    copy's wait in its queue: 3900 s with the defaults.
+    copy's wait in its queue: 3900 s with the defaults. The two restore
+    options count only with a kombu that reads them (5.7 and later); an
+    older one always takes 100 s.
     """
     options = app.conf.broker_transport_options or {}
+    if not _restore_options_read():
+        options = {k: v for k, v in options.items() if k not in _RESTORE_OPTIONS}
     visibility = _seconds(options.get("visibility_timeout"), DEFAULT_VISIBILITY_TIMEOUT)
     interval = _seconds(options.get("unacked_restore_interval"), _DEFAULT_RESTORE_INTERVAL)
     throttle = _seconds(options.get("unacked_restore_throttle"), _DEFAULT_RESTORE_THROTTLE)
     return visibility + interval * max(throttle, 1.0) + DONE_TTL_QUEUE_MARGIN
+
+
+def _restore_options_read() -> bool:
+    """Whether the installed kombu's Redis transport reads the restore options."""
+    known = getattr(RedisChannel, "from_transport_options", ())
+    return all(option in known for option in _RESTORE_OPTIONS)
 
 
 def _seconds(value: object, default: float) -> float:

@@ -372,8 +372,48 @@ def lost_past_max_hold(self: Task, run: str, hold: float) -> bool:
 # many seconds, and looks for them every half of it.
 
 from celery.signals import task_prerun  # noqa: E402 -- this section's own imports
+from kombu.transport import redis as kombu_redis  # noqa: E402
 
 from celery_rlock.signals import duplicate_dropped  # noqa: E402
+
+
+def _backport_restore_options() -> None:
+    """Teach a kombu before 5.7 the Redis transport's two restore options.
+
+    kombu 5.7 added ``unacked_restore_interval`` and ``unacked_restore_throttle``;
+    older releases (the oldest supported line, Celery 5.3, runs on one) ignore
+    them, look for overdue messages every 10 s and scan on one look in 10: an
+    unacknowledged message comes back up to 100 s late, after the tests' waits.
+    The same two options, read as kombu 5.7 reads them, so the test workers
+    sweep every half visibility timeout on every supported line (and
+    ``default_done_ttl``, which counts these options only where kombu reads
+    them, sees them read).
+    """
+    transport: Any = kombu_redis
+    if "unacked_restore_interval" in transport.Channel.from_transport_options:
+        return
+    channel = transport.Channel
+    channel.from_transport_options += ("unacked_restore_interval", "unacked_restore_throttle")
+    channel.unacked_restore_interval = 10
+    channel.unacked_restore_throttle = 10
+
+    restore_visible = transport.QoS.restore_visible
+
+    def throttled(qos: Any, start: int = 0, num: int = 10, interval: int | None = None) -> Any:
+        if interval is None:
+            interval = qos.channel.unacked_restore_throttle
+        return restore_visible(qos, start, num, interval)
+
+    register = transport.Transport.register_with_event_loop
+
+    def register_with_event_loop(self: Any, connection: Any, loop: Any) -> None:
+        register(self, connection, loop)  # its own look every 10 s stays
+        interval = connection.client.transport_options.get("unacked_restore_interval", 10)
+        loop.call_repeatedly(interval, self.cycle.maybe_restore_messages)
+
+    transport.QoS.restore_visible = throttled
+    transport.Transport.register_with_event_loop = register_with_event_loop
+
 
 if os.environ.get("RLOCK_TEST_VISIBILITY_TIMEOUT"):
     _visibility = float(os.environ["RLOCK_TEST_VISIBILITY_TIMEOUT"])
@@ -382,6 +422,7 @@ if os.environ.get("RLOCK_TEST_VISIBILITY_TIMEOUT"):
         "unacked_restore_interval": _visibility / 2,
         "unacked_restore_throttle": 1,
     }
+    _backport_restore_options()
 
 DELIVERY_TASKS = ("delivered", "delivered_late", "delivered_retrying", "delivered_permit")
 

@@ -19,9 +19,12 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from celery_rlock import delivery
+from celery_rlock.delivery import DONE_TTL_QUEUE_MARGIN, default_done_ttl
 from django_rlock.core.names import escape
 from tests.celery import app as test_app
 from tests.celery.conftest import WATCHDOG_TIMEOUT, lock_key, open_gate, wait_dead, wait_started
@@ -36,6 +39,8 @@ VISIBILITY_TIMEOUT = 2.0
 #: The default done_ttl of a worker with kombu's default transport options:
 #: visibility_timeout 3600 + restore sweep 10 x 10 + queue margin 200.
 DEFAULT_DONE_TTL = 3900.0
+
+RESTORE_OPTIONS = ("unacked_restore_interval", "unacked_restore_throttle")
 
 
 @pytest.fixture(scope="module")
@@ -219,6 +224,28 @@ def test_a_visibility_timeout_redelivery_of_a_running_task_runs_it_once(
     # done_ttl follows the workers' visibility timeout (2 + sweep 1 x 1 + 200).
     expected = VISIBILITY_TIMEOUT + VISIBILITY_TIMEOUT / 2 + 200
     assert expected - 30 < store.pttl(done_key(run, result.id)) / 1000 <= expected
+
+
+def test_the_default_done_ttl_counts_the_restore_options_only_where_kombu_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = Celery(set_as_current=False)
+    app.conf.broker_transport_options = {
+        "visibility_timeout": 60,
+        "unacked_restore_interval": 5,
+        "unacked_restore_throttle": 2,
+    }
+
+    class Kombu57:
+        from_transport_options = ("visibility_timeout", *RESTORE_OPTIONS)
+
+    class Kombu56:  # no restore options: a look every 10 s, one scan in 10
+        from_transport_options = ("visibility_timeout",)
+
+    monkeypatch.setattr(delivery, "RedisChannel", Kombu57)
+    assert default_done_ttl(app) == 60 + 5 * 2 + DONE_TTL_QUEUE_MARGIN
+    monkeypatch.setattr(delivery, "RedisChannel", Kombu56)
+    assert default_done_ttl(app) == 60 + 10 * 10 + DONE_TTL_QUEUE_MARGIN
 
 
 def test_a_task_whose_worker_was_killed_runs_again_on_another_worker(
