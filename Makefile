@@ -5,7 +5,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo postgresql test test-edges matrix lint bench soak clean
+DOCS_VENV  ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
+
+.PHONY: demo postgresql test test-edges matrix lint docs docs-build bench soak clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +51,22 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml: docs/*.md, README.md as the home page, an API
+# reference of the public modules), in a virtualenv of its own with the docs extra.
+$(DOCS_STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# Served at http://127.0.0.1:8000, rebuilt as a page or a docstring changes.
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/mkdocs serve
+
+# Built into build/site; --strict: a broken link, anchor or reference fails (CI runs it).
+docs-build: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
 
@@ -65,4 +84,4 @@ soak: $(STAMP)
 	exit $$status
 
 clean:
-	rm -rf $(VENV) .nox build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DOCS_VENV) .nox build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
