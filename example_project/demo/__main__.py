@@ -84,7 +84,7 @@ def run(session: Session, plan: Plan, console: Console, timeline_dir: Path) -> M
 def draw_timeline(recorded: Recorded, directory: Path) -> Picture:
     """The timeline drawn in ``directory``; a failure to draw it is a failed check, not a crash."""
     try:
-        # matplotlib (the dev extra) is imported only for the drawing.
+        # matplotlib (the demo extra) is imported only for the drawing.
         from demo.picture import draw  # noqa: PLC0415
     except ImportError as error:
         return Picture(error=f"cannot draw the timeline ({error}): pip install 'matplotlib>=3.8'")
