@@ -36,7 +36,7 @@ from typing import Any
 import redis
 
 from django_rlock.core import LockClient, LockError, LockLostError, RLock
-from django_rlock.core.watchdog import get_watchdog
+from django_rlock.core._sync.watchdog import get_watchdog
 from tests.faults.conftest import server_major
 from tests.faults.proxy import FaultProxy
 from tests.servers import RedisServer

@@ -9,7 +9,7 @@
     app.conf.rlock_beat_lock = "celery-beat"            # the default
 
 Every beat stands for election on the lock ``rlock_beat_lock`` (a leader
-election, :mod:`django_rlock.core.leader`), on the lock server of the Celery
+election, :mod:`django_rlock.core._sync.leader`), on the lock server of the Celery
 tasks (:mod:`celery_rlock.conf`: ``RLOCKS["default"]`` in a Django project,
 ``rlock_url`` or a Redis ``broker_url`` otherwise). The lock is held by beat's
 main thread, which runs the whole term.
@@ -59,19 +59,19 @@ from celery.utils.time import maybe_make_aware, remaining
 from redis.exceptions import RedisError
 
 from celery_rlock.conf import BeatSettings, ConfigurationError, get_lock
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.names import milliseconds
+from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core._sync.leader import Leadership, Term
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS, renewal_interval
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.leader import Leadership, Term
-from django_rlock.core.names import milliseconds
-from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
     from celery import Celery
     from celery.beat import ScheduleEntry
     from redis.commands.core import Script
 
-    from django_rlock.core.lock import RLock
+    from django_rlock.core._sync.locks import RLock
 
 __all__ = [
     "CLAIM_SLOT",

@@ -41,13 +41,14 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from django_rlock.core import LockClient, RLock, forking
+from django_rlock.core import LockClient, RLock
+from django_rlock.core._process import forking
+from django_rlock.core._protocol.names import check_key_prefix, check_name, check_watchdog_timeout
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_ALIAS,
     DEFAULT_WATCHDOG_TIMEOUT,
 )
-from django_rlock.core.names import check_key_prefix, check_name, check_watchdog_timeout
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -205,7 +206,8 @@ def get_lock(
     """The lock called ``name`` for a task of ``app``, from the source chosen above.
 
     With ``permits``, the semaphore called ``name`` of that many permits instead.
-    ``max_hold`` bounds its watchdog holds (see :class:`~django_rlock.core.lock.LockOptions`).
+    ``max_hold`` bounds its watchdog holds (see
+    :class:`~django_rlock.core._protocol.lock.LockOptions`).
     """
     if uses_django(app):
         backend = _django_locks()[using]

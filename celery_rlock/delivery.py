@@ -8,7 +8,7 @@ acknowledgement can be lost with its connection, and a producer can send the
 same task id twice. So each delivery of a locked task is checked against the
 runs of its task id, with what the run lock already knows (the holder
 metadata of every grant names the task id of the run holding it, see
-:mod:`django_rlock.core.holder`) and one record in the lock's hash slot::
+:mod:`django_rlock.core._process.holder`) and one record in the lock's hash slot::
 
     <lock hash>:done:<task id>   STRING   a run of this task id has ended
 
@@ -74,11 +74,11 @@ from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
 from django_rlock.aliassemaphores import AnyAliasLock
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.names import escape
-from django_rlock.core.semaphore import SemaphoreBase
-from django_rlock.core.semaphore_scripts import permit_prefix
-from django_rlock.core.unavailable import UNREACHABLE
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.names import escape
+from django_rlock.core._protocol.semaphore import permit_prefix
+from django_rlock.core._protocol.unavailable import UNREACHABLE
+from django_rlock.core._sync.locks import SemaphoreBase
 
 if TYPE_CHECKING:
     import redis

@@ -46,15 +46,15 @@ from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
 from celery_rlock.delivery import Delivery
 from celery_rlock.once import OnceMarker
 from django_rlock.aliassemaphores import AnyAliasLock
+from django_rlock.core._process.holder import holder_details
+from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
+from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
     LockUnavailableError,
 )
-from django_rlock.core.holder import holder_details
-from django_rlock.core.names import check_lease, check_max_hold, check_timeout
-from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock.responses import UNAVAILABLE_RETRY_AFTER

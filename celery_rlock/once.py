@@ -42,9 +42,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
+from django_rlock.core._protocol.names import escape
+from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core.exceptions import LockError
-from django_rlock.core.names import escape
-from django_rlock.core.unavailable import reported_unavailable
 
 if TYPE_CHECKING:
     import redis

@@ -46,8 +46,8 @@ from celery_rlock.guard import (
 )
 from celery_rlock.once import AlreadyQueued, OnceMarker
 from celery_rlock.worker import install
+from django_rlock.core._protocol.names import check_lease
 from django_rlock.core.exceptions import LockUnavailableError
-from django_rlock.core.names import check_lease
 from django_rlock.keys import KeyTemplate, build_key
 
 __all__ = ["DEFAULT_ONCE_LEASE", "LockedTask"]

@@ -13,7 +13,7 @@
   simply stops renewing, so its locks expire within the watchdog timeout.
 * Warm shutdown waits for running tasks, whose ``finally`` releases their locks.
 * Every task run, locked or not, is a unit of work whose holds end with it
-  (:func:`django_rlock.core.leaks.work_started` / ``work_ended``): a hold the
+  (:func:`django_rlock.core._process.leaks.work_started` / ``work_ended``): a hold the
   body took and kept is reported and given back as the run ends, so the next
   task on the same child (same thread, same owner id) cannot re-enter it.
 
@@ -30,7 +30,7 @@ from celery.signals import task_postrun, task_prerun, worker_init
 
 from celery_rlock.conf import ConfigurationError, check_configuration
 from celery_rlock.decorators import options_of
-from django_rlock.core import leaks
+from django_rlock.core._process import leaks
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -21,7 +21,7 @@ by the current task::
 * :class:`AliasFairLock` / :class:`AsyncAliasFairLock`: the engine's
   :class:`~django_rlock.core.FairLock` / ``AsyncFairLock``;
 * :class:`AliasReadWriteLock` / :class:`AsyncAliasReadWriteLock`: ``.read`` and
-  ``.write``, the engine's read and write sides (:mod:`django_rlock.core.rwlock`),
+  ``.write``, the engine's read and write sides (:mod:`django_rlock.core._protocol.rwlock`),
   each alias-attached; :class:`ThreadOwnedReadWriteLock` is the asyncio face of
   a backend with no native asyncio engine (each side on the task's own thread).
 """
@@ -31,14 +31,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Unpack
 
 from django_rlock.aliaslocks import AliasAttached, AsyncWithTwin
-from django_rlock.core.aio.client import AsyncLockClient
-from django_rlock.core.aio.fairlock import AsyncFairLock
-from django_rlock.core.aio.rwlock import AsyncReadLock, AsyncWriteLock
-from django_rlock.core.client import LockClient
-from django_rlock.core.fairlock import FairLock
-from django_rlock.core.lock import LockOptions
-from django_rlock.core.rwlock import ReadLock, ReadWriteBase, WriteLock, scripts_of
-from django_rlock.core.rwlock_scripts import RWKeys, RWScripts
+from django_rlock.core._aio.client import AsyncLockClient
+from django_rlock.core._aio.locks import AsyncFairLock, AsyncReadLock, AsyncWriteLock
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.locks import FairLock, ReadLock, ReadWriteBase, WriteLock
 from django_rlock.threadowned import ThreadOwnedLock
 
 if TYPE_CHECKING:
@@ -133,7 +131,7 @@ class AliasWriteLock(AsyncWithTwin, WriteLock):
 class AliasReadWriteLock(ReadWriteBase):
     """Many readers or one writer, of one ``RLOCKS`` alias: ``.read`` and ``.write``.
 
-    The engine's :class:`~django_rlock.core.rwlock.ReadWriteLock`, its two
+    The engine's :class:`~django_rlock.core._sync.locks.ReadWriteLock`, its two
     sides alias-attached (see the module). One object may be shared by many
     threads, each its own owner.
     """
@@ -146,7 +144,7 @@ class AliasReadWriteLock(ReadWriteBase):
         **options: Unpack[LockOptions],
     ) -> None:
         keys = self._build_keys(client.min_replicas, client.key_prefix, name)
-        scripts = scripts_of(client)
+        scripts = client.scripts[RWScripts]
         #: The shared side: many owners at once while nobody else writes.
         self.read = AliasReadLock(client, keys, scripts, backend, **options)
         #: The exclusive side: one owner, and no reader but that owner.
@@ -194,7 +192,7 @@ class AsyncAliasReadWriteLock(ReadWriteBase):
         **options: Unpack[LockOptions],
     ) -> None:
         keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)
-        scripts = client.rw_scripts
+        scripts = client.scripts[RWScripts]
         #: The shared side: many tasks at once while nobody else writes.
         self.read = AsyncAliasReadLock(client, keys, scripts, backend, **options)
         #: The exclusive side: one task, and no reader but that task.

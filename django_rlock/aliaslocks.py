@@ -31,10 +31,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from django_rlock.callsite import caller_location
-from django_rlock.core.aio.client import AsyncLockClient
-from django_rlock.core.aio.lock import AsyncRLock
-from django_rlock.core.client import LockClient
-from django_rlock.core.lock import LockOptions, RLock
+from django_rlock.core._aio.client import AsyncLockClient
+from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.locks import RLock
 from django_rlock.transactions import end_block
 
 if TYPE_CHECKING:

@@ -21,11 +21,11 @@ from django_rlock.aliasfamily import (
     AsyncAliasWriteLock,
 )
 from django_rlock.aliaslocks import AliasAttached, AliasLock, AsyncAliasLock, AsyncWithTwin
-from django_rlock.core.aio.client import AsyncLockClient
-from django_rlock.core.aio.semaphore import AsyncSemaphore
-from django_rlock.core.client import LockClient
-from django_rlock.core.lock import LockOptions
-from django_rlock.core.semaphore import Semaphore
+from django_rlock.core._aio.client import AsyncLockClient
+from django_rlock.core._aio.locks import AsyncSemaphore
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.locks import Semaphore
 
 if TYPE_CHECKING:
     from django_rlock.backends.base import AsyncLock, BaseLockBackend

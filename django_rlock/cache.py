@@ -49,9 +49,14 @@ from django.dispatch import receiver
 
 from django_rlock import conf
 from django_rlock.cache_lock import CacheLock
-from django_rlock.core import forking
-from django_rlock.core.client import LockClient
-from django_rlock.core.names import check_key_prefix, check_lease, check_name, check_timeout
+from django_rlock.core._process import forking
+from django_rlock.core._protocol.names import (
+    check_key_prefix,
+    check_lease,
+    check_name,
+    check_timeout,
+)
+from django_rlock.core._sync.client import LockClient
 from django_rlock.exceptions import LockSettingError
 
 __all__ = ["RedisCache", "check_lock_cache", "lock_client_for"]

@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 
 from redis import exceptions as redis_errors
 
+from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import (
     LockError,
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
 )
-from django_rlock.core.lock import RLock
 
 if TYPE_CHECKING:
-    from django_rlock.core.client import LockClient
+    from django_rlock.core._sync.client import LockClient
 
 __all__ = ["CacheLock", "CacheLockLostError", "CacheLockNotOwnedError", "CacheLockTimeout"]
 

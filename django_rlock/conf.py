@@ -29,6 +29,11 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core._protocol.names import (
+    check_key_prefix,
+    check_max_hold,
+    check_watchdog_timeout,
+)
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_ALIAS,
@@ -36,7 +41,6 @@ from django_rlock.core.defaults import (
     DEFAULT_WATCHDOG_TIMEOUT,
 )
 from django_rlock.core.exceptions import LockTimeout
-from django_rlock.core.names import check_key_prefix, check_max_hold, check_watchdog_timeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
@@ -163,7 +167,7 @@ def check_options(
     """Refuse an ``OPTIONS`` key not in ``accepted``, or a value of the wrong kind.
 
     ``accepted`` maps each option to its default (see
-    :func:`django_rlock.core.connection.connection_options`): an option whose
+    :func:`django_rlock.core._sync.connection.connection_options`): an option whose
     default is a bool takes a bool, one whose default is a number takes a
     number or None. ``what`` names what the options are passed to.
     """

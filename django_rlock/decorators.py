@@ -70,10 +70,10 @@ from django_rlock import conf
 from django_rlock.aliaslocks import AsyncWithTwin
 from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.backends.base import AsyncLock
+from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
+from django_rlock.core._protocol.semaphore import check_permits
+from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
-from django_rlock.core.lock import RLock
-from django_rlock.core.names import check_lease, check_max_hold, check_timeout
-from django_rlock.core.semaphore_scripts import check_permits
 from django_rlock.handler import locks
 from django_rlock.holdtimes import lock_retry_after
 from django_rlock.keys import KeyTemplate, build_key, check_template, template_label

@@ -24,9 +24,9 @@ from typing import Any
 
 import redis
 
-from django_rlock.core import forking
-from django_rlock.core.client import LockClient
-from django_rlock.core.connection import RedisClient, derive_client, describe
+from django_rlock.core._process import forking
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.connection import RedisClient, derive_client, describe
 
 __all__ = [
     "PROBE_SECONDS",

@@ -31,7 +31,7 @@ from django_rlock import conf
 # Imported for its receivers: a request's leaked holds are found wherever locks are used.
 from django_rlock import requests as _requests  # noqa: F401
 from django_rlock.backends.base import BaseLockBackend
-from django_rlock.core import forking
+from django_rlock.core._process import forking
 from django_rlock.exceptions import InvalidLockBackendError
 
 __all__ = ["LockHandler", "create_backend", "locks"]

@@ -35,11 +35,11 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from django_rlock.aliaslocks import AliasAttached
-from django_rlock.core import forking
-from django_rlock.core.aio.lock import AsyncRLock
-from django_rlock.core.holder import SINCE_FIELD
-from django_rlock.core.lock import RLock
-from django_rlock.core.names import LockKeys
+from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._process import forking
+from django_rlock.core._process.holder import SINCE_FIELD
+from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core._sync.locks import RLock
 from django_rlock.threadowned import ThreadOwnedLock
 
 if TYPE_CHECKING:

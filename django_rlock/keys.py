@@ -14,7 +14,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-from django_rlock.core.names import fit_name
+from django_rlock.core._protocol.names import fit_name
 
 __all__ = ["KeyTemplate", "build_key", "check_template", "template_label"]
 
@@ -91,7 +91,7 @@ def build_key(
     when the name built breaks a naming rule (a control character from a URL
     slug...). A name longer than the longest lock name is hashed, never
     truncated, into a form no caller can pass (see
-    :func:`~django_rlock.core.names.fit_name`).
+    :func:`~django_rlock.core._protocol.names.fit_name`).
     """
     if callable(template):
         key = template(*args, **kwargs)

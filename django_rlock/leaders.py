@@ -15,18 +15,18 @@ It is :meth:`LockClient.leader <django_rlock.core.LockClient.leader>` on
 ``locks[using]``: the election is the lock called ``name`` of that alias, so
 its grants and losses send the lock signals and metrics, and ``manage.py
 rlock list`` and the admin show its leader (``MainThread (leader)``). The
-whole story (terms, fencing, stepping down) is in :mod:`django_rlock.core.leader`.
+whole story (terms, fencing, stepping down) is in :mod:`django_rlock.core._sync.leader`.
 """
 
 from __future__ import annotations
 
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.conf import DEFAULT_LOCK_ALIAS
-from django_rlock.core.aio.leader import AsyncLeadership
-from django_rlock.core.aio.lock import AsyncRLock
-from django_rlock.core.leader import Leadership
-from django_rlock.core.lock import RLock
-from django_rlock.core.names import check_name
+from django_rlock.core._aio.leader import AsyncLeadership
+from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._protocol.names import check_name
+from django_rlock.core._sync.leader import Leadership
+from django_rlock.core._sync.locks import RLock
 from django_rlock.handler import locks
 
 __all__ = ["AliasLeadership", "leader"]
@@ -72,6 +72,6 @@ def leader(
     :class:`~django_rlock.exceptions.LockTimeout`), and runs as the only
     leader. ``term.token`` is the fencing token of the term, ``term.lost``
     turns true (and ``term.on_lost`` callbacks run) when the term is lost:
-    the block should then step down by leaving. See :mod:`django_rlock.core.leader`.
+    the block should then step down by leaving. See :mod:`django_rlock.core._sync.leader`.
     """
     return AliasLeadership(check_name(name), locks[using], timeout)

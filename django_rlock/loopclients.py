@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from django_rlock.core import forking
+from django_rlock.core._process import forking
 from django_rlock.core.aio import AsyncLockClient
 
 __all__ = ["LoopClients"]

@@ -42,7 +42,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 The counting hangs on the same hold events as the signals and the slow-lock
 log (:mod:`django_rlock.reporting`): each backend's :class:`LockMetrics` is
 subscribed beside its reporter, and renewals come from the watchdog's
-:func:`~django_rlock.core.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
+:func:`~django_rlock.core._sync.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
 nothing is subscribed and prometheus_client is not imported.
 
 Several processes (gunicorn workers, Celery prefork children) each count
@@ -61,8 +61,10 @@ from typing import TYPE_CHECKING, Final
 
 from django_rlock import conf
 from django_rlock.aliassemaphores import AnyAliasLock
-from django_rlock.core import clock, forking, watchdog
-from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
+from django_rlock.core._process import forking
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
+from django_rlock.core._sync import watchdog
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram

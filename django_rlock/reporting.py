@@ -2,7 +2,7 @@
 
 Each backend has a :class:`Reporter`, subscribed to the hold events of every
 lock client the backend builds (the engine's
-:class:`~django_rlock.core.hold.HoldRegistry`, which alone counts holds). So a
+:class:`~django_rlock.core._protocol.holds.HoldRegistry`, which alone counts holds). So a
 lock taken through ``locks[alias]`` is reported however it is used (``with``,
 ``acquire()``/``release()``, a decorator, a Celery task, sync or asyncio):
 
@@ -13,7 +13,7 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   ``SLOW_WAIT`` seconds or a hold lasted longer than ``SLOW_HOLD``, naming the
   lock, its alias, the seconds and the code location that took the lock;
 * an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
-  when a hold outlived its thread, task or request (:mod:`django_rlock.core.leaks`,
+  when a hold outlived its thread, task or request (:mod:`django_rlock.core._process.leaks`,
   :mod:`django_rlock.requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from django_rlock.aliassemaphores import AnyAliasLock
 from django_rlock.callsite import caller_location
-from django_rlock.core import clock, forking
-from django_rlock.core.hold import GaveUp, Hold, HoldRegistry
+from django_rlock.core._process import forking
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
 from django_rlock.metrics import LockMetrics, for_backend
 from django_rlock.signals import lock_acquired, lock_leaked, lock_lost, lock_released
 

@@ -17,7 +17,7 @@ expires by itself. Holds the thread had before the request started (a test
 holding a lock around a test client call) are not the request's.
 
 An async view's holds belong to its asyncio task, and are found as the task
-finishes (:mod:`django_rlock.core.leaks`), as are a thread's when it ends.
+finishes (:mod:`django_rlock.core._process.leaks`), as are a thread's when it ends.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from django.core.signals import request_finished, request_started
 
-from django_rlock.core import leaks
+from django_rlock.core._process import leaks
 
 __all__ = ["release_leaked_holds"]
 

@@ -65,8 +65,8 @@ import weakref
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import LockError, LockLostError
-from django_rlock.core.lock import RLock
 
 __all__ = ["end_block", "open_transactions"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from django_rlock.core.holder import is_holder_field
+from django_rlock.core._process.holder import is_holder_field
 
 
 def owner_counts(client: redis.Redis, key: str) -> dict[str, int]:

@@ -24,7 +24,8 @@ from django_rlock import cache, threadowned
 from django_rlock.backends import locmem
 from django_rlock.backends.embedded_server import EmbeddedServer
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.core import LockClient, watchdog
+from django_rlock.core import LockClient
+from django_rlock.core._sync import watchdog
 from django_rlock.handler import LockHandler
 from django_rlock.loopclients import LoopClients
 
@@ -191,4 +192,4 @@ def test_the_package_registers_one_fork_hook() -> None:
         for path in (root / package).rglob("*.py")
         if "os.register_at_fork(" in path.read_text()
     ]
-    assert hooks == ["django_rlock/core/forking.py"]
+    assert hooks == ["django_rlock/core/_process/forking.py"]

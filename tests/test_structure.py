@@ -129,7 +129,7 @@ def test_the_graph_is_read() -> None:
     # Guards the reader itself: a few edges known to exist must be found.
     edges = {(found.module, found.target) for found in IMPORTS}
     assert ("celery_rlock.task", "celery_rlock.worker") in edges
-    assert ("django_rlock.core.client", "django_rlock.core.watchdog") in edges
+    assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
     assert ("django_rlock.decorators", "celery_rlock.decorators") in edges
     assert len(MODULES) > 40
 
@@ -220,7 +220,7 @@ def test_no_import_cycles() -> None:
 #: Private attributes of other code that a module of ours reads, with the reason:
 #: each belongs to a third-party library that offers no public way to do it.
 FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
-    ("django_rlock.core.waiting", "_sock"): (
+    ("django_rlock.core._sync.waiting", "_sock"): (
         "redis-py 5 has no public is_connected or socket accessor; the listener writes"
         " SUBSCRIBE to the socket itself so that no write can reconnect (see _send_locked)"
     ),

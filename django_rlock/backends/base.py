@@ -21,8 +21,8 @@ from django_rlock import conf
 from django_rlock.aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
 from django_rlock.aliaslocks import AliasLock
 from django_rlock.aliassemaphores import AliasSemaphore
-from django_rlock.core import forking
-from django_rlock.core.lock import LockOptions
+from django_rlock.core._process import forking
+from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 from django_rlock.holdtimes import HoldTimes
 from django_rlock.reporting import Reporter
@@ -82,7 +82,7 @@ class LockInfo:
     its hold count; ``ttl`` is in seconds (``inf`` for no expiry); ``token`` is
     the last fencing token granted for the name; ``waiters`` how many callers
     are registered as waiting for it; ``holder`` who holds it, as the grant
-    described it (:mod:`django_rlock.core.holder`: host, pid, thread,
+    described it (:mod:`django_rlock.core._process.holder`: host, pid, thread,
     task_id, task_name, acquired_at), None for a grant that did not.
     """
 
@@ -173,7 +173,7 @@ class BaseLockBackend(ABC):
     def lock(self, name: str, **options: Unpack[LockOptions]) -> AliasLock:
         """A reentrant lock called ``name``, as :meth:`LockClient.lock` makes one.
 
-        The keywords (:class:`~django_rlock.core.lock.LockOptions`: ``timeout``,
+        The keywords (:class:`~django_rlock.core._protocol.lock.LockOptions`: ``timeout``,
         ``lease``, ``blocking``, ``max_hold``) are the defaults ``with lock:``
         uses; a ``max_hold`` of None takes the alias's ``MAX_HOLD``. The lock
         sends the lock signals and writes the slow-lock log. Every other kind's

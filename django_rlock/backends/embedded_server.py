@@ -57,7 +57,7 @@ from typing import Any
 
 import redis
 
-from django_rlock.core import forking
+from django_rlock.core._process import forking
 
 __all__ = ["EmbeddedServer", "EmbeddedServerError"]
 

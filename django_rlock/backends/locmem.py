@@ -35,7 +35,7 @@ from typing import Any
 
 from django_rlock.backends.embedded import EmbeddedRedisLockBackend
 from django_rlock.backends.embedded_server import EmbeddedServer
-from django_rlock.core import forking
+from django_rlock.core._process import forking
 from django_rlock.exceptions import LockSettingError
 from django_rlock.loopclients import LoopClients
 

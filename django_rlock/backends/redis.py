@@ -45,9 +45,12 @@ from django_rlock.backends.base import (
     display_owner,
 )
 from django_rlock.cache import check_lock_cache, lock_client_for
-from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.client import LockClient
-from django_rlock.core.connection import (
+from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.names import LockKeys, check_name, escape
+from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.connection import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
     RedisClient,
@@ -57,10 +60,7 @@ from django_rlock.core.connection import (
     from_url,
     redact_url,
 )
-from django_rlock.core.holder import is_holder_field, read_holder
-from django_rlock.core.lock import LockOptions
-from django_rlock.core.names import LockKeys, check_name, escape
-from django_rlock.core.unavailable import reported_unavailable
+from django_rlock.core.aio import AsyncLockClient
 from django_rlock.eviction import maxmemory_policy as read_maxmemory_policy
 from django_rlock.eviction import report_eviction_policy
 from django_rlock.exceptions import LockSettingError

@@ -16,7 +16,17 @@ names, identity, forking, clock...) are the engine's internals: importable, and
 used by the Django and Celery faces, but not a contract.
 """
 
-from django_rlock.core.client import LockClient
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.leader import Term
+from django_rlock.core._sync.locks import (
+    FairLock,
+    ReadLock,
+    ReadWriteLock,
+    RLock,
+    Semaphore,
+    WriteLock,
+)
+from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core.exceptions import (
     InvalidLockNameError,
     LockError,
@@ -28,12 +38,6 @@ from django_rlock.core.exceptions import (
     LockUnavailableError,
     LockUpgradeError,
 )
-from django_rlock.core.fairlock import FairLock
-from django_rlock.core.leader import Term
-from django_rlock.core.lock import RLock
-from django_rlock.core.multilock import MultiLock, RedLock
-from django_rlock.core.rwlock import ReadLock, ReadWriteLock, WriteLock
-from django_rlock.core.semaphore import Semaphore
 
 __all__ = [
     "FairLock",

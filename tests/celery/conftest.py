@@ -18,7 +18,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from django_rlock.core.names import LockKeys
+from django_rlock.core._protocol.names import LockKeys
 from tests.celery import app as test_app
 from tests.celery.workers import Worker
 from tests.servers import RedisServer

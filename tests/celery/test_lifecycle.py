@@ -11,7 +11,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
 from django_rlock.core import LockTimeout
-from django_rlock.core.holder import read_holder
+from django_rlock.core._process.holder import read_holder
 from tests.celery import app as test_app
 from tests.celery.conftest import (
     WATCHDOG_TIMEOUT,

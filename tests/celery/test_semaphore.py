@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
-from django_rlock.core.semaphore_scripts import permit_prefix, semaphore_keys
+from django_rlock.core._protocol.semaphore import permit_prefix, semaphore_keys
 from tests.celery import app as test_app
 from tests.celery.conftest import WATCHDOG_TIMEOUT, intervals, wait_started
 from tests.celery.test_definition import define

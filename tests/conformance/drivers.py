@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from django_rlock.core.names import LockKeys
+from django_rlock.core._protocol.names import LockKeys
 
 __all__ = ["HANG", "Driver", "Engine", "LoopThread", "Owner", "Pending"]
 

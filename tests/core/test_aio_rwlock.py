@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockUpgradeError
+from django_rlock.core._protocol.rwlock import RWKeys
 from django_rlock.core.aio import AsyncLockClient, AsyncReadWriteLock
-from django_rlock.core.rwlock_scripts import RWKeys
 from tests.core.test_rwlock import Held, overlaps
 
 

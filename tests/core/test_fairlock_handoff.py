@@ -18,8 +18,9 @@ import pytest
 import redis
 
 from django_rlock.core import FairLock, LockClient
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
-from django_rlock.core.identity import thread_owner
 from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
 from tests.servers import RedisServer
 
@@ -71,7 +72,7 @@ def release_unheard(holder_client: LockClient, lock: FairLock) -> None:
     call = lock._release_call(thread_owner())
     args = list(call.args)
     args[1] = "exists"
-    assert holder_client.fair_scripts.release(keys=call.keys, args=args) == 0
+    assert holder_client.scripts[FairScripts].release(keys=call.keys, args=args) == 0
 
 
 def hold(holder_client: LockClient, lease: float | None = None) -> FairLock:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
-from django_rlock.core.identity import thread_owner
+from django_rlock.core._process.identity import thread_owner
 from tests.lockhash import owner_counts
 
 #: The largest integer a Lua number (a double) holds exactly; tokens stay below it.

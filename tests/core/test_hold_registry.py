@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.holds import GaveUp, Hold
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.hold import GaveUp, Hold
-from django_rlock.core.identity import thread_owner
 
 HANG = 10.0  # seconds: only ever reached when something hangs
 

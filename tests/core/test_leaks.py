@@ -13,9 +13,10 @@ import time
 
 import redis
 
-from django_rlock.core import LockClient, leaks
+from django_rlock.core import LockClient
+from django_rlock.core._process import leaks
+from django_rlock.core._protocol.holds import Hold
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.hold import Hold
 
 HANG = 20.0
 TIMEOUT = 1.5  # the watchdog timeout: ticks every 0.5 s

@@ -21,8 +21,8 @@ from django_rlock.core import (
     LockUnavailableError,
     RLock,
 )
-from django_rlock.core.identity import process_id
-from django_rlock.core.names import MIN_WATCHDOG_TIMEOUT
+from django_rlock.core._process.identity import process_id
+from django_rlock.core.defaults import MIN_WATCHDOG_TIMEOUT
 from tests.servers import RedisServer, free_port
 
 

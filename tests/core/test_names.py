@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_rlock.core import InvalidLockNameError, LockClient, LockError
-from django_rlock.core.names import (
+from django_rlock.core._protocol.names import (
     DIGEST_SEPARATOR,
     MAX_NAME_BYTES,
     DigestName,

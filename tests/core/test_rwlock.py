@@ -31,8 +31,8 @@ from django_rlock.core import (
     ReadWriteLock,
     RLock,
 )
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.rwlock_scripts import RWKeys
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.rwlock import RWKeys
 
 
 def in_thread(call: object, *args: object) -> object:

@@ -18,9 +18,9 @@ from django_rlock.core import (
     LockNotOwnedError,
     LockTimeout,
 )
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
 from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.semaphore_scripts import permit_key
 from tests.children import python_module, read_answer
 from tests.waking import seconds_to_wake
 
@@ -214,7 +214,7 @@ def test_two_permits_freed_at_once_wake_two_waiters(lock_client: LockClient) -> 
 def test_a_waiter_giving_up_passes_the_wake_up_on(lock_client: LockClient, r: redis.Redis) -> None:
     semaphore = lock_client.semaphore("abandon", 1)
     r.zadd(semaphore.keys.waiters, {"other-waiter": time.time() * 1000 + 60_000})
-    scripts = lock_client.semaphore_scripts
+    scripts = lock_client.scripts[SemaphoreScripts]
     call = semaphore._abandon_call("gone")
     # A permit is free and another waiter is registered: it is woken (and leaves the set).
     assert scripts.abandon(keys=call.keys, args=call.args) == 1
@@ -320,7 +320,7 @@ def test_the_index_never_holds_more_owners_than_permits(redis_url: str, r: redis
 def test_a_resent_acquire_or_release_is_applied_once(lock_client: LockClient) -> None:
     semaphore = lock_client.semaphore("resent", 3)
     owner = thread_owner()
-    scripts = lock_client.semaphore_scripts
+    scripts = lock_client.scripts[SemaphoreScripts]
     acquire = semaphore._acquire_call(owner, 5.0, "", 0.0)
     first = scripts.acquire(keys=acquire.keys, args=acquire.args)
     again = scripts.acquire(keys=acquire.keys, args=acquire.args)
@@ -340,7 +340,7 @@ def test_a_busy_acquire_is_not_latched(lock_client: LockClient) -> None:
     holder.start()
     holder.join(10)
     owner = thread_owner()
-    scripts = lock_client.semaphore_scripts
+    scripts = lock_client.scripts[SemaphoreScripts]
     call = semaphore._acquire_call(owner, 5.0, "", 0.0)
     assert isinstance(scripts.acquire(keys=call.keys, args=call.args), int)
     wait_until(lambda: semaphore.available() == 1, PROMPT)

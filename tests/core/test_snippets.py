@@ -1,4 +1,4 @@
-"""The scripts composed from core/snippets.py: filled, loadable, and within the ACL list."""
+"""The scripts composed from core/_protocol/lua.py: filled, loadable, and within the ACL list."""
 
 from __future__ import annotations
 
@@ -7,22 +7,17 @@ import re
 import pytest
 import redis
 
-from django_rlock.core import fairlock_scripts, rwlock_scripts, scripts, semaphore_scripts
-from django_rlock.core.scripts import SCRIPT_COMMANDS
-from django_rlock.core.snippets import register_waiter, release_hold, report_or_reenter
+from django_rlock.core._protocol import catalog
+from django_rlock.core._protocol.lock import SCRIPT_COMMANDS
+from django_rlock.core._protocol.lua import register_waiter, release_hold, report_or_reenter
 
 #: Every script a lock kind sends, by name.
-SCRIPTS = {
-    f"{module.__name__.rsplit('.', 1)[1]}.{name}": getattr(module, name)
-    for module in (scripts, fairlock_scripts, rwlock_scripts, semaphore_scripts)
-    for name in module.__all__
-    if name.isupper() and "redis.call" in str(getattr(module, name))
-}
+SCRIPTS = catalog.scripts()
 
 
 def test_every_kind_s_scripts_are_found() -> None:
-    assert {"scripts.ACQUIRE", "fairlock_scripts.FAIR_RELEASE", "rwlock_scripts.READ_ACQUIRE",
-            "semaphore_scripts.SEMAPHORE_RELEASE"} <= set(SCRIPTS)  # fmt: skip
+    assert {"lock.acquire", "fairlock.release", "rwlock.read_acquire",
+            "semaphore.release"} <= set(SCRIPTS)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

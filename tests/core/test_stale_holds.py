@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError, LockUpgradeError
+from django_rlock.core._process.identity import task_owner, thread_owner
+from django_rlock.core._protocol.semaphore import permit_key
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.identity import task_owner, thread_owner
-from django_rlock.core.semaphore_scripts import permit_key
 
 #: Generous: a 0.2 s lease is gone long before.
 EXPIRY_LIMIT = 10.0

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
-from django_rlock.core.hold import Hold
-from django_rlock.core.watchdog import (
+from django_rlock.core._protocol.holds import Hold
+from django_rlock.core._sync.watchdog import (
     BATCH_SIZE,
     RenewalOutcome,
     get_watchdog,

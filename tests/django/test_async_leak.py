@@ -17,7 +17,7 @@ from django.test import Client
 
 from django_rlock import locks, rlock
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.core.watchdog import get_watchdog
+from django_rlock.core._sync.watchdog import get_watchdog
 
 REQUESTS = 400
 #: Growth allowed over the whole run (a client the last request's loop left).

@@ -15,8 +15,8 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from celery_rlock.guard import retry_countdown
 from django_rlock.core import LockClient
-from django_rlock.core.holder import SINCE_FIELD
-from django_rlock.core.names import LockKeys
+from django_rlock.core._process.holder import SINCE_FIELD
+from django_rlock.core._protocol.names import LockKeys
 from django_rlock.handler import locks
 from django_rlock.holdtimes import (
     MIN_SAMPLES,

@@ -26,9 +26,9 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from django_rlock import locked, locks, rlock
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.checks import check_lock_settings
-from django_rlock.core import watchdog
+from django_rlock.core._protocol.holds import Hold
+from django_rlock.core._sync import watchdog
 from django_rlock.core.exceptions import LockLostError, LockTimeout
-from django_rlock.core.hold import Hold
 from django_rlock.exceptions import LockSettingError
 from tests.children import python_module
 from tests.django.conftest import HANG, Holders

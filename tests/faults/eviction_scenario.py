@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import redis
 
 from django_rlock.core import LockClient, LockLostError, LockOutOfMemoryError
-from django_rlock.core.lock import RLock
+from django_rlock.core._sync.locks import RLock
 from tests.servers import RedisServer
 
 #: Locks held when the spike comes.

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_rlock.core import LockClient, RLock
-from django_rlock.core.hold import Hold
-from django_rlock.core.identity import thread_owner
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.holds import Hold
 
 __all__ = ["LockWatch", "current_hold"]
 

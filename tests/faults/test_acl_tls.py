@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from django_rlock.core import FairLock, LockClient, LockLostError, LockUnavailableError
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.scripts import SCRIPT_COMMANDS
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.lock import SCRIPT_COMMANDS, LockScripts
 from tests.faults.recorder import current_hold
 from tests.servers import RedisServer, free_port
 
@@ -87,7 +87,7 @@ def lifecycle(client: LockClient, admin: redis.Redis) -> None:
     busy = client.lock("busy")
     admin.zadd(busy.keys.waiters, {"other-waiter": time.time() * 1000 + 60_000})
     assert (
-        client.scripts.abandon(
+        client.scripts[LockScripts].abandon(
             keys=[busy.keys.hash, busy.keys.channel, busy.keys.waiters], args=["gone", "publish"]
         )
         == 1

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_rlock.core import LockClient, LockUnavailableError, clock
-from django_rlock.core.identity import thread_owner
+from django_rlock.core import LockClient, LockUnavailableError
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol import clock
 from tests.faults.conftest import TIMEOUT
 from tests.faults.proxy import FaultProxy
 from tests.faults.recorder import LockWatch, current_hold

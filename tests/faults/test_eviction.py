@@ -18,7 +18,7 @@ from django.test import override_settings
 
 from django_rlock.checks import check_eviction_policy
 from django_rlock.core import LockClient, LockOutOfMemoryError
-from django_rlock.core.watchdog import get_watchdog
+from django_rlock.core._sync.watchdog import get_watchdog
 from tests.faults import eviction_scenario
 from tests.faults.conftest import TIMEOUT, ServerFactory, server_major
 from tests.faults.recorder import LockWatch

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_rlock.core import LockClient, LockLostError
-from django_rlock.core.names import MAX_NAME_BYTES, LockKeys
+from django_rlock.core._protocol.names import MAX_NAME_BYTES, LockKeys
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.faults

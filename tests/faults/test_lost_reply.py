@@ -3,7 +3,7 @@
 redis-py resends a command whose connection broke (by default from redis-py 6
 on; the tests ask for it, so they show the same on redis-py 5).
 Unprotected, a resent acquire counts a second hold and a resent release gives
-back one hold too many. The request latch (see django_rlock.core.scripts)
+back one hold too many. The request latch (see django_rlock.core._protocol.lock)
 makes the resend report the first call's outcome instead: hold counts stay
 exact. The control test shows the fault is real: the bare script double-counts.
 """
@@ -20,9 +20,9 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockUnavailableError
+from django_rlock.core._process.identity import task_owner, thread_owner
+from django_rlock.core._protocol.lock import ACQUIRE
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.identity import task_owner, thread_owner
-from django_rlock.core.scripts import ACQUIRE
 from tests.faults.proxy import FaultProxy
 from tests.lockhash import owner_counts
 from tests.servers import RedisServer

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
+from django_rlock.core._sync.waiting import ReleaseListener
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.waiting import ReleaseListener
 from tests.faults.conftest import TIMEOUT
 from tests.servers import RedisServer
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from django_rlock.core import LockClient
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.semaphore_scripts import permit_key
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.semaphore import permit_key
 from tests.faults.proxy import FaultProxy
 from tests.faults.test_lost_reply import retrying_client
 from tests.servers import RedisServer

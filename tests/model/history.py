@@ -36,8 +36,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from django_rlock.core import clock
-from django_rlock.core.hold import Hold
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.holds import Hold
 
 __all__ = [
     "DOUBLE_HOLDER",

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from django_rlock.core import LockClient
+from django_rlock.core._protocol.rwlock import RWKeys
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.core.rwlock_scripts import RWKeys
 from tests.model.history import (
     DoubleHolder,
     ModelViolation,

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from django_rlock.core import clock
-from django_rlock.core.hold import Hold
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.holds import Hold
 from tests.model.history import Belief, History
 from tests.model.test_world import ONE_THREAD
 from tests.model.world import Acquire, World

@@ -40,15 +40,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock, clock
+from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock
+from django_rlock.core._process.identity import task_owner, thread_owner
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.fairlock import FairKeys, fair_keys
+from django_rlock.core._protocol.holds import Hold
+from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core._protocol.rwlock import RWKeys
+from django_rlock.core._protocol.semaphore import permit_prefix, semaphore_keys
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
 from django_rlock.core.exceptions import LockUpgradeError
-from django_rlock.core.fairlock_scripts import FairKeys, fair_keys
-from django_rlock.core.hold import Hold
-from django_rlock.core.identity import task_owner, thread_owner
-from django_rlock.core.names import LockKeys
-from django_rlock.core.rwlock_scripts import RWKeys
-from django_rlock.core.semaphore_scripts import permit_prefix, semaphore_keys
 from tests.faults.conftest import server_major
 from tests.faults.proxy import FaultProxy
 from tests.model.history import (

@@ -16,8 +16,8 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.cluster import RedisCluster
 
 from django_rlock.core import LockClient
-from django_rlock.core.sharding import ShardedReleaseListener, slot_of
-from django_rlock.core.watchdog import BATCH_SIZE, _batches, get_watchdog
+from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core._sync.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
 
 pytestmark = pytest.mark.slow

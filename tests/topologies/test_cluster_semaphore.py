@@ -9,9 +9,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_rlock.core import LockClient
-from django_rlock.core.identity import thread_owner
-from django_rlock.core.semaphore_scripts import permit_key
-from django_rlock.core.sharding import slot_of
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.semaphore import permit_key
+from django_rlock.core._sync.sharding import slot_of
 from tests.topologies.builders import Cluster
 from tests.waking import seconds_to_wake
 

@@ -15,7 +15,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_rlock.core import LockClient
-from django_rlock.core.sharding import slot_of
+from django_rlock.core._sync.sharding import slot_of
 from tests.topologies.builders import Cluster, wait_until
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, LockTimeout
-from django_rlock.core.multilock import MultiLock
+from django_rlock.core._sync.multilock import MultiLock
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.slow

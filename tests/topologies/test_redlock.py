@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_rlock.core import LockClient, LockLostError, RedLock, clock
-from django_rlock.core.multilock import validity_time
+from django_rlock.core import LockClient, LockLostError, RedLock
+from django_rlock.core._protocol import clock
+from django_rlock.core._sync.multilock import validity_time
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.slow

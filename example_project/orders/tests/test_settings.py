@@ -13,7 +13,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 SHOW = """
 import json, redis
 from shop import settings
-from django_rlock.core.connection import connect
+from django_rlock.core._sync.connection import connect
 url = settings.CELERY_BROKER_URL
 lock = settings.RLOCKS["default"]
 info = {"backend": lock["BACKEND"], "location": lock["LOCATION"], "broker": url}

@@ -1,0 +1,1 @@
+"""The asyncio engine: the same shells, awaited."""

@@ -1,0 +1,190 @@
+"""AsyncLockClient: the asyncio entry point, twin of :class:`~django_rlock.core.LockClient`.
+
+Use one client per event loop (as with ``redis.asyncio`` clients). Holds are
+recorded in the same registry as the sync engine's, and renewed by the same
+one-per-process watchdog thread over a sync connection of the client's own, so
+renewal never runs on, or blocks, the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, Unpack
+
+import redis.asyncio
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from django_rlock.core._aio.connection import connect_async, sync_twin
+from django_rlock.core._aio.leader import AsyncLeadership
+from django_rlock.core._aio.locks import (
+    AsyncFairLock,
+    AsyncReadWriteLock,
+    AsyncRLock,
+    AsyncSemaphore,
+)
+from django_rlock.core._aio.waiting import AsyncReleaseListener
+from django_rlock.core._protocol.lock import LockOptions, ScriptRegistry
+from django_rlock.core._protocol.names import check_name
+from django_rlock.core._protocol.rwlock import RWScripts
+from django_rlock.core._sync.client import LockClient
+from django_rlock.core._sync.connection import redact_url
+from django_rlock.core._sync.scripts import OomSafeBase, raise_if_refused
+from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
+
+T = TypeVar("T")
+
+
+class AsyncLockClient:
+    """Makes :class:`AsyncRLock` locks on one Redis server; see :class:`LockClient`.
+
+    ``connection`` is a redis URL or a ``redis.asyncio.Redis``; a client built
+    from a URL is closed by :meth:`aclose`. ``server`` is how errors name the
+    server (default: the URL without its credentials, or host and port).
+    """
+
+    def __init__(
+        self,
+        connection: str | redis.asyncio.Redis,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
+        server: str | None = None,
+    ) -> None:
+        self.redis, self._owns_redis = connect_async(connection)
+        #: The sync engine: its registry records the holds, its watchdog renews them.
+        self.engine = LockClient(
+            sync_twin(self.redis),
+            key_prefix=key_prefix,
+            watchdog_timeout=watchdog_timeout,
+            server=server or (redact_url(connection) if isinstance(connection, str) else None),
+        )
+        #: How errors name the server: never with its credentials.
+        self.server = self.engine.server
+        self.key_prefix = self.engine.key_prefix
+        self.watchdog_timeout = self.engine.watchdog_timeout
+        #: Every kind's scripts on the asyncio connection, made on first use.
+        self.scripts = ScriptRegistry(
+            functools.partial(_AsyncLockScript, self.redis),
+            functools.partial(_AsyncOomSafeScript, self.redis),
+        )
+        #: Wakes waiters when a lock they wait for is released.
+        self.listener = AsyncReleaseListener(self.redis)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"<AsyncLockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
+        )
+
+    def lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncRLock:
+        """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults.
+
+        ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
+        """
+        return AsyncRLock(self, check_name(name), **options)
+
+    def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncFairLock:
+        """A reentrant async lock called ``name`` granted in arrival order.
+
+        The keywords are ``async with``'s defaults, as for :meth:`lock`; see
+        :class:`~django_rlock.core.aio.fairlock.AsyncFairLock`.
+        """
+        return AsyncFairLock(self, check_name(name), **options)
+
+    def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncSemaphore:
+        """An async semaphore of ``permits`` permits; see :meth:`LockClient.semaphore`."""
+        return AsyncSemaphore(self, check_name(name), permits, **options)
+
+    def leader(self, name: str, *, timeout: float | None = None) -> AsyncLeadership:
+        """Leader election ``name`` for asyncio: ``async with client.leader(name) as term:``.
+
+        The twin of :meth:`LockClient.leader`: the current task is the
+        candidate, and the leader while the block runs.
+        """
+        return AsyncLeadership(name, lambda: self.lock(name), timeout=timeout)
+
+    async def __aenter__(self) -> AsyncLockClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def on_lost(self, callback: Callable[[Any], object]) -> None:
+        """Call ``callback(lock)`` (on a thread of its own) when any hold of this client is lost."""
+        self.engine.on_lost(callback)
+
+    async def settle(self) -> None:
+        """Wait until the background work of cancelled calls has finished."""
+        # Only the unfinished: a finished task leaves the set by a done callback,
+        # and since Python 3.12 gathering only finished tasks completes without
+        # yielding to the loop, so that callback would never run (a busy loop).
+        while pending := [task for task in self._tasks if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self.listener.settle()
+
+    async def aclose(self) -> None:
+        """Finish background work, stop listening and close what this client opened.
+
+        Locks still held are not released: they expire as if the process died.
+        """
+        await self.settle()
+        await self.listener.aclose()
+        self.engine.close()
+        # Both pools were built here; a client given a pool leaves it open on close.
+        self.engine.redis.connection_pool.disconnect()
+        if self._owns_redis:
+            await self.redis.aclose(close_connection_pool=True)
+
+    def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run work that must finish even if its caller is cancelled."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(_forget_task(self._tasks))
+        return task
+
+    def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncReadWriteLock:
+        """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
+
+        The asyncio twin of :meth:`LockClient.read_write_lock`; the keywords
+        are both sides' defaults for ``async with``.
+        """
+        return AsyncReadWriteLock(self, check_name(name), self.scripts[RWScripts], **options)
+
+
+def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its caller may have been cancelled away
+
+    return done
+
+
+class _AsyncLockScript(AsyncScript):
+    """The asyncio :class:`~django_rlock.core._sync.scripts.LockScript`."""
+
+    async def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
+        self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
+    ) -> Any:
+        try:
+            return await super().__call__(keys=keys or [], args=args or [], client=client)
+        except ResponseError as error:
+            raise_if_refused(error)
+            raise
+
+
+class _AsyncOomSafeScript(OomSafeBase):
+    """The asyncio :class:`~django_rlock.core._sync.scripts.OomSafeScript` (same policy object)."""
+
+    def __init__(self, client: redis.asyncio.Redis, body: str) -> None:
+        super().__init__(lambda text: _AsyncLockScript(client, text), body)
+
+    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        flagged, script = self._choose()
+        try:
+            return await script(keys=keys, args=args)
+        except ResponseError as error:
+            return await self._after(flagged, error)(keys=keys, args=args)

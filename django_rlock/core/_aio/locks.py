@@ -1,0 +1,574 @@
+"""AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
+
+Same Lua scripts, same keys, same fencing counter: sync and async owners
+exclude each other on the same name. The owner is the current asyncio task,
+so tasks on one loop (``asyncio.gather`` children included) are separate
+owners, and a task re-enters its own lock::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    lock = client.lock("order:42")
+    async with lock:
+        async with lock:          # re-entry by the same task
+            await charge(order, fence=lock.token)
+
+Cancellation is safe at every await: a cancelled ``acquire`` gives back a
+grant that arrived as it was cancelled and leaves its waiting registration and
+subscription behind it cleaned up; a cancelled ``release`` still completes.
+
+AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.locks.FairLock`.
+
+Same scripts, keys and queue: sync and async callers of one fair lock name
+wait in one queue, in arrival order. The owner is the current task::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    async with client.fair_lock("report:42") as lock:
+        await build(report, fence=lock.token)
+
+A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
+as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
+:class:`~django_rlock.core._aio.locks.AsyncRLock` does.
+
+AsyncReadWriteLock: the asyncio twin of :class:`django_rlock.core._sync.locks.ReadWriteLock`.
+
+Same scripts, keys and calls as the sync one (sync and async owners exclude
+each other on the same name); the owner is the current asyncio task::
+
+    report = client.read_write_lock("report:42")
+    async with report.read:          # many tasks at once
+        ...
+    async with report.write:         # alone
+        ...
+
+Cancellation is as safe as :class:`~django_rlock.core.aio.AsyncRLock`'s: both
+sides inherit its shielded calls.
+
+AsyncSemaphore: the asyncio twin of :class:`django_rlock.core._sync.locks.Semaphore`.
+
+Same scripts and keys: sync and async owners share the permits of one name.
+The owner is the current asyncio task; cancellation is as safe as for
+:class:`~django_rlock.core.aio.AsyncRLock` (a permit granted as its acquire
+was cancelled is given back; a cancelled release still completes)::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    async with client.semaphore("partner-api:tenant-7", permits=3):
+        await call_partner()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, Unpack
+
+from redis.exceptions import OutOfMemoryError
+
+from django_rlock.core._process.identity import task_owner
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.calls import extend_call, hold_count_reply, ttl_reply
+from django_rlock.core._protocol.fairlock import FairScripts
+from django_rlock.core._protocol.lock import (
+    LOST_REPLY,
+    UNANSWERED,
+    KindScripts,
+    LockBase,
+    LockOptions,
+    LockScripts,
+    WaitingShell,
+)
+from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive_async
+from django_rlock.core._protocol.rwlock import RWScripts
+from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
+from django_rlock.core._sync.locks import (
+    FairBase,
+    ReadSide,
+    ReadWriteBase,
+    SemaphoreBase,
+    WriteSide,
+    available_reply,
+    first_return_reply,
+    sleep_cap,
+)
+
+if TYPE_CHECKING:
+    from django_rlock.core._aio.client import AsyncLockClient
+    from django_rlock.core._aio.waiting import AsyncSubscription
+    from django_rlock.core._protocol.holds import Hold
+
+
+class AsyncRLock(LockBase):
+    """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
+
+    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client.engine, name, **options)
+        self.client = client
+        # Tasks whose last hold through this object ended lost (see `lost`).
+        self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"<AsyncRLock {self.name!r}>"
+
+    # -- acquiring ----------------------------------------------------------------
+
+    async def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
+        with self._reachable("acquire"):
+            return await self._acquire_waiting(plan, lease_seconds)
+
+    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        owner = task_owner()
+        shell = self._waiting_shell(owner, lease_seconds, plan)
+        try:
+            granted = await drive_async(plan, shell)
+        finally:
+            # No await: a cancelled acquire still leaves nothing behind.
+            shell.close(registered=plan.registered)
+        if not granted:
+            self._gave_up(owner, plan)
+        return granted
+
+    async def _attempt(
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str = "",
+        sleep: float = 0.0,
+        requested_at: float | None = None,
+    ) -> float | None:
+        """One acquire script call, shielded: None when granted, else seconds to wait.
+
+        If the caller is cancelled while the call is in flight, the call still
+        completes, and a grant it brings is given back at once.
+        """
+        call = self.client.spawn(
+            self._acquire_script(
+                owner, lease, waiter_id, sleep, asyncio.current_task(), requested_at=requested_at
+            )
+        )
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(lambda done: self._give_back_if_granted(done, owner))
+            raise
+
+    async def _acquire_script(
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str,
+        sleep: float,
+        caller: asyncio.Task[Any] | None,
+        *,
+        requested_at: float | None = None,
+    ) -> float | None:
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
+        sent_at = clock.monotonic()
+        try:
+            reply = await _resend_once(
+                lambda: self._acquire_sender()(keys=call.keys, args=call.args)
+            )
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            self._acquire_failed(error, owner, call)
+        wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
+        if wait is None and caller is not None:
+            self._lost_tasks.pop(caller, None)
+        return wait
+
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.scripts[LockScripts])
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
+        return _AsyncWaiting(self, owner, lease, plan.started)
+
+    def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
+        if call.cancelled() or call.exception() is not None or call.result() is not None:
+            return
+        self.client.spawn(self._release_as(owner))
+
+    async def _abandon(self, waiter_id: str) -> None:
+        call = self._abandon_call(waiter_id)
+        await self._abandon_sender()(keys=call.keys, args=call.args)
+
+    async def __aenter__(self) -> Self:
+        if not await self.acquire(self.blocking, self.timeout, self.lease):
+            raise self._timeout_error(await self.ttl())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    # -- releasing ----------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Give back one hold, as :meth:`RLock.release` does.
+
+        Shielded: if the caller is cancelled meanwhile, the release completes
+        anyway (and the cancellation still propagates).
+        """
+        call = self.client.spawn(self._release_as(task_owner(), asyncio.current_task()))
+        with self._reachable("release"):
+            await asyncio.shield(call)
+
+    async def extend(self, seconds: float) -> None:
+        """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
+        owner = task_owner()
+        hold = self._extend_prepare(owner, seconds, "task")
+        call = extend_call(*self.hold_keys(owner), owner, seconds)
+        sent_at = clock.monotonic()
+        with self._reachable("extend"):
+            try:
+                reply = await self.client.scripts[LockScripts].renew(keys=call.keys, args=call.args)
+            except BaseException:  # a cancellation too: the call may have run
+                self._extend_failed(hold, sent_at, seconds)
+                raise
+        self._extend_settle(hold, sent_at, reply)
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of a leaked ``hold``'s owner, on this lock's event loop.
+
+        Called on that loop (as the owner task ends); the releases run in a
+        task of the client's, which outlives the ended owner.
+        """
+        owner, count = hold.owner, hold.count
+
+        async def release_all() -> None:
+            for _ in range(count):
+                await self._release_as(owner)
+
+        self.client.spawn(release_all())
+
+    async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
+        def remember_lost() -> None:
+            if caller is not None:
+                self._lost_tasks[caller] = True
+
+        hold = self._release_prepare(owner, remember_lost)
+        call = self._release_call(owner)
+        try:
+            left = int(
+                await _resend_once(lambda: self._release_sender()(keys=call.keys, args=call.args))
+            )
+        except BaseException as error:
+            self._release_failed(hold, error, owner, call)
+            raise
+        self._release_settle(hold, left, "task", remember_lost)
+
+    async def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        call = self._force_release_call()
+        with self._reachable("force-release"):
+            reply = await self._force_release_sender()(keys=call.keys, args=call.args)
+        return bool(reply)  # as RLock.force_release
+
+    # -- inspecting ---------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.exists(self.keys.hash))
+
+    async def owned(self) -> bool:
+        """True when the current task holds the lock (asks Redis, as :meth:`RLock.owned`)."""
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.hexists(self.keys.hash, task_owner()))
+
+    async def hold_count(self) -> int:
+        """How many holds the current task has on the lock (0 when none; asks Redis)."""
+        with self._reachable("inspect"):
+            return hold_count_reply(await self.client.redis.hget(self.keys.hash, task_owner()))
+
+    async def ttl(self) -> float | None:
+        """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
+        with self._reachable("inspect"):
+            return ttl_reply(await self.client.redis.pttl(self.keys.hash))
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current task's hold, None when it holds none."""
+        return self._token_of(task_owner())
+
+    @property
+    def lost(self) -> bool:
+        """True when the current task's current hold on this lock was lost (see RLock.lost).
+
+        A new grant clears it at once, whether the lost hold was released or not.
+        """
+        current = self._current_lost(task_owner())
+        if current is not None:
+            return current
+        task = asyncio.current_task()
+        return task is not None and self._lost_tasks.get(task, False)
+
+    def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
+        """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
+
+        ``callback`` may be a coroutine function; it then runs as a task.
+        """
+        loop = asyncio.get_running_loop()
+
+        def on_loop(_lock: object) -> None:
+            loop.call_soon_threadsafe(_run, callback, self)
+
+        self.lost_callbacks.append(on_loop)
+
+
+async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
+    """:func:`django_rlock.core._protocol.lock.resend_once` for coroutines."""
+    try:
+        return await call()
+    except LOST_REPLY:
+        return await call()
+
+
+class _AsyncWaiting:
+    """The asyncio shell of an :class:`AcquirePlan`: the script calls and the subscription."""
+
+    def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
+        self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
+        self.subscription: AsyncSubscription | None = None
+
+    def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
+        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
+
+    def listen(self) -> None:
+        self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
+
+    def close(self, *, registered: bool) -> None:
+        if self.subscription is None:
+            return
+        self.lock.client.listener.unsubscribe(self.subscription)
+        if registered:
+            self.lock.client.spawn(self.lock._abandon(self.subscription.waiter_id))
+
+
+def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
+    result = callback(lock)
+    if isinstance(result, Coroutine):
+        asyncio.ensure_future(result)  # noqa: RUF006 -- the loop keeps it until it ends
+
+
+class AsyncFairLock(FairBase, AsyncRLock):
+    """An asyncio lock granted in arrival order; see :meth:`AsyncLockClient.fair_lock`."""
+
+    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
+        self._fair_setup()
+
+    def __repr__(self) -> str:
+        return f"<AsyncFairLock {self.name!r}>"
+
+    async def __aenter__(self) -> Self:
+        return await super().__aenter__()
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
+        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
+        return _AsyncFairWaiting(self, owner, lease, plan, queue_id)
+
+    async def _queued_attempt(
+        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
+    ) -> float | None:
+        """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
+        return await self._attempt(owner, lease, queue_id, sleep, started)
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
+
+    def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves."""
+        self._end_waiting(queue_id)
+        if abandon:
+            self.client.spawn(self._abandon(queue_id))
+
+
+class _AsyncFairWaiting:
+    """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
+
+    def __init__(
+        self,
+        lock: AsyncFairLock,
+        owner: str,
+        lease: float | None,
+        plan: AcquirePlan,
+        queue_id: str,
+    ) -> None:
+        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.queue_id = queue_id
+        self.subscription: _AsyncHandoffSubscription | None = None
+        #: An attempt that may have queued the caller was sent, and no grant came back.
+        self.queued = False
+        #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
+        self.sent_at = plan.started
+
+    async def attempt(self, waiter: bool, sleep: float) -> float | None:
+        self.queued = self.queued or bool(self.queue_id)
+        self.sent_at = clock.monotonic()
+        wait = await self.lock._queued_attempt(
+            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
+        )
+        if wait is None:
+            self.queued = False
+        return wait
+
+    def listen(self) -> None:
+        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel, self.queue_id)
+        self.subscription = _AsyncHandoffSubscription(self, subscription)
+
+    def close(self, *, registered: bool) -> None:
+        if self.subscription is not None:
+            self.lock.client.listener.unsubscribe(self.subscription.inner)
+        abandon = self.queued or (registered and bool(self.queue_id))
+        self.lock._leave_queue(self.queue_id, abandon=abandon)
+
+
+class _AsyncHandoffSubscription:
+    """The asyncio twin of ``_HandoffSubscription``: a handoff ends the plan granted.
+
+    Nothing awaits between taking the handoff and the plan's end, so a
+    cancellation either comes before (the caller never counted the grant, and
+    FAIR_ABANDON gives it back) or after (the caller holds the lock).
+    """
+
+    def __init__(self, shell: _AsyncFairWaiting, subscription: AsyncSubscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    async def wait_subscribed(self, timeout: float) -> bool:
+        return await self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    async def wait(self, since: int, timeout: float) -> object:
+        woken = await self.inner.wait(since, timeout)
+        shell = self.shell
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
+
+
+class AsyncWriteLock(WriteSide, AsyncRLock):
+    """The write side of an :class:`AsyncReadWriteLock` (see the sync ``WriteLock``)."""
+
+
+class AsyncReadLock(ReadSide, AsyncRLock):
+    """The read side of an :class:`AsyncReadWriteLock` (see the sync ``ReadLock``)."""
+
+    async def _readers(self) -> tuple[int, int]:
+        call = self._readers_call()
+        with self._reachable("inspect"):
+            live, longest = await self._scripts.readers(keys=call.keys, args=call.args)
+        return int(live), int(longest)
+
+    async def locked(self) -> bool:
+        """True when any owner holds a read."""
+        return (await self._readers())[0] > 0
+
+    async def ttl(self) -> float | None:
+        """Seconds until the longest-lived read hold expires, None when nobody reads."""
+        return ttl_reply((await self._readers())[1])
+
+    async def owned(self) -> bool:
+        """True when the current task holds a read (asks Redis)."""
+        owner = task_owner()
+        with self._reachable("inspect"):
+            return bool(await self.client.redis.hexists(self.rw_keys.reader(owner), owner))
+
+    async def hold_count(self) -> int:
+        """How many read holds the current task has (0 when none; asks Redis)."""
+        owner = task_owner()
+        with self._reachable("inspect"):
+            count = await self.client.redis.hget(self.rw_keys.reader(owner), owner)
+        return hold_count_reply(count)
+
+
+class AsyncReadWriteLock(ReadWriteBase):
+    """Many readers or one writer, for asyncio; get one from ``AsyncLockClient.read_write_lock``."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        name: str,
+        scripts: RWScripts,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)
+        #: The shared side: many tasks at once while nobody else writes.
+        self.read = AsyncReadLock(client, keys, scripts, **options)
+        #: The exclusive side: one task, and no reader but that task.
+        self.write = AsyncWriteLock(client, keys, scripts, **options)
+
+
+class AsyncSemaphore(SemaphoreBase, AsyncRLock):
+    """A semaphore with watchdog permits for asyncio; get one from ``AsyncLockClient.semaphore``."""
+
+    def __init__(
+        self, client: AsyncLockClient, name: str, permits: int, **options: Unpack[LockOptions]
+    ) -> None:
+        super().__init__(client, name, permits, **options)
+
+    def __repr__(self) -> str:
+        return f"<AsyncSemaphore {self.name!r} permits={self.permits}>"
+
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.scripts[SemaphoreScripts])
+
+    async def __aenter__(self) -> Self:
+        if not await self.acquire(self.blocking, self.timeout, self.lease):
+            raise self._timeout_error(await self.ttl())
+        return self
+
+    # -- inspecting ---------------------------------------------------------------
+
+    async def available(self) -> int:
+        """How many permits are free now; see :meth:`Semaphore.available`."""
+        return available_reply(self.permits, await self._state())
+
+    async def locked(self) -> bool:
+        """True when no permit is free."""
+        return await self.available() == 0
+
+    async def owned(self) -> bool:
+        """True when the current task holds a permit (asks Redis)."""
+        return await self.hold_count() > 0
+
+    async def hold_count(self) -> int:
+        """How many permits the current task holds (0 when none; asks Redis)."""
+        owner = task_owner()
+        with self._reachable("inspect"):
+            return hold_count_reply(
+                await self.client.redis.hget(permit_key(self.keys, owner), owner)
+            )
+
+    async def ttl(self) -> float | None:
+        """Seconds until the first held permit may come back; None when none is held."""
+        return first_return_reply(await self._state())
+
+    async def force_release(self) -> bool:
+        """Take back every permit and wake every waiter; see :meth:`Semaphore.force_release`."""
+        return await super().force_release()
+
+    async def _state(self) -> Any:
+        call = self._state_call()
+        with self._reachable("inspect"):
+            return await self.client.scripts[SemaphoreScripts].state(keys=call.keys, args=call.args)

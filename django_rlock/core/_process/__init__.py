@@ -1,0 +1,1 @@
+"""What one process keeps beside its connections: owner ids, fork hooks, holders."""

@@ -1,0 +1,142 @@
+"""Owner identity: who a hold belongs to.
+
+An owner id is ``<process id>:<thread number>``. The process id is 128 random
+bits, made anew in every forked child, so a child never passes for its parent
+(it cannot release the parent's locks, and the parent's holds are not its own).
+The thread number is given to each thread on first use and never given again in
+this process: ``threading.get_ident()`` values are reused once a thread ends,
+and a new thread must not inherit a dead thread's holds.
+The id is a credential: it must never appear in logs, reprs or error messages.
+
+Each owner id of this process also remembers, weakly, the thread or task it
+names, so that the engine can tell an owner that has ended (:func:`owner_alive`):
+a hold whose owner is gone can never be released by it, and the watchdog must
+not keep it alive. A task's end is also announced (:func:`on_task_end`), at
+once, on its event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import secrets
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from django_rlock.core._process import forking
+
+logger = logging.getLogger("django_rlock.lock")
+
+
+_process_id = secrets.token_hex(16)
+
+
+_thread_numbers = itertools.count(1)  # next() is atomic under the GIL
+
+
+_local = threading.local()
+
+
+_task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
+
+
+# Owner id -> its thread or task, weakly; an entry goes with its subject.
+_subjects: dict[str, weakref.ref[Any]] = {}
+
+
+# Called with a task's owner id when that task is done (see on_task_end).
+_task_end_hooks: list[Callable[[str], object]] = []
+
+
+def process_id() -> str:
+    """The random id of this process (regenerated after ``fork``)."""
+    return _process_id
+
+
+def thread_owner() -> str:
+    """The owner id of the calling thread in this process."""
+    owner: str | None = getattr(_local, "owner", None)
+    # After a fork the surviving thread keeps its local: rebuild it for the new id.
+    if owner is None or not owner.startswith(_process_id):
+        owner = f"{_process_id}:{next(_thread_numbers)}"
+        _local.owner = owner
+        _remember(owner, threading.current_thread())
+    return owner
+
+
+def retire_thread_owner() -> None:
+    """The calling thread takes a new owner id from its next lock call on.
+
+    Holds left under the old id belong to nobody alive any more
+    (:func:`owner_alive` is false for it): the thread cannot re-enter them.
+    """
+    owner: str | None = getattr(_local, "owner", None)
+    if owner is not None:
+        _local.owner = None
+        _subjects.pop(owner, None)
+
+
+def task_owner() -> str:
+    """The owner id of the current asyncio task: each task is its own owner.
+
+    Tasks on one thread (``asyncio.gather`` children included) exclude each
+    other as threads do. Raises RuntimeError outside a task.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("an async lock must be used from inside an asyncio task")
+    owner = _task_owners.get(task)
+    if owner is None or not owner.startswith(_process_id):
+        owner = f"{_process_id}:task-{next(_thread_numbers)}"
+        _task_owners[task] = owner
+        _remember(owner, task)
+        task.add_done_callback(functools.partial(_task_ended, owner))
+    return owner
+
+
+def owner_alive(owner: str) -> bool:
+    """False when ``owner`` is a thread of this process that has ended, or a task that is done.
+
+    An owner id this process did not make (another process's) is taken as
+    alive: only its own process can tell.
+    """
+    ref = _subjects.get(owner)
+    if ref is None:
+        return not owner.startswith(f"{_process_id}:")
+    subject = ref()
+    if subject is None:
+        return False
+    if isinstance(subject, threading.Thread):
+        return subject.is_alive()
+    return not subject.done()
+
+
+def on_task_end(hook: Callable[[str], object]) -> None:
+    """Call ``hook(owner)`` on its event loop when a task that owned an owner id is done."""
+    _task_end_hooks.append(hook)
+
+
+def _remember(owner: str, subject: threading.Thread | asyncio.Task[Any]) -> None:
+    def forget(_: weakref.ref[Any]) -> None:
+        _subjects.pop(owner, None)
+
+    _subjects[owner] = weakref.ref(subject, forget)
+
+
+def _task_ended(owner: str, _task: asyncio.Task[Any]) -> None:
+    for hook in list(_task_end_hooks):
+        try:
+            hook(owner)
+        except Exception:
+            logger.exception("task end hook %r failed", hook)
+
+
+@forking.after_fork_in_child
+def _regenerate_after_fork() -> None:
+    global _process_id  # noqa: PLW0603 -- the id is process state by definition
+    _process_id = secrets.token_hex(16)
+    _subjects.clear()  # the parent's threads and tasks are not this process's

@@ -1,0 +1,143 @@
+"""The lock scripts' calls, without I/O: what each operation sends, and what a reply means.
+
+Both engines build every script call here and read every reply here; their
+I/O shells (:mod:`django_rlock.core._sync.locks`, :mod:`django_rlock.core._aio.locks`)
+only send the call and hand back the reply. The KEYS/ARGV/returns of each
+script are documented beside it in :mod:`django_rlock.core._protocol.lock`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django_rlock.core._protocol.names import LockKeys, milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """The KEYS and ARGV of one script call (``rid``: its request id, '' when it has none)."""
+
+    keys: list[str]
+    args: list[str | int]
+    rid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """An acquire reply that granted the lock: its token, the owner's holds, the key's PTTL."""
+
+    token: int
+    holds: int
+    pttl_ms: int
+
+
+def attempt_args(
+    owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
+) -> list[str | int]:
+    """ARGV[1..5] of every kind's acquire: owner, expiry ms, waiter id, longest sleep ms, rid."""
+    return [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
+
+
+def acquire_args(
+    owner: str,
+    *,
+    ttl: float,
+    waiter_id: str,
+    sleep: float,
+    rid: str,
+    lost: tuple[int, int] | None,
+    holder: str,
+) -> list[str | int]:
+    """ARGV[1..8] of scripts.ACQUIRE, which the fair lock and the write side take too.
+
+    ``lost``: (token, holds) of the owner's holds its client has declared lost,
+    which the server may still count (see scripts.ACQUIRE). ``holder``: who
+    asks, stored by a new grant (:func:`django_rlock.core._process.holder.describe`).
+    """
+    token, holds = lost or (0, 0)
+    attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
+    return [*attempt, holds, str(token), holder]
+
+
+def acquire_call(
+    keys: LockKeys,
+    owner: str,
+    *,
+    ttl: float,
+    waiter_id: str,
+    sleep: float,
+    rid: str,
+    lost: tuple[int, int] | None = None,
+    holder: str = "",
+) -> ScriptCall:
+    """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
+
+    ``lost`` and ``holder``: see :func:`acquire_args`.
+    """
+    return ScriptCall(
+        keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+        args=acquire_args(
+            owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
+        ),
+        rid=rid,
+    )
+
+
+def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
+    """The owner's hold on ``key`` now expires ``seconds`` from the call (scripts.RENEW, exact).
+
+    ``key`` and ``fence`` are the lock's
+    :meth:`~django_rlock.core._protocol.lock.LockBase.hold_keys`.
+    """
+    return ScriptCall(keys=[key, fence], args=[milliseconds(seconds), 1, owner])
+
+
+def release_call(keys: LockKeys, owner: str, publish: str, rid: str) -> ScriptCall:
+    """One release of one hold (scripts.RELEASE); ``publish`` is 'publish' or 'spublish'."""
+    return ScriptCall(
+        keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
+        args=[owner, publish, rid],
+        rid=rid,
+    )
+
+
+def force_release_call(keys: LockKeys, publish: str) -> ScriptCall:
+    """Delete the lock whoever holds it (scripts.FORCE_RELEASE)."""
+    return ScriptCall(keys=[keys.hash, keys.channel], args=[publish])
+
+
+def abandon_call(keys: LockKeys, waiter_id: str, publish: str) -> ScriptCall:
+    """A waiter leaves without the lock (scripts.ABANDON)."""
+    return ScriptCall(keys=[keys.hash, keys.channel, keys.waiters], args=[waiter_id, publish])
+
+
+def acquire_reply(reply: Any, no_expiry_wait: float) -> Grant | float:
+    """A :class:`Grant`, or the seconds to wait at most before trying again.
+
+    A holder's key with no expiry (written by hand) is looked at again after
+    ``no_expiry_wait`` seconds rather than never.
+    """
+    if isinstance(reply, list):
+        token, holds, pttl_ms = (int(value) for value in reply)
+        return Grant(token, holds, pttl_ms)
+    pttl_ms = int(reply)
+    if pttl_ms < 0:
+        return no_expiry_wait
+    return max(pttl_ms, 1) / 1000
+
+
+def ttl_reply(pttl_ms: Any) -> float | None:
+    """A PTTL reply as ``ttl()`` answers it: seconds, None when unheld, inf with no expiry."""
+    pttl = int(pttl_ms)
+    if pttl == -2:
+        return None
+    if pttl == -1:
+        return math.inf
+    return pttl / 1000
+
+
+def hold_count_reply(count: Any) -> int:
+    """An HGET of the owner's field as ``hold_count()`` answers it (0: no hold)."""
+    return 0 if count is None else int(count)

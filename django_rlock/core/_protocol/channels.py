@@ -1,0 +1,223 @@
+"""The state of a release listener's pub/sub channels, without I/O.
+
+Both listeners (:mod:`django_rlock.core._sync.waiting`, threads, and
+:mod:`django_rlock.core._aio.waiting`, asyncio) keep their channels in a
+:class:`ChannelTable` and only move bytes: the table decides what to
+(un)subscribe, when a subscription counts as confirmed, whom a message wakes,
+and what a failed read means. The sync listener calls it with its lock held;
+the asyncio one from its event loop.
+
+Channels are reference-counted: the first waiter on a lock subscribes, the
+last one to leave unsubscribes. Subscriptions are confirmed by counting
+SUBSCRIBE commands ``sent`` against confirmations ``acked`` per channel; a
+channel's state outlives its waiters until every confirmation has arrived, so
+a late confirmation of an old subscription can never pass for a new one.
+
+A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
+that moved) leaves the connection sound: reconnecting would be refused again.
+The refusal answers the pending subscriptions instead, so their waiters stop
+waiting for a confirmation and fall back to waiting out the holder's PTTL; it
+is logged once per listener.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import redis
+
+
+class Waiter(Protocol):
+    """A waiter as the table sees it: its id, and how to wake it."""
+
+    @property
+    def waiter_id(self) -> str:
+        """Unique per waiter; a release message naming it wakes this waiter alone."""
+
+    def wake(self, grant: bytes = b"") -> None:
+        """A release (or a reconnect) happened: try again now.
+
+        ``grant``: what a fair lock's handoff message says beyond the waiter's
+        id (its token and request id), else empty.
+        """
+
+    def recheck(self) -> None:
+        """Something it may be waiting on changed (a confirmation): look again."""
+
+
+class WakeCount:
+    """What both listeners' subscriptions share: a wake-up count and a signal to the sleeper."""
+
+    _wakeups: int = 0
+    #: The last handoff message's rest ("<token> <request id>"), taken by the
+    #: fair lock's waiter (core/fairlock.py); empty when none came.
+    handoff: bytes = b""
+
+    def _signal(self) -> None:
+        raise NotImplementedError
+
+    def wake(self, grant: bytes = b"") -> None:
+        """A release or a reconnect: retry now (see :class:`ChannelTable`)."""
+        if grant:
+            self.handoff = grant
+        self._wakeups += 1
+        self._signal()
+
+    def recheck(self) -> None:
+        """A confirmation arrived: look again (see :class:`ChannelTable`)."""
+        self._signal()
+
+
+W = TypeVar("W", bound=Waiter)
+
+
+class ReadError(enum.Enum):
+    """What a failed read of the pub/sub connection means."""
+
+    #: A command was refused; the connection is sound. Log it (the first time).
+    REFUSED = "refused"
+    #: The same, already logged once.
+    REFUSED_AGAIN = "refused again"
+    #: The connection broke: drop it, wake every waiter, reconnect.
+    BROKEN = "broken"
+
+
+@dataclass(eq=False)
+class Channel(Generic[W]):
+    """One release channel: its waiters and the state of its subscription."""
+
+    name: bytes
+    subscriptions: dict[bytes, W] = field(default_factory=dict)
+    wanted: bool = False  # a SUBSCRIBE is in force (sent and not unsubscribed)
+    sent: int = 0
+    acked: int = 0
+
+    @property
+    def settled(self) -> bool:
+        """Every SUBSCRIBE sent has been answered."""
+        return self.acked >= self.sent
+
+
+class ChannelTable(Generic[W]):
+    """Every channel of one listener (one connection) and its waiters."""
+
+    def __init__(self) -> None:
+        self.channels: dict[bytes, Channel[W]] = {}
+        self.waiters: dict[bytes, W] = {}
+        #: A connection is up: commands may be sent now.
+        self.connected = False
+        self._refusal_logged = False
+
+    def subscribed(self) -> set[bytes]:
+        """Channels with a subscription in force."""
+        return {name for name, channel in self.channels.items() if channel.wanted}
+
+    def add(self, name: bytes, waiter: W) -> Channel[W] | None:
+        """Register ``waiter`` on channel ``name``; the channel to SUBSCRIBE now, if any."""
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = self.channels[name] = Channel(name)
+        key = waiter.waiter_id.encode()
+        channel.subscriptions[key] = waiter
+        self.waiters[key] = waiter
+        if channel.wanted:
+            return None
+        channel.wanted = True
+        return channel if self.connected else None
+
+    def remove(self, name: bytes, waiter: W) -> Channel[W] | None:
+        """Forget ``waiter``; the channel to UNSUBSCRIBE now, if it was the last one."""
+        key = waiter.waiter_id.encode()
+        self.waiters.pop(key, None)
+        channel = self.channels.get(name)
+        if channel is None:
+            return None
+        channel.subscriptions.pop(key, None)
+        if channel.subscriptions or not channel.wanted:
+            return None
+        channel.wanted = False
+        self._drop_if_idle(channel)
+        return channel if self.connected else None
+
+    def subscribe_sent(self, channel: Channel[W]) -> None:
+        """A SUBSCRIBE for ``channel`` went out: one more confirmation to wait for."""
+        channel.sent += 1
+
+    def confirmed(self, name: bytes) -> bool:
+        """Whether the live connection has an answer to channel ``name``'s subscription."""
+        channel = self.channels.get(name)
+        return self.connected and channel is not None and channel.wanted and channel.settled
+
+    def on_connect(self) -> list[Channel[W]]:
+        """A new connection is up: the channels to SUBSCRIBE on it. Every waiter retries.
+
+        Anything published while no connection was up is gone, hence the wake-up.
+        """
+        self.connected = True
+        wanted = []
+        for channel in list(self.channels.values()):
+            channel.sent = channel.acked = 0
+            if channel.wanted:
+                wanted.append(channel)
+            else:
+                self._drop_if_idle(channel)
+        self.wake_all()
+        return wanted
+
+    def on_disconnect(self) -> None:
+        """The connection is gone (broken or closed): every waiter retries."""
+        self.connected = False
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiter of every channel."""
+        for waiter in self.waiters.values():
+            waiter.wake()
+
+    def read_error(self, error: BaseException) -> ReadError:
+        """What a failed read means; a refusal answers every pending subscription."""
+        if not isinstance(error, redis.ResponseError):
+            return ReadError.BROKEN
+        for channel in self.channels.values():
+            channel.acked = max(channel.acked, channel.sent)
+            self._drop_if_idle(channel)
+        self.wake_all()
+        if self._refusal_logged:
+            return ReadError.REFUSED_AGAIN
+        self._refusal_logged = True
+        return ReadError.REFUSED
+
+    def deliver(self, reply: Any) -> None:
+        """Take in one pub/sub message: wake whom it names, count a confirmation."""
+        if not isinstance(reply, list) or len(reply) < 3:
+            return
+        kind, name, payload = reply[0], reply[1], reply[2]
+        channel = self.channels.get(name)
+        if kind in (b"message", b"smessage"):
+            if payload:
+                # A message naming another process's waiter is not for us. A
+                # fair lock's handoff says more after the name (a space).
+                name_of, _, grant = payload.partition(b" ")
+                target = self.waiters.get(name_of)
+                if target is not None:
+                    target.wake(grant)
+            elif channel is not None:
+                for waiter in channel.subscriptions.values():
+                    waiter.wake()
+        elif kind == b"sunsubscribe":
+            if channel is not None and channel.wanted:
+                # Unasked: the channel's slot moved to another node. Its
+                # waiters retry now, then wait out the holder's PTTL.
+                for waiter in channel.subscriptions.values():
+                    waiter.wake()
+        elif kind in (b"subscribe", b"ssubscribe") and channel is not None:
+            channel.acked += 1
+            for waiter in channel.subscriptions.values():
+                waiter.recheck()
+            self._drop_if_idle(channel)
+
+    def _drop_if_idle(self, channel: Channel[W]) -> None:
+        if not channel.subscriptions and channel.settled:
+            self.channels.pop(channel.name, None)

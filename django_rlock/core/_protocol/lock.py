@@ -1,0 +1,748 @@
+"""The Lua scripts: one atomic, O(1) script per lock operation.
+
+They are composed from the pieces every lock kind shares
+(:mod:`~django_rlock.core._protocol.lua`: the clock, the fencing rule, the request
+latch, grants, waiter registration, release and wake-up); the sibling kinds'
+scripts (fair lock, read-write lock, semaphore) are made of the same pieces.
+
+Each script is run with EVALSHA through redis-py's ``Script``, which reloads it
+when the server answers NOSCRIPT (after a restart or ``SCRIPT FLUSH``), so a
+flushed script cache costs one extra round trip and nothing else.
+
+Lost replies. redis-py resends a command when the connection breaks before
+the reply arrives, but the server may already have run it. Acquire and release
+are therefore made idempotent by a *request latch*: the caller sends a request
+id, unique per call, and the script records it in a key of the owner's own
+(``<lock>:req:<owner>``, same hash slot, :data:`REQUEST_LATCH_MS` to live). A
+resent call finds its id already there and reports the current state instead
+of applying itself twice. The latch is written with ``SET ... GET``, so the
+common path pays one command inside the script and no extra round trip; the
+callers that never resend (RedLock's bounded connections, replica undo) leave
+the latch out.
+
+Out of memory. With ``maxmemory`` reached and ``noeviction``, Redis refuses
+commands that may grow memory. Acquire must be refused then (it creates keys),
+but giving a lock back must not be, or a full server would keep every lock
+held. On Redis >= 7 release, renew, abandon and force-release carry the
+``allow-oom`` flag (:class:`OomSafeScript`); a server that cannot compile a
+flagged script (Redis < 7) gets the plain variant, chosen once per script and
+client on its first load, on the connection that is running it (no version
+query, so no extra ACL permission and no I/O when a client is built). On Redis
+< 7 a release under OOM is refused as well: a documented limit.
+
+RLock: Redisson's reentrant lock, in Python.
+
+A lock is one Redis hash: field = owner id, value = hold count. The owner is
+the calling thread of this process, so one RLock object may be shared by many
+threads, each its own owner, exactly like ``threading.RLock``::
+
+    client = LockClient("redis://127.0.0.1:6379/0")
+    lock = client.lock("order:42")
+    with lock:                       # waits as long as it takes
+        with lock:                   # re-entry: same owner, hold count 2
+            charge(order, fence=lock.token)
+
+    if lock.acquire(timeout=3):      # wait at most 3 s
+        try: ...
+        finally: lock.release()
+
+``lease=None`` (the default) keeps the lock alive through the watchdog for as
+long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, Unpack
+
+from redis import exceptions as redis_errors
+from redis.exceptions import OutOfMemoryError
+
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.calls import (
+    Grant,
+    ScriptCall,
+    abandon_call,
+    acquire_call,
+    acquire_reply,
+    force_release_call,
+    release_call,
+)
+from django_rlock.core._protocol.lua import (
+    CURRENT_TOKEN,
+    drop_lost_grant,
+    new_grant,
+    register_waiter,
+    release_one,
+    report_or_reenter,
+    wake_after_release,
+)
+from django_rlock.core._protocol.names import (
+    LockKeys,
+    check_lease,
+    check_max_hold,
+    check_timeout,
+    milliseconds,
+)
+from django_rlock.core._protocol.plan import AcquirePlan
+from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core.exceptions import (
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockOutOfMemoryError,
+    LockTimeout,
+)
+
+if TYPE_CHECKING:
+    from django_rlock.core._protocol.holds import Hold, HoldRegistry
+    from django_rlock.core._sync.client import LockClient
+
+
+#: Every command the scripts run. An ACL user needs them all (scripts' own
+#: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
+#: client sends itself (docs/acl-and-tls.md: "Minimal ACL").
+SCRIPT_COMMANDS = (
+    "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
+    "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
+    "sadd", "srem", "smembers", "zscore", "hdel",
+)  # fmt: skip
+
+
+#: The first line of the scripts that must run even when Redis is out of memory.
+ALLOW_OOM = "#!lua flags=allow-oom\n"
+
+
+# KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
+# KEYS[4] (optional) the owner's request latch
+# ARGV[1] owner id, ARGV[2] expiry in milliseconds,
+# ARGV[3] waiter id ('' for an attempt that will not wait),
+# ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
+# ARGV[5] (with KEYS[4]) this call's request id,
+# ARGV[6] the owner's holds of this lock that its client has declared lost, or
+#   given up while the server may still count them (core/lostholds.py; 0: none;
+#   only whether there are any matters), ARGV[7] the token of those holds,
+# ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
+#   '' for none): a new grant stores it in the hash as '~holder', with the
+#   server's clock in ms as '~since' (owner ids never start with '~'), so it
+#   is renewed, expires and is deleted with the lock, at no round trip
+# Returns {token, holds, pttl} when granted, pttl being the key's life left in
+#   ms after the call: the caller's deadline is its send time + pttl, whatever
+#   the branch. A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), so tokens keep increasing when Redis loses the counter
+#   (a restart without persistence, FLUSHALL, a failover), and the counter
+#   expires with the lock: whenever the lock's expiry is set, the counter's is
+#   set to the same. A re-entry keeps the current token, adds one hold, and
+#   never shortens the key's life (a short lease inside a watchdog hold must
+#   not expire the outer hold). A granted waiter leaves the waiting set.
+#   A resent call that was already granted (its latch holds its request id)
+#   changes nothing and returns the same {token, holds} with the PTTL left
+#   now: the grant happened at the first call, not at the resend. Only the
+#   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   Holds the client has declared lost (ARGV[6]) may still be on the server (a
+#   loss declared on the local deadline while the key lived on): while the
+#   token is still theirs, all of the owner's holds are taken off first (also
+#   re-entries the server applied but whose replies were lost), before the
+#   request latch is read, so the call is a new grant with a new token, never a
+#   re-entry of a hold its owner was told is gone, nor a report of one.
+# Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
+#   when another owner holds the lock; a waiter is then (re-)entered in the
+#   waiting set until just after its sleep ends, so a release can wake it.
+ACQUIRE = (
+    """
+local ttl = tonumber(ARGV[2])
+"""
+    + drop_lost_grant()
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + """
+if redis.call('exists', KEYS[1]) == 0 then
+"""
+    + new_grant(latch="4")
+    + """
+end
+local pttl = redis.call('pttl', KEYS[1])
+"""
+    + register_waiter()
+)
+
+
+# KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
+# KEYS[4] (optional) the owner's request latch
+# ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
+# ARGV[3] (with KEYS[4]) this call's request id
+# Returns -1 when the owner holds nothing (nothing is changed), else the
+#   owner's holds left. At 0 the lock is free, and when a registered waiter is
+#   left (expired registrations are dropped) the release is published naming
+#   the one to wake: the waiter whose sleep ends first. With no waiter left,
+#   nothing is published (a PUBLISH costs the server a channel lookup, and the
+#   client a bigger script, on every uncontended release).
+#   A resent call that was already applied changes nothing and returns the
+#   owner's holds now (0 after a final release, even if another owner has
+#   taken the lock since).
+#
+# Why publishing only to a registered waiter wakes everyone who needs it. A
+#   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
+#   the "wait" step). A waiter sleeps only after an attempt as a registered
+#   waiter that found the lock held: that attempt, in ACQUIRE, entered it in
+#   the waiting set in the same atomic script that saw the holder, with a
+#   score (server time + its sleep + 500 ms) past the end of the sleep it is
+#   about to take. So for any release, either it ran before that attempt (the
+#   attempt sees the lock free, or held by a newer holder whose own release
+#   comes later), or after it: then the waiter's entry is in the set and this
+#   script names a registered waiter. The first, unregistered attempt never
+#   sleeps on the channel: the waiter subscribes, has the subscription
+#   confirmed, and attempts again as a registered waiter before it sleeps, so
+#   a release between its two attempts is seen by the second one.
+#   Every caller of this script (release, the replica-sync undo in client.py,
+#   MultiLock's members, RedLock's undo of an unanswered grant) releases a
+#   plain lock hash, and every sleeper of those locks is an RLock acquire plan
+#   (MultiLock waits through its members' plans; RedLock never sleeps on a
+#   channel, it retries after a random pause). On a cluster, the set, the hash
+#   and the channel share one slot, so this check and SPUBLISH run on the node
+#   the waiter's SSUBSCRIBE is on.
+#   The one waiter this misses is one whose entry expired while it still
+#   sleeps: its client paused for more than 500 ms, or the server's clock
+#   jumped forward. Before, a release with no live entry woke everyone; that
+#   waiter now sleeps out its own bound (the holder's PTTL, at most the
+#   watchdog timeout), exactly as a lost message costs it, and as it already
+#   did whenever another live waiter was named instead. force_release still
+#   wakes every waiter (an operator's recovery tool, not a hot path), and
+#   ABANDON hands a wake-up on only while the set has members.
+RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+
+
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# ARGV[1] expiry in milliseconds,
+# ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
+#   grant it has just made), '0' to never shorten a key's life (the watchdog:
+#   a watchdog re-entry inside a longer lease must not cut the lease short),
+# ARGV[2+i] owner id of the i-th lock
+# Returns one integer per lock: the key's PTTL in ms after the call (> 0:
+#   renewed; the caller's deadline is its send time + it), or 0 when the owner
+#   no longer holds it (lost). The counter gets the same expiry as the lock.
+RENEW = """
+local ttl = tonumber(ARGV[1])
+local exact = ARGV[2] == '1'
+local left = {}
+for i = 1, #KEYS / 2 do
+    local key, fence = KEYS[2 * i - 1], KEYS[2 * i]
+    if redis.call('hexists', key, ARGV[i + 2]) == 1 then
+        local pttl = redis.call('pttl', key)
+        if exact or pttl < ttl then
+            redis.call('pexpire', key, ttl)
+            redis.call('pexpire', fence, ttl)
+            pttl = ttl
+        end
+        left[i] = pttl
+    else
+        left[i] = 0
+    end
+end
+return left
+"""
+
+
+# KEYS[1] lock hash, KEYS[2] release channel
+# ARGV[1] publish command
+# Returns 1 when a held lock was deleted (every waiter is woken), 0 when it was free.
+FORCE_RELEASE = """
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call(ARGV[1], KEYS[2], '')
+    return 1
+end
+return 0
+"""
+
+
+# KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set
+# ARGV[1] waiter id, ARGV[2] publish command
+# A waiter leaves without the lock (its wait ran out). If the lock is free, a
+#   release may have woken this waiter alone: wake the others instead.
+# Returns 1 when the others were woken, else 0.
+ABANDON = """
+redis.call('zrem', KEYS[3], ARGV[1])
+if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
+    redis.call(ARGV[2], KEYS[2], '')
+    return 1
+end
+return 0
+"""
+
+
+#: How a client makes one script of a body: a redis-py ``Script`` on its connection
+#: (:mod:`~django_rlock.core._sync.scripts`) or its asyncio twin.
+MakeScript = Callable[[str], Any]
+
+
+class ScriptSet:
+    """One kind's scripts, made for one Redis client (sync or asyncio).
+
+    A subclass's :meth:`register` makes each script with ``plain`` when it may
+    create keys (under OOM its first write is refused, so it fails whole, with
+    Redis's OOM error, before changing anything) or with ``oom_safe`` when it
+    gives back or only deletes (it runs under OOM where Redis allows it).
+    A client makes each kind's set once, on first use (:class:`ScriptRegistry`).
+    """
+
+    def __init__(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        self.register(plain, oom_safe)
+
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make this kind's scripts as attributes."""
+        raise NotImplementedError
+
+
+KindSet = TypeVar("KindSet", bound=ScriptSet)
+
+
+class ScriptRegistry:
+    """One client's scripts, by kind: ``registry[FairScripts]`` is the fair lock's set.
+
+    Each kind's set is made on its first use, with the client's two script
+    factories (sync or asyncio, see :class:`ScriptSet`), so a client that never
+    takes a fair lock never makes its scripts, and adding a kind touches no
+    client. Making a set twice under a race is harmless: the first one kept
+    wins, and a script is loaded on the server only when first run.
+    """
+
+    def __init__(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        self._plain = plain
+        self._oom_safe = oom_safe
+        self._sets: dict[type[ScriptSet], ScriptSet] = {}
+
+    def __getitem__(self, kind: type[KindSet]) -> KindSet:
+        made = self._sets.get(kind)
+        if made is None:
+            made = self._sets.setdefault(kind, kind(self._plain, self._oom_safe))
+        return made  # type: ignore[return-value]  # keyed by its own class
+
+
+class LockScripts(ScriptSet):
+    """The plain lock's scripts; acquire stays plain (see :class:`ScriptSet`)."""
+
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the lock's scripts."""
+        self.acquire = plain(ACQUIRE)
+        self.release = oom_safe(RELEASE)
+        self.renew = oom_safe(RENEW)
+        self.force_release = oom_safe(FORCE_RELEASE)
+        self.abandon = oom_safe(ABANDON)
+
+
+logger = logging.getLogger("django_rlock.lock")
+
+
+T = TypeVar("T")
+
+
+_requests = itertools.count(1)
+
+
+def request_id() -> str:
+    """A new id for one acquire or release call, unique within this process.
+
+    Latches are per owner, and owner ids are unique across processes, so a
+    process-wide counter is enough (see :mod:`django_rlock.core._protocol.lock`).
+    """
+    return str(next(_requests))
+
+
+#: A connection that broke under a call: its reply is lost, and whether Redis
+#: ran the call is unknown. A *timeout* is not resent: a resend would double
+#: how long a call may hang on a partitioned or stalled server.
+LOST_REPLY = (redis_errors.ConnectionError,)
+
+
+#: Errors after which a call may or may not have run on the server.
+UNANSWERED = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
+def resend_once(call: Callable[[], T]) -> T:
+    """Run ``call``; when its connection broke before the reply, send it once more.
+
+    ``call`` must carry one request id for both sends: the script's request
+    latch turns a resend of a call Redis already ran into a report of the
+    current state, so a lost reply neither double-counts a hold nor leaves one
+    that nobody renews.
+    """
+    try:
+        return call()
+    except LOST_REPLY:
+        return call()
+
+
+def gave_up_after(blocking: bool, timeout: float | None) -> str:
+    """How long a ``with`` block that timed out tried, for its LockTimeout's message."""
+    return f"within {timeout}s" if blocking else "at once (blocking=False, one attempt)"
+
+
+def check_blocking(blocking: object, timeout: float | None) -> bool:
+    """``blocking``: a bool, False only without a ``timeout`` (one attempt waits for nothing)."""
+    if not isinstance(blocking, bool):
+        raise ValueError(f"blocking must be True or False, got {blocking!r}")
+    if not blocking and timeout is not None:
+        raise ValueError(
+            f"can't specify a timeout for a non-blocking call (blocking=False, timeout={timeout!r})"
+        )
+    return blocking
+
+
+class LockOptions(TypedDict, total=False):
+    """A lock's defaults for ``with``: the longest wait, the fixed lease, one attempt or many.
+
+    ``max_hold`` bounds every watchdog hold taken through the lock: past that
+    many seconds the watchdog stops renewing it and declares it lost.
+    """
+
+    timeout: float | None
+    lease: float | None
+    blocking: bool
+    max_hold: float | None
+
+
+class KindScripts(NamedTuple):
+    """The scripts one kind of lock sends, on one engine: a row of the family's table.
+
+    Each lock class names its row in ``_kind_scripts`` (plain, fair,
+    semaphore, each side of a read-write lock; sync or asyncio): acquire,
+    release, waiting and force-release are written once, in :class:`RLock`
+    and ``AsyncRLock``, and send what the row says.
+    """
+
+    acquire: Callable[..., Any]
+    release: Callable[..., Any]
+    abandon: Callable[..., Any]
+    force_release: Callable[..., Any]
+
+    @classmethod
+    def of(cls, scripts: Any) -> KindScripts:
+        """The row of a script set whose four scripts bear these names (lock, semaphore)."""
+        return cls(scripts.acquire, scripts.release, scripts.abandon, scripts.force_release)
+
+
+class WaitingShell(Protocol):
+    """The I/O shell an :class:`AcquirePlan` is driven through (see :mod:`~.plan`).
+
+    ``attempt``, ``listen`` and a ``subscription`` are what the plan calls
+    (sync or awaited); ``close`` is the shell's own way out, without I/O waits.
+    """
+
+    def close(self, *, registered: bool) -> None:
+        """Unsubscribe, and leave the waiting set when ``registered`` says the caller entered it."""
+
+
+class LockBase:
+    """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
+
+    The keys and ``with`` defaults, and the bookkeeping around a release and a
+    loss, which never does I/O: only the script calls differ between the two.
+    ``engine`` is the :class:`LockClient` whose :class:`HoldRegistry` records
+    this process's holds (an asyncio client's sync engine for ``AsyncRLock``).
+    """
+
+    def __init__(self, engine: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        unknown = sorted(set(options) - set(LockOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
+        self._engine = engine
+        self._registry: HoldRegistry = engine.holds
+        self.keys = LockKeys.build(engine.key_prefix, name)
+        self.timeout = check_timeout(options.get("timeout"))
+        self.lease = check_lease(options.get("lease"))
+        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
+        self.max_hold = check_max_hold(options.get("max_hold"))
+        # Each is called with this very lock, so it may expect the concrete class.
+        self.lost_callbacks: list[Callable[[Any], object]] = []
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The key that counts ``owner``'s holds, and the key renewed with it.
+
+        A lock counts every owner's holds in its one hash, renewed with its
+        fencing counter. A sibling may count each owner's holds in a key of the
+        owner's own (a semaphore's permits): the registry, the watchdog and the
+        renew script work per hold on whatever keys this names.
+        """
+        return self.keys.hash, self.keys.fence
+
+    def _plan(
+        self, blocking: bool, timeout: float | None, lease: float | None
+    ) -> tuple[AcquirePlan, float | None]:
+        """The checked arguments of one acquire call: its plan and its lease."""
+        wait = check_timeout(timeout)
+        lease_seconds = check_lease(lease)
+        check_blocking(blocking, wait)
+        watchdog = self._engine.watchdog_timeout
+        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+
+    def _gave_up(self, owner: str, plan: AcquirePlan) -> None:
+        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing."""
+        would_wait = plan.blocking and not plan.zero_wait
+        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait)
+
+    def _reachable(self, action: str) -> AbstractContextManager[None]:
+        """Around a public call: redis-py's connection errors become LockUnavailableError."""
+        return reported_unavailable(self._engine.server, action, self.name)
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        """One acquire script call (see :func:`~django_rlock.core._protocol.calls.acquire_call`)."""
+        rid = self._request_id("acquire", owner)
+        lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner)
+        return acquire_call(
+            self.keys,
+            owner,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=rid,
+            lost=lost,
+            holder=describe(),
+        )
+
+    def _ttl_of(self, lease: float | None) -> float:
+        """A grant's life in seconds: the fixed ``lease``, or the watchdog timeout (None)."""
+        return self._engine.watchdog_timeout if lease is None else lease
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        """One release script call (see :func:`~django_rlock.core._protocol.calls.release_call`)."""
+        rid = self._request_id("release", owner)
+        return release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        """One call leaving the waiting set (a sibling with its own waiters overrides it)."""
+        return abandon_call(self.keys, waiter_id, self._engine.publish_command)
+
+    def _force_release_call(self) -> ScriptCall:
+        """One force-release call (a sibling with its own keys overrides it)."""
+        return force_release_call(self.keys, self._engine.publish_command)
+
+    def _kind_scripts(self) -> KindScripts:
+        """The scripts this kind of lock sends on this engine (see :class:`KindScripts`)."""
+        raise NotImplementedError
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of ``hold``'s owner, which ended holding it (each engine's own)."""
+        raise NotImplementedError
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().release
+
+    def _abandon_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().abandon
+
+    def _force_release_sender(self) -> Callable[..., Any]:
+        return self._kind_scripts().force_release
+
+    def _acquire_failed(self, error: Exception, owner: str, call: ScriptCall) -> NoReturn:
+        """Raise for a failed acquire call (from its ``except``), noting an unanswered one."""
+        if isinstance(error, OutOfMemoryError):
+            raise self._out_of_memory_error(error) from error
+        self._unanswered("acquire", owner, call.rid)
+        raise error
+
+    def _acquire_reply(
+        self,
+        reply: Any,
+        owner: str,
+        lease: float | None,
+        sent_at: float,
+        requested_at: float | None = None,
+    ) -> float | None:
+        """Record a grant (None), or the seconds to wait at most before trying again.
+
+        ``requested_at`` is when the acquire call began (the grant's wait is
+        counted from it); default ``sent_at``.
+        """
+        answer = acquire_reply(reply, no_expiry_wait=self._engine.watchdog_timeout)
+        if isinstance(answer, Grant):
+            self._registry.grant(
+                self,
+                owner,
+                token=answer.token,
+                holds=answer.holds,
+                lease=lease,
+                sent_at=sent_at,
+                pttl_ms=answer.pttl_ms,
+                requested_at=requested_at,
+            )
+            return None
+        return answer
+
+    def _request_id(self, kind: str, owner: str) -> str:
+        """The id for the owner's next ``kind`` call: a new one, or the unanswered one.
+
+        A call whose reply never came (a timeout, or a broken connection twice)
+        may or may not have run. Its id is kept, and the owner's next call of
+        the same kind on this lock reuses it: the request latch then reports
+        what the first one did instead of doing it again (no double-counted
+        re-entry after a retried acquire, no second release).
+        """
+        pending = self._registry.take_unanswered(self.hold_keys(owner)[0], owner, kind)
+        return pending or request_id()
+
+    def _unanswered(self, kind: str, owner: str, rid: str) -> None:
+        self._registry.note_unanswered(self.hold_keys(owner)[0], owner, kind, rid)
+
+    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+        return LockTimeout(
+            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}"
+            + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+            name=self.name,
+            retry_after=remaining,
+        )
+
+    def _out_of_memory_error(self, error: OutOfMemoryError) -> LockOutOfMemoryError:
+        return LockOutOfMemoryError(
+            f"cannot acquire lock {self.name!r}: Redis is out of memory (OOM: maxmemory "
+            f"reached and nothing may be evicted), so it refuses new grants: {error}",
+            name=self.name,
+        )
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"lock {self.name!r} was lost: it expired or another owner took it before release",
+            name=self.name,
+        )
+
+    def _extend_prepare(self, owner: str, seconds: object, owner_kind: str) -> Hold:
+        """Before extend's call: the owner's fixed-lease hold, or the error to raise."""
+        lease = check_lease(seconds)
+        if lease is None:
+            raise ValueError("extend() needs the seconds the lease should still run, not None")
+        hold = self._registry.newest(self.hold_keys(owner)[0], owner)
+        if hold is None:
+            raise LockNotOwnedError(
+                f"cannot extend lock {self.name!r}: the calling {owner_kind} does not hold it",
+                name=self.name,
+            )
+        if self._holds_lost(owner):
+            raise self._lost_error()
+        if hold.watchdog:
+            raise LockError(
+                f"cannot extend lock {self.name!r}: the watchdog renews it (it was taken "
+                "without a lease), so it has no fixed lease to move; acquire it with "
+                "lease=... to extend it by hand"
+            )
+        return hold
+
+    def _extend_settle(self, hold: Hold, sent_at: float, reply: Any) -> None:
+        """After extend's call answered: the new deadline, or the hold is lost."""
+        pttl_ms = int(reply[0])
+        if pttl_ms <= 0:
+            self._registry.declare_lost(hold, "it expired before extend()", by_owner=True)
+            raise self._lost_error()
+        # Set anew, not extended: a shorter lease is what the caller asked for.
+        self._registry.set_deadline(hold, sent_at, pttl_ms)
+
+    def _extend_failed(self, hold: Hold, sent_at: float, seconds: float) -> None:
+        """Extend's call failed, outcome unknown: never believe the key lives longer than asked.
+
+        The call may have shortened the key; the deadline drops to what it set.
+        """
+        if hold.deadline > sent_at + seconds:
+            self._registry.set_deadline(hold, sent_at, milliseconds(seconds))
+
+    def _release_prepare(self, owner: str, remember_lost: Callable[[], None]) -> Hold | None:
+        """Before the release script: the owner's newest hold (None: it has none here).
+
+        A hold already known lost is acknowledged instead (no script is sent):
+        LockLostError is raised, and ``remember_lost`` called once its last
+        hold is acknowledged.
+        """
+        hold = self._registry.start_release(self.hold_keys(owner)[0], owner)
+        if hold is not None and hold.lost:
+            self._acknowledge_lost(hold, remember_lost)
+            raise self._lost_error()
+        return hold
+
+    def _release_settle(
+        self, hold: Hold | None, left: int, owner_kind: str, remember_lost: Callable[[], None]
+    ) -> None:
+        """After the release script answered ``left`` (-1: the owner held nothing)."""
+        registry = self._registry
+        if left < 0:
+            if hold is None:
+                raise LockNotOwnedError(
+                    f"cannot release lock {self.name!r}: the calling {owner_kind} does not hold it",
+                    name=self.name,
+                )
+            registry.declare_lost(
+                hold, "it expired or was taken over before release", by_owner=True
+            )
+            self._acknowledge_lost(hold, remember_lost)
+            raise self._lost_error()
+        if hold is None:
+            return  # a hold of the same owner taken through another client
+        registry.released(hold, left)
+
+    def _release_failed(
+        self, hold: Hold | None, error: BaseException, owner: str, call: ScriptCall
+    ) -> None:
+        """The release script failed (Redis unreachable, reply lost...).
+
+        Whether Redis applied it is unknown, so the hold is not kept alive: its
+        local count drops as if released and, at zero, the watchdog stops
+        renewing it, so the key expires within its lease or the watchdog
+        timeout. Retrying the release is safe: a second one that finds nothing
+        to release raises LockNotOwnedError and changes nothing.
+
+        Only a release that left no hold here keeps its request id for the
+        owner's next release, which can only be its retry. With holds left,
+        this one counts as done and the next release is one of its own: reusing
+        the id would have the latch report this one instead of applying it.
+        """
+        dropped = hold is None or self._registry.release_failed(hold)
+        if dropped and isinstance(error, UNANSWERED):
+            self._unanswered("release", owner, call.rid)
+        if hold is None or not dropped:
+            return
+        logger.warning(
+            "releasing lock %r failed (%s): it will expire by itself within %s",
+            self.name,
+            type(error).__name__,
+            f"{self._engine.watchdog_timeout:g}s" if hold.watchdog else "its lease",
+        )
+
+    def _acknowledge_lost(self, hold: Hold, remember_lost: Callable[[], None]) -> None:
+        # One hold of a lost lock is given up; at the last, the loss is remembered.
+        if self._registry.acknowledge_lost(hold):
+            remember_lost()
+
+    def _token_of(self, owner: str) -> int | None:
+        hold = self._registry.newest(self.hold_keys(owner)[0], owner)
+        return None if hold is None else hold.token
+
+    def _holds_lost(self, owner: str) -> bool:
+        """Whether ``owner``'s current hold is lost, declaring those whose deadline passed.
+
+        The current hold is the newest. A fresh grant after a loss is a new
+        term: it is not lost, even while the lost hold below it still waits
+        for its owner's release (which raises LockLostError); the acquire that
+        made it took that hold off the server first (see
+        :mod:`~django_rlock.core._process.lostholds`).
+        """
+        return self._current_lost(owner) is True
+
+    def _current_lost(self, owner: str) -> bool | None:
+        """Whether ``owner``'s newest hold is lost; None when it has no hold here."""
+        registry = self._registry
+        stack = registry.holds_of(self.hold_keys(owner)[0], owner)
+        now = clock.monotonic()
+        for hold in stack:
+            if not hold.lost and now >= hold.deadline:
+                registry.declare_lost(hold, "its deadline passed without a renewal")
+        return stack[-1].lost if stack else None

@@ -1,0 +1,117 @@
+"""The acquire loop as one plan, without I/O, driven by a sync and an asyncio shell.
+
+:meth:`AcquirePlan.steps` is a generator that decides what to do next and
+how long to wait; a shell performs each step and sends its result back:
+
+* ``("attempt", waiter, sleep)``: one acquire script call, with the caller
+  entered in the waiting set when ``waiter`` (``sleep``: its longest wait);
+  the result is None when granted, else the seconds to wait at most (the
+  holder's PTTL, see :func:`~django_rlock.core._protocol.calls.acquire_reply`).
+* ``("listen",)``: subscribe to the lock's release channel.
+* ``("wait_subscribed", timeout)``, ``("mark",)``, ``("wait", since, timeout)``:
+  the subscription's own calls (see :class:`~django_rlock.core._sync.waiting.Subscription`).
+  A wait that returns :data:`HANDED` ends the plan granted: the shell has
+  recorded a grant the release handed it (a fair lock's handoff).
+
+The generator returns whether the lock was granted. Whatever happens (a
+timeout, an error, a cancellation), the shell leaves the waiting set when
+:attr:`AcquirePlan.registered` says the caller may be in it.
+
+The rules: one attempt first; a non-blocking call or a zero wait stops there.
+Otherwise the waiter subscribes, has the subscription confirmed *before* it
+retries (so no release can slip between), and then sleeps until woken or the
+holder's PTTL ends, whichever is first: never a fixed poll.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Generator
+from typing import Any
+
+from django_rlock.core._protocol import clock
+
+#: A step: the name of the call to make and its arguments.
+Step = tuple[Any, ...]
+
+
+#: What a wait returns when the lock was handed to the waiter and recorded.
+HANDED = object()
+
+
+#: The steps run on the subscription (the others on the shell).
+_SUBSCRIPTION_CALLS = frozenset({"wait_subscribed", "mark", "wait"})
+
+
+class AcquirePlan:
+    """One acquire call's decisions: what to send next, how long to wait, when to give up."""
+
+    def __init__(self, *, blocking: bool, wait: float | None, watchdog_timeout: float) -> None:
+        self.started = clock.monotonic()
+        self.blocking = blocking
+        self.deadline = math.inf if wait is None else self.started + wait
+        self.zero_wait = wait == 0
+        self.watchdog_timeout = watchdog_timeout
+        #: The caller may be in the lock's waiting set (an attempt as a waiter
+        #: was sent and did not bring a grant): the shell must leave it.
+        self.registered = False
+
+    def steps(self) -> Generator[Step, Any, bool]:
+        """The plan; see the module's docstring for the steps and their results."""
+        pttl = yield ("attempt", False, 0.0)
+        if pttl is None:
+            return True
+        if not self.blocking or self.zero_wait:
+            return False
+        yield ("listen",)
+        while True:
+            remaining = self.deadline - clock.monotonic()
+            if remaining <= 0:
+                return False
+            yield ("wait_subscribed", min(pttl, remaining))
+            since = yield ("mark",)
+            self.registered = True
+            # The waiting-set entry this attempt makes lives as long as the
+            # sleep it announces (+ a margin): the sleep must never be longer,
+            # or a release would find the entry gone and name nobody.
+            announced = min(pttl, remaining, self.watchdog_timeout)
+            pttl = yield ("attempt", True, announced)
+            if pttl is None:
+                self.registered = False  # the grant took it out of the waiting set
+                return True
+            remaining = self.deadline - clock.monotonic()
+            if remaining <= 0:
+                return False
+            woken = yield ("wait", since, min(pttl, remaining, announced))
+            if woken is HANDED:
+                self.registered = False  # the handoff took it out of the queue
+                return True
+
+
+def _target(shell: Any, step: Step) -> Callable[..., Any]:
+    owner = shell.subscription if step[0] in _SUBSCRIPTION_CALLS else shell
+    return getattr(owner, step[0])  # type: ignore[no-any-return]
+
+
+def drive(plan: AcquirePlan, shell: Any) -> bool:
+    """Run ``plan`` with a sync shell (``attempt``, ``listen``, ``subscription``)."""
+    steps = plan.steps()
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(_target(shell, step)(*step[1:]))
+    except StopIteration as done:
+        return bool(done.value)
+
+
+async def drive_async(plan: AcquirePlan, shell: Any) -> bool:
+    """Run ``plan`` with an asyncio shell; its calls may be coroutines."""
+    steps = plan.steps()
+    try:
+        step = next(steps)
+        while True:
+            reply = _target(shell, step)(*step[1:])
+            step = steps.send(await reply if inspect.isawaitable(reply) else reply)
+    except StopIteration as done:
+        return bool(done.value)

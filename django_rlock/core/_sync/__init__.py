@@ -1,0 +1,1 @@
+"""The threaded engine: the shells that send what the protocol builds."""

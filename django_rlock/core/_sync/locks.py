@@ -1,0 +1,1124 @@
+"""RLock: Redisson's reentrant lock, in Python.
+
+A lock is one Redis hash: field = owner id, value = hold count. The owner is
+the calling thread of this process, so one RLock object may be shared by many
+threads, each its own owner, exactly like ``threading.RLock``::
+
+    client = LockClient("redis://127.0.0.1:6379/0")
+    lock = client.lock("order:42")
+    with lock:                       # waits as long as it takes
+        with lock:                   # re-entry: same owner, hold count 2
+            charge(order, fence=lock.token)
+
+    if lock.acquire(timeout=3):      # wait at most 3 s
+        try: ...
+        finally: lock.release()
+
+``lease=None`` (the default) keeps the lock alive through the watchdog for as
+long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
+
+FairLock: an RLock granted in arrival order (Redisson's RFairLock).
+
+Everything of :class:`~django_rlock.core._sync.locks.RLock` holds (reentrant, owner
+per thread, watchdog or lease, fencing token, ``lost`` and ``on_lost``, lost
+replies, holder metadata); what changes is who gets the lock when it is
+free: the caller that has waited longest, never a newcomer that happens to
+retry first::
+
+    client = LockClient("redis://127.0.0.1:6379/0")
+    lock = client.fair_lock("report:42")
+    with lock:                    # waits its turn, behind earlier callers
+        build(report, fence=lock.token)
+
+A caller's turn is the order of its first busy attempt. A waiter that gives up
+(its timeout ran out) leaves the queue at once; one that died or stopped
+retrying is skipped once its entry expires, at most the watchdog timeout and
+half a second after its last attempt. A non-blocking ``acquire`` (or a zero
+timeout) never queues, and is refused while anyone is queued. The scripts and
+key layout are in :mod:`django_rlock.core._protocol.fairlock`.
+
+Handoff: the release that frees the lock grants it to the head inside the
+script and says so in its message, so a head waiting with the watchdog holds
+the lock when the message arrives, with no acquire call. Its deadline counts
+from its own last attempt's send time (the grant came after that attempt, and
+lives the watchdog timeout): never from the message's arrival. A head with a
+fixed lease, or whose last attempt is so old that the watchdog might not renew
+the grant before that deadline, confirms it with one acquire call instead.
+
+ReadWriteLock: many readers or one writer (Redisson's RReadWriteLock).
+
+Get one from :meth:`LockClient.read_write_lock`; ``.read`` and ``.write`` each
+have the :class:`~django_rlock.core.RLock` API::
+
+    report = client.read_write_lock("report:42")
+    with report.read:                 # many threads and processes at once
+        serve(cached_report())
+    with report.write:                # alone: waits for the readers to leave
+        rebuild_report(fence=report.write.token)
+
+Each side is reentrant per owner (thread), renewed by the watchdog
+(``lease=None``) or given a fixed lease, and waits by pub/sub as a lock does.
+The writer may also read (its read holds are granted while it writes); a
+reader asking to write gets :class:`LockUpgradeError` at once, since its own
+read hold would keep the write lock from it forever. Write grants carry a
+fencing token (strictly increasing, as a lock's); read holds carry token 0.
+The keys, scripts and wake-up rules are in :mod:`django_rlock.core._protocol.rwlock`.
+
+Semaphore: Redisson's RPermitExpirableSemaphore with watchdog permits, in Python.
+
+At most ``permits`` permits of one name are held at once, across every
+process. Each permit is held by an owner (the calling thread; for
+:class:`~django_rlock.core.aio.AsyncSemaphore`, the asyncio task) and kept
+alive like a lock: by the watchdog (``lease=None``) for as long as its holder
+lives, or for a fixed ``lease``. A holder that dies stops renewing, so its
+permits come back within the watchdog timeout::
+
+    client = LockClient("redis://127.0.0.1:6379/0")
+    partner_api = client.semaphore("partner-api:tenant-7", permits=3)
+    with partner_api:                 # one of 3 permits, waits as long as it takes
+        call_partner()
+
+    if partner_api.acquire(timeout=5):
+        try: ...
+        finally: partner_api.release()
+
+A semaphore is an :class:`~django_rlock.core.RLock` with other scripts: the
+waiting (pub/sub wake-ups, never a poll), the watchdog, loss reporting
+(``lost``, ``on_lost``), lost-reply latches and holder metadata are the
+lock's. A thread that takes a second permit holds two (``hold_count() == 2``)
+and must release twice, as with ``threading.Semaphore``. The Redis layout and
+the rules of the scripts are in :mod:`django_rlock.core._protocol.semaphore`.
+
+Every call counts against the ``permits`` of the object it is made on: use one
+number per name (objects with different numbers each stop at their own).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
+
+from redis.exceptions import OutOfMemoryError
+
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
+from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.calls import (
+    ScriptCall,
+    extend_call,
+    hold_count_reply,
+    ttl_reply,
+)
+from django_rlock.core._protocol.fairlock import (
+    FairKeys,
+    FairScripts,
+    fair_abandon_call,
+    fair_acquire_call,
+    fair_keys,
+    fair_release_call,
+)
+from django_rlock.core._protocol.lock import (
+    LOST_REPLY,
+    UNANSWERED,
+    KindScripts,
+    LockBase,
+    LockOptions,
+    LockScripts,
+    WaitingShell,
+    gave_up_after,
+)
+from django_rlock.core._protocol.names import (
+    LockKeys,
+    milliseconds,
+)
+from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
+from django_rlock.core._protocol.rwlock import (
+    UPGRADE_REFUSED,
+    RWKeys,
+    RWScripts,
+    read_acquire_call,
+    read_force_release_call,
+    read_release_call,
+    readers_call,
+    rw_abandon_call,
+    write_acquire_call,
+    write_force_release_call,
+    write_release_call,
+)
+from django_rlock.core._protocol.semaphore import (
+    SemaphoreScripts,
+    check_permits,
+    permit_key,
+    semaphore_abandon_call,
+    semaphore_acquire_call,
+    semaphore_force_release_call,
+    semaphore_keys,
+    semaphore_release_call,
+    semaphore_state_call,
+)
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
+from django_rlock.core.exceptions import (
+    LockLostError,
+    LockTimeout,
+    LockUpgradeError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    import redis
+
+    from django_rlock.core._protocol.channels import WakeCount
+    from django_rlock.core._protocol.holds import Hold
+    from django_rlock.core._protocol.names import LockKeys
+    from django_rlock.core._sync.client import LockClient
+    from django_rlock.core._sync.waiting import Subscription
+
+logger = logging.getLogger("django_rlock.lock")
+
+
+class RLock(LockBase):
+    """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
+
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
+        self.client = client
+        # Per thread: whether this thread's last hold through this object ended lost.
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<RLock {self.name!r}>"
+
+    # -- acquiring ----------------------------------------------------------------
+
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take the lock (or one more hold on it); True when held.
+
+        ``blocking=False`` makes one attempt. Otherwise wait up to ``timeout``
+        seconds (None: as long as it takes), woken by the holder's release or by
+        the end of its lease, whichever comes first: never by a fixed poll.
+        ``lease`` is a fixed expiry in seconds; None means the watchdog renews
+        the lock until it is released.
+        """
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
+        with self._reachable("acquire"):
+            return self._acquire_waiting(plan, lease_seconds)
+
+    def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
+        owner = thread_owner()
+        shell = self._waiting_shell(owner, lease_seconds, plan)
+        try:
+            granted = drive(plan, shell)
+        finally:
+            shell.close(registered=plan.registered)
+        if not granted:
+            self._gave_up(owner, plan)
+        return granted
+
+    def _attempt(
+        self,
+        owner: str,
+        lease: float | None,
+        waiter_id: str = "",
+        sleep: float = 0.0,
+        *,
+        via: redis.Redis | None = None,
+        requested_at: float | None = None,
+    ) -> float | None:
+        """One acquire script call: None when granted, else seconds to wait at most.
+
+        A ``waiter_id`` enters the caller in the lock's waiting set, so that a
+        release can wake it alone; ``sleep`` is how long it will wait at most.
+        ``via`` is another connection to the same server to send it on (RedLock
+        uses one with a short timeout); ``requested_at`` is when the caller's
+        acquire began.
+        """
+        call = self._acquire_call(owner, lease, waiter_id, sleep)
+        send_acquire = self._acquire_sender()
+        sent_at = clock.monotonic()
+        try:
+            if via is not None:
+                # RedLock bounds each server to one short attempt: no resend.
+                reply = send_acquire(keys=call.keys, args=call.args, client=via)
+            else:
+                held = self.client.held()
+                try:
+                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
+                except LOST_REPLY:  # see resend_once: same call, same request id
+                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            self._acquire_failed(error, owner, call)
+        wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
+        if wait is None:
+            self._local.lost = False
+        return wait
+
+    def _kind_scripts(self) -> KindScripts:
+        scripts = self.client.scripts[LockScripts]
+        # Acquire alone may wait for replicas (min_replicas): the client's sender knows.
+        return KindScripts(
+            self.client.send_acquire, scripts.release, scripts.abandon, scripts.force_release
+        )
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
+        return _Waiting(self, owner, lease, plan.started)
+
+    def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
+        """One acquire call for ``owner``, no waiting: True when granted.
+
+        For lock groups (:class:`~django_rlock.core._sync.multilock.RedLock`), which
+        try each member once on its own short-timeout connection ``via``.
+        Raises what the call raised: the group decides what an error means.
+        """
+        return self._attempt(owner, lease, via=via) is None
+
+    def _abandon(self, waiter_id: str) -> None:
+        """Leave the waiting set without the lock, passing on a wake-up meant for us."""
+        call = self._abandon_call(waiter_id)
+        try:
+            self._abandon_sender()(keys=call.keys, args=call.args)
+        except Exception:
+            logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
+
+    def __enter__(self) -> RLock:
+        if not self.acquire(self.blocking, self.timeout, self.lease):
+            raise self._timeout_error(self.ttl())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    # -- releasing ----------------------------------------------------------------
+
+    def release(self) -> None:
+        """Give back one hold; the lock is free when the last hold is released.
+
+        Raises :class:`LockNotOwnedError` (changing nothing) when the calling
+        thread holds nothing, and :class:`LockLostError` when its hold expired
+        or was taken over before this release.
+        """
+        self._release_owned(thread_owner())
+
+    def _release_owned(self, owner: str) -> None:
+        """Give back one hold of ``owner`` (the calling thread, or a leaked hold's owner)."""
+        client = self.client
+        hold = self._release_prepare(owner, self._remember_lost)
+        call = self._release_call(owner)
+        with self._reachable("release"):
+            try:
+                release = self._release_sender()
+                held = client.held()
+                try:
+                    left = int(release(keys=call.keys, args=call.args, client=held))
+                except LOST_REPLY:  # see resend_once: same call, same request id
+                    left = int(release(keys=call.keys, args=call.args, client=held))
+            except BaseException as error:
+                self._release_failed(hold, error, owner, call)
+                raise
+        self._release_settle(hold, left, "thread", self._remember_lost)
+
+    def _remember_lost(self) -> None:
+        self._local.lost = True
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of a leaked ``hold``'s owner (see :mod:`~._process.leaks`)."""
+        for _ in range(hold.count):
+            self._release_owned(hold.owner)
+
+    def extend(self, seconds: float) -> None:
+        """The calling thread's fixed lease now ends ``seconds`` from now (longer or shorter).
+
+        Raises :class:`LockNotOwnedError` when the thread holds nothing,
+        :class:`LockLostError` when its hold was lost, and :class:`LockError`
+        for a hold the watchdog renews (it has no fixed lease to move).
+        """
+        owner = thread_owner()
+        hold = self._extend_prepare(owner, seconds, "thread")
+        call = extend_call(*self.hold_keys(owner), owner, seconds)
+        sent_at = clock.monotonic()
+        with self._reachable("extend"):
+            try:
+                reply = self.client.scripts[LockScripts].renew(keys=call.keys, args=call.args)
+            except BaseException:
+                self._extend_failed(hold, sent_at, seconds)
+                raise
+        self._extend_settle(hold, sent_at, reply)
+
+    def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held.
+
+        For operators and recovery code: the holder learns of it at its next
+        renewal or release (as a lost lock).
+        """
+        call = self._force_release_call()
+        with self._reachable("force-release"):
+            reply = self._force_release_sender()(keys=call.keys, args=call.args)
+        # Every kind's script answers 0 when nothing was held (1, or the readers deleted).
+        return bool(reply)
+
+    # -- inspecting ---------------------------------------------------------------
+
+    def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        with self._reachable("inspect"):
+            return bool(self.client.redis.exists(self.keys.hash))
+
+    def owned(self) -> bool:
+        """True when the calling thread holds the lock (asks Redis)."""
+        with self._reachable("inspect"):
+            return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
+
+    def hold_count(self) -> int:
+        """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
+        with self._reachable("inspect"):
+            return hold_count_reply(self.client.redis.hget(self.keys.hash, thread_owner()))
+
+    def ttl(self) -> float | None:
+        """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
+        with self._reachable("inspect"):
+            return ttl_reply(self.client.redis.pttl(self.keys.hash))
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the calling thread's current hold, None when it holds none.
+
+        Tokens of one lock name strictly increase from grant to grant; re-entry
+        keeps the token. Pass it to the resource you protect and have that
+        resource refuse any write with a token lower than the last one it saw.
+        """
+        return self._token_of(thread_owner())
+
+    @property
+    def lost(self) -> bool:
+        """True when the calling thread's current hold on this lock was lost.
+
+        A hold is lost when its key expired or another owner took it, as seen by
+        the watchdog, by a release, or by its local deadline passing (a pause
+        longer than the lease). After the lost hold is released (which raises
+        LockLostError) it stays true until this thread acquires again. A new
+        grant clears it at once, released or not: the thread then holds a
+        fresh hold with a higher token (its newest hold is what ``lost`` and
+        ``token`` speak of; releasing that one shows the lost hold below again).
+        """
+        current = self._current_lost(thread_owner())
+        if current is not None:
+            return current
+        return bool(getattr(self._local, "lost", False))
+
+    def on_lost(self, callback: Callable[[RLock], object]) -> None:
+        """Call ``callback(self)`` when a hold taken through this lock is lost.
+
+        It runs once per lost hold, on a short-lived thread of its own.
+        """
+        self.lost_callbacks.append(callback)
+
+
+class _Waiting:
+    """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
+
+    def __init__(self, lock: RLock, owner: str, lease: float | None, started: float) -> None:
+        self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
+        self.subscription: Subscription | None = None
+        self._stack = ExitStack()
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        return self.lock._attempt(
+            self.owner, self.lease, waiter_id, sleep, requested_at=self.started
+        )
+
+    def listen(self) -> None:
+        listener = self.lock.client.listener
+        self.subscription = self._stack.enter_context(listener.listen(self.lock.keys.channel))
+
+    def close(self, *, registered: bool) -> None:
+        with self._stack:
+            if registered and self.subscription is not None:
+                self.lock._abandon(self.subscription.waiter_id)
+
+
+#: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
+_MIN_SLEEP = 0.001
+
+
+def sleep_cap(plan: AcquirePlan) -> float:
+    """The longest a queued waiter of ``plan`` sleeps before its next attempt, in seconds.
+
+    The fair script makes the waiter's entry outlive this sleep, so it must be
+    short enough that a waiter that dies stalls the queue for no longer than
+    the watchdog timeout, and no longer than the caller's own wait.
+    """
+    remaining = plan.deadline - clock.monotonic()
+    return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
+
+
+def handoff_min_life(watchdog_timeout: float) -> float:
+    """The least life left, in seconds, for a handed grant to be taken without a call.
+
+    The watchdog renews on its own ticks (every third of the timeout) and
+    declares a hold lost when a renewal could end within a margin (a sixth)
+    of its deadline; a handed grant whose deadline is nearer than a tick and
+    two margins could be declared lost while Redis keeps it. Its waiter
+    confirms it with an acquire call instead, which renews it.
+    """
+    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
+
+
+class FairBase(LockBase):
+    """What :class:`FairLock` and the asyncio ``AsyncFairLock`` share: keys and script calls.
+
+    Put before the RLock class it extends (``class FairLock(FairBase, RLock)``),
+    it turns the plain calls into the fair scripts' (see :func:`with_queue`).
+    """
+
+    #: The fair lock's keys (also :attr:`keys`), with its queue.
+    fair_keys: FairKeys
+
+    def _fair_setup(self) -> None:
+        """Point the lock at the fair keys; refuse what a fair lock cannot do."""
+        engine = self._engine
+        if engine.min_replicas:
+            raise ValueError(
+                f"fair_lock({self.name!r}) does not support min_replicas "
+                f"(the client has min_replicas={engine.min_replicas}): a fair grant "
+                "undone for want of replicas would have to give the head its turn back; "
+                "use a client with min_replicas=0 for fair locks"
+            )
+        self.fair_keys = fair_keys(engine.key_prefix, self.name)
+        self.keys = self.fair_keys
+        #: Queue id -> request id of that waiter's last attempt, which a
+        #: handoff message names (one entry per waiting acquire call).
+        self._last_requests: dict[str, str] = {}
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        """The plain acquire call on the fair keys, plus the queue (``waiter_id``: queue id)."""
+        call = fair_acquire_call(
+            super()._acquire_call(owner, lease, waiter_id, sleep),
+            self.fair_keys,
+            self._engine.watchdog_timeout,
+        )
+        if waiter_id:
+            self._last_requests[waiter_id] = call.rid
+        return call
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        """The plain release call on the fair keys, plus what a handoff needs."""
+        return fair_release_call(super()._release_call(owner), self.fair_keys)
+
+    def _abandon_call(self, queue_id: str) -> ScriptCall:
+        return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
+
+    @staticmethod
+    def _fair_row(fair: Any, plain: Any) -> KindScripts:
+        """The fair scripts' row (see :class:`KindScripts`) from the fair and plain script sets.
+
+        FAIR_ABANDON leaves the queue, waking the next head if the lock is
+        free. Force-release is the plain lock's: deleting the hash frees the
+        lock, and its message wakes the queue's head, which keeps its turn.
+        """
+        return KindScripts(fair.acquire, fair.release, fair.abandon, plain.force_release)
+
+    def _take_handoff(
+        self,
+        waiting: _FairShell,
+        subscription: WakeCount,
+    ) -> bool:
+        """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
+
+        Taken only when the message names the caller's last attempt (so the
+        grant came after that attempt was sent, and its send time bounds the
+        deadline from below), the caller waits with the watchdog, and that
+        deadline leaves the watchdog time to renew. Otherwise the caller's
+        next attempt confirms the grant (FAIR_ACQUIRE), or finds it gone.
+        """
+        grant, subscription.handoff = subscription.handoff, b""
+        if not grant or waiting.lease is not None:
+            return False
+        token, _, rid = grant.partition(b" ")
+        last = self._last_requests.get(waiting.queue_id)
+        # Anything else on the channel (a stale or foreign message) is only a wake-up.
+        if last is None or rid != last.encode() or not token.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            waiting.owner,
+            token=int(token),
+            holds=1,
+            lease=None,
+            sent_at=waiting.sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=waiting.plan.started,
+        )
+        waiting.queued = False  # the handoff took the caller out of the queue
+        return True
+
+    def _end_waiting(self, queue_id: str) -> None:
+        self._last_requests.pop(queue_id, None)
+
+    def _queue_id(self, plan: AcquirePlan, new_waiter_id: Callable[[], str]) -> str:
+        """The caller's place in the queue for one acquire call ('' when it will not wait).
+
+        The plan's first attempt is sent before the caller subscribes, yet it
+        is the one that must take the caller's place (arrival order is the
+        order of first busy attempts). So the id is a waiter id taken from the
+        listener before that attempt, and the subscription is then made under
+        the same id: a release that names the head wakes that very waiter.
+        An id per acquire call (not the owner id) also keeps owner ids, the
+        holders' credentials, off the release channel.
+        """
+        return new_waiter_id() if plan.blocking and not plan.zero_wait else ""
+
+
+class FairLock(FairBase, RLock):
+    """A reentrant lock granted in arrival order; get one from :meth:`LockClient.fair_lock`."""
+
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
+        self._fair_setup()
+
+    def __repr__(self) -> str:
+        return f"<FairLock {self.name!r}>"
+
+    def __enter__(self) -> FairLock:
+        super().__enter__()
+        return self
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
+        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
+        return _FairWaiting(self, owner, lease, plan, queue_id)
+
+    def _queued_attempt(
+        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
+    ) -> float | None:
+        """One fair acquire call: None when granted, else the seconds to wait at most."""
+        return self._attempt(owner, lease, queue_id, sleep, requested_at=started)
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
+
+    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+        """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        self._local.lost = False
+        return True
+
+    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
+        """An acquire call's way out: forget its last request, leave the queue if it may be in."""
+        self._end_waiting(queue_id)
+        if abandon:
+            self._abandon(queue_id)
+
+
+class _FairWaiting:
+    """The sync shell of an :class:`AcquirePlan` for a fair lock: queued attempts.
+
+    As the plain lock's shell, except that every attempt of a blocking call
+    carries the caller's queue id, the first one too, and announces its own
+    sleep (:func:`sleep_cap`, not the plan's: the fair script bounds the wait it
+    replies by it, so the entry outlives the sleep that follows).
+    """
+
+    def __init__(
+        self, lock: FairLock, owner: str, lease: float | None, plan: AcquirePlan, queue_id: str
+    ) -> None:
+        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.queue_id = queue_id
+        self.subscription: _HandoffSubscription | None = None
+        #: An attempt that may have queued the caller was sent, and no grant
+        #: came back: the queue must be left on the way out.
+        self.queued = False
+        #: When the last attempt was sent (at the latest): a handed grant's
+        #: deadline counts from it.
+        self.sent_at = plan.started
+        self._stack = ExitStack()
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        # Before sending: a call whose reply is lost may have queued the caller.
+        self.queued = self.queued or bool(self.queue_id)
+        self.sent_at = clock.monotonic()
+        wait = self.lock._queued_attempt(
+            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
+        )
+        if wait is None:
+            self.queued = False  # the grant took the caller out of the queue
+        return wait
+
+    def listen(self) -> None:
+        listener = self.lock.client.listener
+        subscription = self._stack.enter_context(
+            listener.listen(self.lock.keys.channel, self.queue_id)
+        )
+        self.subscription = _HandoffSubscription(self, subscription)
+
+    def close(self, *, registered: bool) -> None:
+        with self._stack:
+            abandon = self.queued or (registered and bool(self.queue_id))
+            self.lock._leave_queue(self.queue_id, abandon=abandon)
+
+
+class _HandoffSubscription:
+    """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
+
+    def __init__(self, shell: _FairWaiting, subscription: Subscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    def wait(self, since: int, timeout: float) -> object:
+        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
+        woken = self.inner.wait(since, timeout)
+        shell = self.shell
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
+
+
+class _FairShell(Protocol):
+    """What :meth:`FairBase._take_handoff` reads of a waiting shell (sync or asyncio)."""
+
+    owner: str
+    lease: float | None
+    plan: AcquirePlan
+    queue_id: str
+    queued: bool
+    sent_at: float
+
+
+def check_rw_client(min_replicas: int, name: str) -> None:
+    """Refuse (ValueError) a read-write lock on a client that syncs grants to replicas."""
+    if min_replicas:
+        raise ValueError(
+            f"read_write_lock({name!r}): a read-write lock cannot wait for replicas "
+            f"(this client has min_replicas={min_replicas}); use a client "
+            "built without min_replicas"
+        )
+
+
+class _Side(LockBase):
+    """What both sides of both engines share, without I/O: the keys, scripts and calls.
+
+    Put before the engine's lock class (``class WriteLock(WriteSide, RLock)``):
+    that class's acquire, release, waiting, ``force_release`` and ``with`` then
+    send this side's scripts through the sender hooks.
+    """
+
+    rw_keys: RWKeys
+
+    def __init__(
+        self, client: Any, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
+    ) -> None:
+        # `client` is the engine's (LockClient or AsyncLockClient): the lock
+        # class after this one in the MRO takes it and finds the engine.
+        super().__init__(client, keys.name, **options)
+        self.rw_keys = keys
+        self.keys = self._side_keys(keys)
+        self._scripts = scripts
+        self._side_scripts = self._pick_scripts(scripts)
+
+    def __repr__(self) -> str:
+        # The class names the side and the engine: WriteLock, AsyncReadLock...
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        """The keys this side's holds are counted and waited on under."""
+        raise NotImplementedError
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        """The side's row of scripts (see :class:`~.lock.KindScripts`)."""
+        raise NotImplementedError
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._side_scripts
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        return rw_abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
+
+
+class WriteSide(_Side):
+    """The write side's keys, calls and scripts (:class:`WriteLock`, ``AsyncWriteLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_write()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.write_acquire,
+            release=scripts.write_release,
+            abandon=scripts.abandon,
+            force_release=scripts.write_force_release,
+        )
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        return write_acquire_call(
+            self.rw_keys,
+            owner,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=self._request_id("acquire", owner),
+            latch=self.keys.latch(owner),
+            lost=lostholds.lost_on_server(self.keys.hash, owner),
+            holder=describe(),
+            read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
+        )
+
+    def _acquire_reply(
+        self,
+        reply: Any,
+        owner: str,
+        lease: float | None,
+        sent_at: float,
+        requested_at: float | None = None,
+    ) -> float | None:
+        if isinstance(reply, bytes):
+            reply = reply.decode()
+        if reply == UPGRADE_REFUSED:
+            raise LockUpgradeError(
+                f"cannot take the write lock of {self.name!r}: the caller holds its read "
+                "lock, and waiting would never end (its own read hold keeps the write "
+                "lock from it); release every read hold first, or take the write lock "
+                "before reading (the writer may also read)",
+                name=self.name,
+            )
+        return super()._acquire_reply(reply, owner, lease, sent_at, requested_at)
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        publish = self._engine.publish_command
+        return write_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
+
+    def _force_release_call(self) -> ScriptCall:
+        return write_force_release_call(self.rw_keys, self._engine.publish_command)
+
+
+class ReadSide(_Side):
+    """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_read()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.read_acquire,
+            release=scripts.read_release,
+            abandon=scripts.abandon,
+            force_release=scripts.read_force_release,
+        )
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The owner's own read key, and a key never written (a read has no fencing counter)."""
+        return self.rw_keys.reader(owner), self.rw_keys.no_fence
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        key = self.rw_keys.reader(owner)
+        return read_acquire_call(
+            self.rw_keys,
+            owner,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=self._request_id("acquire", owner),
+            latch=self.keys.latch(owner),
+            lost=lostholds.lost_on_server(key, owner) is not None,
+        )
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        publish = self._engine.publish_command
+        return read_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
+
+    def _force_release_call(self) -> ScriptCall:
+        return read_force_release_call(self.rw_keys, self._engine.publish_command)
+
+    def _readers_call(self) -> ScriptCall:
+        return readers_call(self.rw_keys)
+
+
+class ReadWriteBase:
+    """What :class:`ReadWriteLock` and the asyncio ``AsyncReadWriteLock`` share: keys and name."""
+
+    keys: RWKeys
+
+    def _build_keys(self, min_replicas: int, key_prefix: str, name: str) -> RWKeys:
+        """The pair's keys, once the client is known to suit a read-write lock."""
+        check_rw_client(min_replicas, name)
+        self.keys = RWKeys.build(key_prefix, name)
+        return self.keys
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class WriteLock(WriteSide, RLock):
+    """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.
+
+    Get it as ``client.read_write_lock(name).write``.
+    """
+
+
+class ReadLock(ReadSide, RLock):
+    """The read side of a :class:`ReadWriteLock`: many owners at once, while nobody else writes.
+
+    Get it as ``client.read_write_lock(name).read``. ``locked()`` and ``ttl()``
+    are about every reader: whether any reader holds it, and when the
+    longest-lived one's hold ends. A read hold's ``token`` is 0 (fencing
+    tokens order writers).
+    """
+
+    def _readers(self) -> tuple[int, int]:
+        call = self._readers_call()
+        with self._reachable("inspect"):
+            live, longest = self._scripts.readers(keys=call.keys, args=call.args)
+        return int(live), int(longest)
+
+    def locked(self) -> bool:
+        """True when any owner holds a read."""
+        return self._readers()[0] > 0
+
+    def ttl(self) -> float | None:
+        """Seconds until the longest-lived read hold expires, None when nobody reads."""
+        return ttl_reply(self._readers()[1])
+
+    def owned(self) -> bool:
+        """True when the calling thread holds a read (asks Redis)."""
+        owner = thread_owner()
+        with self._reachable("inspect"):
+            return bool(self.client.redis.hexists(self.rw_keys.reader(owner), owner))
+
+    def hold_count(self) -> int:
+        """How many read holds the calling thread has (0 when none; asks Redis)."""
+        owner = thread_owner()
+        with self._reachable("inspect"):
+            return hold_count_reply(self.client.redis.hget(self.rw_keys.reader(owner), owner))
+
+
+class ReadWriteLock(ReadWriteBase):
+    """Many readers or one writer; get one from :meth:`LockClient.read_write_lock`.
+
+    ``read`` and ``write`` are locks with the :class:`~django_rlock.core.RLock`
+    API (see :mod:`django_rlock.core._protocol.rwlock`). One object may be shared by
+    many threads, each its own owner.
+    """
+
+    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+        keys = self._build_keys(client.min_replicas, client.key_prefix, name)
+        scripts = client.scripts[RWScripts]
+        #: The shared side: many owners at once while nobody else writes.
+        self.read = ReadLock(client, keys, scripts, **options)
+        #: The exclusive side: one owner, and no reader but that owner.
+        self.write = WriteLock(client, keys, scripts, **options)
+
+
+def available_reply(permits: int, state: Any) -> int:
+    """Free permits, from a state script reply ``{used, soonest}`` (never below 0)."""
+    return max(permits - int(state[0]), 0)
+
+
+def first_return_reply(state: Any) -> float | None:
+    """Seconds until the first held permit may come back (None: none held; inf: no expiry)."""
+    soonest = int(state[1])
+    if soonest == -2:
+        return None
+    if soonest == -1:
+        return float("inf")
+    return soonest / 1000
+
+
+class SemaphoreBase(LockBase):
+    """What :class:`Semaphore` and the asyncio ``AsyncSemaphore`` share (no I/O).
+
+    The keys (``keys.hash`` is the index of owners holding permits), each
+    owner's permit hash as the key its holds are counted and renewed in, and
+    the script calls.
+    """
+
+    def __init__(
+        self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
+    ) -> None:
+        # `client` is the shell's (LockClient or AsyncLockClient): the shell
+        # class after this one in the MRO takes it and finds the engine.
+        self.permits = check_permits(permits)
+        super().__init__(client, name, **options)
+        self.keys = semaphore_keys(self._engine.key_prefix, name)
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The owner's permit hash, and the never-written fence renewed with it (a no-op)."""
+        return permit_key(self.keys, owner), self.keys.fence
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        rid = self._request_id("acquire", owner)
+        lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner) is not None
+        return semaphore_acquire_call(
+            self.keys,
+            owner,
+            permits=self.permits,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=rid,
+            lost=lost,
+            holder=describe(),
+        )
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        return semaphore_release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        return semaphore_abandon_call(
+            self.keys, waiter_id, self._engine.publish_command, self.permits
+        )
+
+    def _state_call(self) -> ScriptCall:
+        return semaphore_state_call(self.keys)
+
+    def _force_release_call(self) -> ScriptCall:
+        return semaphore_force_release_call(self.keys, self._engine.publish_command)
+
+    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+        return LockTimeout(
+            f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
+            f"{gave_up_after(self.blocking, self.timeout)}"
+            + ("" if remaining is None else f" (the first may come back in {remaining:.3f}s)"),
+            name=self.name,
+            retry_after=remaining,
+        )
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"a permit of semaphore {self.name!r} was lost: it expired before release",
+            name=self.name,
+        )
+
+    @property
+    def token(self) -> None:
+        """Always None: permits carry no fencing token (several holders run at once)."""
+        return None
+
+
+class Semaphore(SemaphoreBase, RLock):
+    """A distributed semaphore with watchdog permits; get one from :meth:`LockClient.semaphore`.
+
+    ``acquire``/``release``/``with`` take and give back one permit of the
+    calling thread; ``lost``, ``on_lost``, ``extend`` and ``hold_count`` are
+    the lock's, about the thread's permits.
+    """
+
+    def __init__(
+        self, client: LockClient, name: str, permits: int, **options: Unpack[LockOptions]
+    ) -> None:
+        if client.min_replicas:
+            raise ValueError(
+                "semaphores do not support min_replicas yet: build the semaphore's client "
+                f"without it (this one waits for {client.min_replicas} replicas)"
+            )
+        super().__init__(client, name, permits, **options)
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.name!r} permits={self.permits}>"
+
+    def acquire(
+        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> bool:
+        """Take one permit; True when taken.
+
+        ``blocking=False`` makes one attempt. Otherwise wait up to ``timeout``
+        seconds (None: as long as it takes), woken when a permit is released
+        or when the first holder's permits may expire, whichever comes first.
+        ``lease`` is a fixed expiry in seconds; None means the watchdog renews
+        the permit until it is released.
+        """
+        return super().acquire(blocking, timeout, lease)
+
+    def release(self) -> None:
+        """Give back one permit of the calling thread, waking one waiter.
+
+        Raises :class:`~django_rlock.core.LockNotOwnedError` (changing
+        nothing) when the thread holds no permit, and
+        :class:`~django_rlock.core.LockLostError` when its permits expired
+        before this release.
+        """
+        super().release()
+
+    def _kind_scripts(self) -> KindScripts:
+        return KindScripts.of(self.client.scripts[SemaphoreScripts])
+
+    def __enter__(self) -> Semaphore:
+        if not self.acquire(self.blocking, self.timeout, self.lease):
+            raise self._timeout_error(self._first_return())
+        return self
+
+    # -- inspecting ---------------------------------------------------------------
+
+    def available(self) -> int:
+        """How many permits are free now (``permits`` minus those held by live holders)."""
+        return available_reply(self.permits, self._state())
+
+    def locked(self) -> bool:
+        """True when no permit is free (as ``asyncio.Semaphore.locked``)."""
+        return self.available() == 0
+
+    def owned(self) -> bool:
+        """True when the calling thread holds a permit (asks Redis)."""
+        return self.hold_count() > 0
+
+    def hold_count(self) -> int:
+        """How many permits the calling thread holds (0 when none; asks Redis)."""
+        owner = thread_owner()
+        with self._reachable("inspect"):
+            return hold_count_reply(self.client.redis.hget(permit_key(self.keys, owner), owner))
+
+    def ttl(self) -> float | None:
+        """Seconds until the first held permit may come back; None when none is held."""
+        return self._first_return()
+
+    def force_release(self) -> bool:
+        """Take back every permit, whoever holds it, and wake every waiter; True if any was held.
+
+        For operators and recovery code: each holder learns of it at its next
+        renewal or release (as a lost permit).
+        """
+        return super().force_release()
+
+    def _state(self) -> Any:
+        call = self._state_call()
+        with self._reachable("inspect"):
+            return self.client.scripts[SemaphoreScripts].state(keys=call.keys, args=call.args)
+
+    def _first_return(self) -> float | None:
+        return first_return_reply(self._state())

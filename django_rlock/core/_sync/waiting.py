@@ -1,0 +1,290 @@
+"""Waiting for a release without polling.
+
+Each client has one :class:`ReleaseListener`: one pub/sub connection shared by
+every thread that waits for a lock. A waiter subscribes to the lock's release
+channel and has the subscription confirmed *before* it retries the acquire, so
+a release between its failed attempt and its wait cannot be missed; it then
+sleeps until a release wakes it or the holder's PTTL runs out, whichever is
+first.
+
+Wake-ups are targeted. A waiter that retries registers its waiter id in the
+lock's waiting set, inside the acquire script, and a release names the one
+waiter it wakes; an empty message wakes every waiter of the lock. A release
+therefore costs one retry, not one per waiting process (no thundering herd).
+Waiter ids are random per listener: they are not the owner credential.
+
+There is no dispatcher thread. The waiting threads read the connection
+themselves, one at a time (leader/follower): the first to wait becomes the
+reader and hands each message to the waiter it names; when the reader is woken
+or gives up, it passes the role to another waiting thread. The common case (one
+waiting thread per process) thus costs one thread wake-up per release, and a
+process with no waiters runs no thread at all.
+
+The channels' state (reference counts, confirmations, whom a message wakes,
+what a failed read means) is a :class:`~django_rlock.core._protocol.channels.ChannelTable`,
+shared with the asyncio listener; this module moves its bytes. If the
+connection dies, every waiter is woken to retry, and the next reader
+reconnects and subscribes again; a message lost in between costs a waiter at
+most the holder's PTTL, never a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.channels import Channel, ChannelTable, ReadError, WakeCount
+from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
+
+logger = logging.getLogger("django_rlock.waiting")
+
+
+#: Seconds between reconnect attempts of a listener (the last one repeats).
+RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass(eq=False)
+class Subscription(WakeCount):
+    """One waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
+
+    waiter_id: str
+    _channel: bytes = field(repr=False)
+    _listener: ReleaseListener = field(repr=False)
+    _cond: threading.Condition = field(repr=False)
+
+    def mark(self) -> int:
+        """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
+        with self._cond:
+            return self._wakeups
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the server to answer the subscription."""
+        listener, channel = self._listener, self._channel
+        return listener._wait(self, lambda: listener._table.confirmed(channel), timeout)
+
+    def wait(self, since: int, timeout: float) -> bool:
+        """Sleep until this waiter is woken after ``since``, or ``timeout`` seconds pass.
+
+        Returns True when woken (by a release or a reconnect), False on timeout.
+        """
+        return self._listener._wait(self, lambda: self._wakeups != since, timeout)
+
+    def _signal(self) -> None:
+        self._cond.notify()  # the table is called with the listener's lock held
+
+
+class ReleaseListener:
+    """One pub/sub connection per client, read in turn by the threads that wait."""
+
+    def __init__(self, client: redis.Redis, *, sharded: bool = False) -> None:
+        self._pool = derive_pool(client, health_check_interval=0)
+        # Sharded pub/sub (Redis Cluster >= 7): the node owning the channel's
+        # slot is the only one that hears its SPUBLISH, so nothing is broadcast.
+        self._wire = {"SUBSCRIBE": "SSUBSCRIBE", "UNSUBSCRIBE": "SUNSUBSCRIBE"} if sharded else {}
+        self._lock = threading.Lock()
+        self._table: ChannelTable[Subscription] = ChannelTable()
+        self._followers: set[Subscription] = set()
+        self._reading = False
+        self._connection: Any = None
+        # The connection's socket, written to directly by subscribing threads
+        # (see _send_locked); None whenever _connection is.
+        self._socket: socket.socket | None = None
+        self._connect_failures = 0
+        self._closed = False
+        self._id = secrets.token_hex(8)
+        self._sequence = itertools.count()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the pub/sub connection is up."""
+        return self._table.connected
+
+    def subscribed_channels(self) -> set[bytes]:
+        """Channels with a subscription in force (for tests and diagnostics)."""
+        with self._lock:
+            return self._table.subscribed()
+
+    def new_waiter_id(self) -> str:
+        """A waiter id unique to this listener, for a waiter that must name itself early.
+
+        A fair lock's waiter takes its place in the queue under this id before
+        it subscribes, then subscribes with it (``listen(..., waiter_id=...)``).
+        """
+        return f"{self._id}:{next(self._sequence)}"
+
+    @contextmanager
+    def listen(self, channel_name: str, waiter_id: str = "") -> Iterator[Subscription]:
+        """Subscribe to ``channel_name`` for the duration of the block.
+
+        ``waiter_id``: one from :meth:`new_waiter_id`; default a new one.
+        """
+        name = channel_name.encode("utf-8")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the lock client is closed")
+            waiter_id = waiter_id or self.new_waiter_id()
+            subscription = Subscription(waiter_id, name, self, threading.Condition(self._lock))
+            to_subscribe = self._table.add(name, subscription)
+            if to_subscribe is not None:
+                self._send_locked(to_subscribe, "SUBSCRIBE")
+        try:
+            yield subscription
+        finally:
+            with self._lock:
+                to_unsubscribe = self._table.remove(name, subscription)
+                if to_unsubscribe is not None:
+                    self._send_locked(to_unsubscribe, "UNSUBSCRIBE")
+
+    def close(self) -> None:
+        """Close the connection. Threads still waiting fall back to their PTTL waits."""
+        with self._lock:
+            self._closed = True
+            connection, self._connection, self._socket = self._connection, None, None
+            self._table.on_disconnect()
+        if connection is not None:
+            self._give_back(connection)
+        self._pool.disconnect()
+
+    # -- waiting: the leader/follower protocol ---------------------------------------
+
+    def _wait(self, subscription: Subscription, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``ready()`` (checked under the lock) or ``timeout`` seconds pass.
+
+        The calling thread reads the connection itself when no other thread is
+        reading; otherwise it sleeps until the reader wakes it or steps down.
+        """
+        deadline = clock.monotonic() + timeout
+        while True:
+            with self._lock:
+                if ready():
+                    return True
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    return False
+                if self._reading or self._closed:
+                    self._followers.add(subscription)
+                    try:
+                        subscription._cond.wait(remaining)
+                    finally:
+                        self._followers.discard(subscription)
+                    continue
+                self._reading = True
+            try:
+                self._read_until(ready, deadline)
+            finally:
+                with self._lock:
+                    self._reading = False
+                    # Hand the reader role on, so the others' messages are read.
+                    for follower in self._followers:
+                        follower._cond.notify()
+                        break
+
+    def _read_until(self, ready: Callable[[], bool], deadline: float) -> None:
+        """As the reader: dispatch messages until ``ready()`` or the deadline."""
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or self._closed:
+                return
+            connection = self._connection
+            if connection is None:
+                if not self._connect():
+                    # Back off between attempts; the waiter's own deadline still rules.
+                    step = min(self._connect_failures, len(RECONNECT_BACKOFF)) - 1
+                    time.sleep(min(RECONNECT_BACKOFF[step], remaining))
+                    continue
+                connection = self._connection
+            try:
+                if connection.can_read(timeout=remaining):
+                    self._dispatch(connection.read_response(push_request=True))
+            except Exception as error:  # noqa: BLE001 -- the table says what it means
+                with self._lock:
+                    verdict = self._table.read_error(error)
+                if verdict is ReadError.BROKEN:
+                    if not self._closed:
+                        logger.warning("pub/sub connection lost, waiters will retry: %s", error)
+                    self._reset(connection)
+                else:
+                    log_refusal(verdict, error)
+            with self._lock:
+                if ready():
+                    return
+
+    # -- called with self._lock held -------------------------------------------------
+
+    def _send_locked(self, channel: Channel[Subscription], command: str) -> None:
+        # Straight onto the socket, never through redis-py's send_command: the
+        # reader may be inside a read that fails at this moment, and redis-py
+        # then drops the socket without our lock; send_command would see no
+        # socket and reconnect on the spot, reading the handshake reply while
+        # holding our lock, a reply the reader thread can take first. That was
+        # a deadlock (every waiter stuck, found on redis-py 5.2 under pub/sub
+        # kills). A write to a socket the reader has closed just fails here.
+        if self._socket is None:
+            return  # the reader subscribes every wanted channel when it connects
+        packed = self._connection.pack_command(self._wire.get(command, command), channel.name)
+        try:
+            self._socket.sendall(b"".join(packed))
+        except OSError:
+            # The reader sees the broken connection on its next read and resets.
+            return
+        if command == "SUBSCRIBE":
+            self._table.subscribe_sent(channel)
+
+    # -- the connection, managed by whichever thread is reading -----------------------
+
+    def _connect(self) -> bool:
+        # Through the pool's get/release, never make_connection(): a connection
+        # made outside get_connection() keeps its slot in the pool's count
+        # forever, so every reconnect would leak one until the pool refuses
+        # ("Too many connections") and the error escapes the waiters' acquire.
+        try:
+            # Any: redis-py's Connection is untyped.
+            connection: Any = self._pool.get_connection(*GET_CONNECTION_ARGS)
+        except Exception as error:  # noqa: BLE001 -- any failure: back off; waits stay bounded
+            # get_connection() gave the connection back itself.
+            self._connect_failures += 1
+            logger.debug("pub/sub connect failed: %s", error)
+            return False
+        with self._lock:
+            if self._closed:
+                self._give_back(connection)
+                return False
+            self._connect_failures = 0
+            self._connection = connection
+            self._socket = connection._sock
+            for channel in self._table.on_connect():
+                self._send_locked(channel, "SUBSCRIBE")
+        return True
+
+    def _reset(self, broken: Any) -> None:
+        with self._lock:
+            if self._connection is broken:
+                self._connection, self._socket = None, None
+                self._table.on_disconnect()
+        self._give_back(broken)
+
+    def _give_back(self, connection: Any) -> None:
+        """Close ``connection`` and return its slot to the pool (it is reused, not leaked)."""
+        connection.disconnect()
+        self._pool.release(connection)
+
+    def _dispatch(self, reply: Any) -> None:
+        with self._lock:
+            self._table.deliver(reply)
+
+
+def log_refusal(verdict: ReadError, error: BaseException) -> None:
+    """Log a refused pub/sub command: a warning the first time, then at debug level."""
+    level = logging.WARNING if verdict is ReadError.REFUSED else logging.DEBUG
+    logger.log(level, "pub/sub subscription refused, waiters fall back to TTL waits: %s", error)

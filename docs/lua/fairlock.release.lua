@@ -1,0 +1,74 @@
+-- fairlock.release: generated from django_rlock/core/_protocol (do not edit)
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
+        return 0
+    end
+    return -1
+end
+if KEYS[4] and redis.call('set', KEYS[4], ARGV[3], 'px', 60000, 'get') == ARGV[3] then
+    return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+end
+local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if holds > 0 then
+    return holds
+end
+redis.call('del', KEYS[1])
+
+if redis.call('exists', KEYS[5]) == 0 then
+    return 0
+end
+
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local expired = redis.call('zrange', KEYS[3], '-inf', now, 'byscore')
+for i = 1, #expired do
+    redis.call('zrem', KEYS[5], expired[i])
+    redis.call('hdel', KEYS[7], expired[i])
+end
+if #expired > 0 then
+    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+end
+local head = redis.call('zrange', KEYS[5], 0, 0)[1]
+while head and not redis.call('zscore', KEYS[3], head) do
+    redis.call('zrem', KEYS[5], head)
+    redis.call('hdel', KEYS[7], head)
+    head = redis.call('zrange', KEYS[5], 0, 0)[1]
+end
+
+if head then
+    local entry = redis.call('hget', KEYS[7], head)
+    if entry then
+        local first = string.find(entry, '\n', 1, true)
+        local second = string.find(entry, '\n', first + 1, true)
+        local third = string.find(entry, '\n', second + 1, true)
+        local owner = string.sub(entry, 1, first - 1)
+        local life = tonumber(string.sub(entry, first + 1, second - 1))
+        local rid = string.sub(entry, second + 1, third - 1)
+        local holder = string.sub(entry, third + 1)
+
+local clock = redis.call('time')
+local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local last = tonumber(redis.call('get', KEYS[6]) or '0') or 0
+if token <= last then
+    token = last + 1
+end
+
+        if holder ~= '' then
+            redis.call('hset', KEYS[1], owner, 1, '~holder', holder,
+                       '~since', string.format('%.0f', now), '~handoff', head)
+        else
+            redis.call('hset', KEYS[1], owner, 1, '~handoff', head)
+        end
+        redis.call('pexpire', KEYS[1], life)
+        redis.call('set', KEYS[6], string.format('%.0f', token), 'px', life)
+        redis.call('zrem', KEYS[5], head)
+        redis.call('zrem', KEYS[3], head)
+        redis.call('hdel', KEYS[7], head)
+        redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
+    else
+        redis.call(ARGV[2], KEYS[2], head)
+    end
+end
+
+return 0
