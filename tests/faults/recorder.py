@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django_rlock.core import LockClient, RLock
 from django_rlock.core._process.identity import thread_owner
@@ -37,7 +37,7 @@ class LockWatch:
 
     def __post_init__(self) -> None:
         self.lock.on_lost(self._on_lost)
-        client: LockClient = self.lock.client
+        client = cast(LockClient, self.lock.client)
         renew = client.renew_batch
 
         def timed(holds: Sequence[Hold]) -> Any:

@@ -60,7 +60,7 @@ import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack
 
 from redis.exceptions import OutOfMemoryError
 
@@ -73,8 +73,10 @@ from django_rlock.core._protocol.lock import (
     UNANSWERED,
     KindScripts,
     LockBase,
+    LockEngine,
     LockOptions,
     LockScripts,
+    ScriptRegistry,
     WaitingShell,
 )
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive_async
@@ -92,15 +94,43 @@ from django_rlock.core._sync.locks import (
 )
 
 if TYPE_CHECKING:
-    from django_rlock.core._aio.client import AsyncLockClient
-    from django_rlock.core._aio.waiting import AsyncSubscription
+    from collections.abc import Coroutine
+
+    from redis.asyncio import Redis
+
+    from django_rlock.core._aio.waiting import AsyncReleaseListener, AsyncSubscription
     from django_rlock.core._protocol.holds import Hold
+
+T = TypeVar("T")
+
+
+class Client(Protocol):
+    """What the asyncio shells need of their :class:`~django_rlock.core.aio.AsyncLockClient`.
+
+    A lock reads its client through this and nothing else, so a kind never
+    depends on the concrete client (which builds every kind).
+    """
+
+    key_prefix: str
+    redis: Redis
+    scripts: ScriptRegistry
+    #: Wakes waiters when a lock they wait for is released.
+    listener: AsyncReleaseListener
+
+    @property
+    def engine(self) -> LockEngine:
+        """The sync engine whose hold registry and watchdog keep these locks' holds."""
+        ...
+
+    def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coroutine`` as a task the client keeps until it is done."""
+        ...
 
 
 class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
-    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client.engine, name, **options)
         self.client = client
         # Tasks whose last hold through this object ended lost (see `lost`).
@@ -363,7 +393,7 @@ def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
 class AsyncFairLock(FairBase, AsyncRLock):
     """An asyncio lock granted in arrival order; see :meth:`AsyncLockClient.fair_lock`."""
 
-    def __init__(self, client: AsyncLockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self._fair_setup()
 
@@ -507,7 +537,7 @@ class AsyncReadWriteLock(ReadWriteBase):
 
     def __init__(
         self,
-        client: AsyncLockClient,
+        client: Client,
         name: str,
         scripts: RWScripts,
         **options: Unpack[LockOptions],
@@ -523,7 +553,7 @@ class AsyncSemaphore(SemaphoreBase, AsyncRLock):
     """A semaphore with watchdog permits for asyncio; get one from ``AsyncLockClient.semaphore``."""
 
     def __init__(
-        self, client: AsyncLockClient, name: str, permits: int, **options: Unpack[LockOptions]
+        self, client: Client, name: str, permits: int, **options: Unpack[LockOptions]
     ) -> None:
         super().__init__(client, name, permits, **options)
 

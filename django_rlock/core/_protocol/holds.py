@@ -29,19 +29,32 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from django_rlock.core._process import forking, lostholds
 from django_rlock.core._protocol import clock
-
-if TYPE_CHECKING:
-    from django_rlock.core._protocol.lock import LockBase
-
+from django_rlock.core._protocol.names import LockKeys
 
 logger = logging.getLogger("django_rlock.lock")
 
 
 T = TypeVar("T")
+
+
+class HeldLock(Protocol):
+    """What the registry needs of a lock it records holds through (every kind has it)."""
+
+    keys: LockKeys
+    max_hold: float | None
+    lost_callbacks: list[Callable[[Any], object]]
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The key that counts ``owner``'s holds, and the key renewed with it."""
+        ...
+
+    def give_back_leaked(self, hold: Hold) -> None:
+        """Release every hold of ``hold``'s owner, whose thread or task is gone."""
+        ...
 
 
 def key_deadline(sent_at: float, pttl_ms: int) -> float:
@@ -85,14 +98,14 @@ class Hold:
     #: Seconds after ``acquired_at`` past which the watchdog stops renewing
     #: the hold and declares it lost; None: no bound.
     max_hold: float | None = None
-    locks: list[LockBase] = field(default_factory=list)
+    locks: list[HeldLock] = field(default_factory=list)
     lost: bool = False
     releasing: bool = False
     released: bool = False
     #: Its owner (a thread or task) ended, or its request finished, still holding it.
     leaked: bool = False
 
-    def add_lock(self, lock: LockBase) -> None:
+    def add_lock(self, lock: HeldLock) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""
         if all(existing is not lock for existing in self.locks):
             self.locks.append(lock)
@@ -119,7 +132,7 @@ class GaveUp:
     key: str
     owner: str
     #: The lock object the call was made on.
-    lock: LockBase
+    lock: HeldLock
     #: Seconds the call waited before giving up.
     waited: float
     #: False when the call made one attempt only (``blocking=False`` or a zero
@@ -286,7 +299,7 @@ class HoldRegistry:
 
     def grant(
         self,
-        lock: LockBase,
+        lock: HeldLock,
         owner: str,
         *,
         token: int,
@@ -447,7 +460,7 @@ class HoldRegistry:
             )
 
     def gave_up(
-        self, lock: LockBase, owner: str, requested_at: float, *, would_wait: bool = True
+        self, lock: HeldLock, owner: str, requested_at: float, *, would_wait: bool = True
     ) -> None:
         """An acquire call of ``owner`` on ``lock``, begun at ``requested_at``, got nothing.
 

@@ -101,7 +101,6 @@ from django_rlock.core.exceptions import (
 
 if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold, HoldRegistry
-    from django_rlock.core._sync.client import LockClient
 
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
@@ -436,16 +435,34 @@ class WaitingShell(Protocol):
         """Unsubscribe, and leave the waiting set when ``registered`` says the caller entered it."""
 
 
+class LockEngine(Protocol):
+    """What a lock of any kind needs of its client: the deployment's facts and its registry.
+
+    The sync :class:`~django_rlock.core.LockClient` is one (an asyncio client
+    lends its locks its sync engine's); each engine's shells ask a little more
+    of their own client (``Client`` in ``_sync/locks.py`` and ``_aio/locks.py``).
+    """
+
+    key_prefix: str
+    watchdog_timeout: float
+    min_replicas: int
+    #: ``"publish"``, or ``"spublish"`` on a cluster with sharded pub/sub.
+    publish_command: str
+    #: How errors name the server (never with its credentials).
+    server: str
+    holds: HoldRegistry
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
     The keys and ``with`` defaults, and the bookkeeping around a release and a
     loss, which never does I/O: only the script calls differ between the two.
-    ``engine`` is the :class:`LockClient` whose :class:`HoldRegistry` records
+    ``engine`` is the client (:class:`LockEngine`) whose :class:`HoldRegistry` records
     this process's holds (an asyncio client's sync engine for ``AsyncRLock``).
     """
 
-    def __init__(self, engine: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
         unknown = sorted(set(options) - set(LockOptions.__annotations__))
         if unknown:
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")

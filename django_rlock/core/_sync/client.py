@@ -21,8 +21,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -57,7 +56,7 @@ from django_rlock.core._sync.locks import FairLock, ReadWriteLock, RLock, Semaph
 from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
-from django_rlock.core._sync.waiting import ReleaseListener, Subscription
+from django_rlock.core._sync.waiting import Listener, ReleaseListener
 from django_rlock.core._sync.watchdog import get_watchdog
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
@@ -76,20 +75,6 @@ LostCallback = Callable[["LockBase"], object]
 
 
 _clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
-
-
-class _Listener(Protocol):
-    """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
-
-    def listen(
-        self, channel_name: str, waiter_id: str = ""
-    ) -> AbstractContextManager[Subscription]: ...
-
-    def new_waiter_id(self) -> str: ...
-
-    def subscribed_channels(self) -> set[bytes]: ...
-
-    def close(self) -> None: ...
 
 
 class LockClient:
@@ -287,7 +272,8 @@ class LockClient:
 
         def lost(hold: Hold) -> None:
             for lock in hold.locks[:1]:
-                callback(lock)
+                # Every lock this client's registry records is one of its kinds.
+                callback(cast(LockBase, lock))
 
         self.holds.on_lost(lost)
 
@@ -393,7 +379,7 @@ class LockClient:
             for node in primaries(cluster)
         )
 
-    def _make_listener(self) -> _Listener:
+    def _make_listener(self) -> Listener:
         cluster = self.cluster
         if cluster is None:
             return ReleaseListener(self.redis)

@@ -127,8 +127,10 @@ from django_rlock.core._protocol.lock import (
     UNANSWERED,
     KindScripts,
     LockBase,
+    LockEngine,
     LockOptions,
     LockScripts,
+    ScriptRegistry,
     WaitingShell,
     gave_up_after,
 )
@@ -173,20 +175,47 @@ if TYPE_CHECKING:
     from typing import Any
 
     import redis
+    from redis import Redis
 
     from django_rlock.core._protocol.channels import WakeCount
     from django_rlock.core._protocol.holds import Hold
     from django_rlock.core._protocol.names import LockKeys
-    from django_rlock.core._sync.client import LockClient
-    from django_rlock.core._sync.waiting import Subscription
+    from django_rlock.core._sync.waiting import Listener, Subscription
 
 logger = logging.getLogger("django_rlock.lock")
+
+
+class Client(LockEngine, Protocol):
+    """What the threaded shells need of their :class:`~django_rlock.core.LockClient`.
+
+    A lock reads its client through this and nothing else, so a kind never
+    depends on the concrete client (which builds every kind).
+    """
+
+    redis: Redis
+    scripts: ScriptRegistry
+    #: Wakes waiters when a lock they wait for is released.
+    listener: Listener
+    #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
+    send_acquire: Callable[..., Any]
+
+    def held(self) -> Redis | None:
+        """The calling thread's held connection, or None (see ``LockClient.held``)."""
+        ...
+
+    def bounded(self, timeout: float) -> Redis | None:
+        """A client whose calls give up after ``timeout`` seconds, or None."""
+        ...
+
+    def declare_lost(self, hold: Hold, reason: str, *, by_owner: bool = False) -> None:
+        """Mark ``hold`` lost (once), stop renewing it, and run its callbacks."""
+        ...
 
 
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
-    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
@@ -591,7 +620,7 @@ class FairBase(LockBase):
 class FairLock(FairBase, RLock):
     """A reentrant lock granted in arrival order; get one from :meth:`LockClient.fair_lock`."""
 
-    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self._fair_setup()
 
@@ -933,7 +962,7 @@ class ReadWriteLock(ReadWriteBase):
     many threads, each its own owner.
     """
 
-    def __init__(self, client: LockClient, name: str, **options: Unpack[LockOptions]) -> None:
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         keys = self._build_keys(client.min_replicas, client.key_prefix, name)
         scripts = client.scripts[RWScripts]
         #: The shared side: many owners at once while nobody else writes.
@@ -1040,7 +1069,7 @@ class Semaphore(SemaphoreBase, RLock):
     """
 
     def __init__(
-        self, client: LockClient, name: str, permits: int, **options: Unpack[LockOptions]
+        self, client: Client, name: str, permits: int, **options: Unpack[LockOptions]
     ) -> None:
         if client.min_replicas:
             raise ValueError(

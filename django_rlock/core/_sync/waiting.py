@@ -37,9 +37,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -82,6 +82,20 @@ class Subscription(WakeCount):
 
     def _signal(self) -> None:
         self._cond.notify()  # the table is called with the listener's lock held
+
+
+class Listener(Protocol):
+    """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
+
+    def listen(
+        self, channel_name: str, waiter_id: str = ""
+    ) -> AbstractContextManager[Subscription]: ...
+
+    def new_waiter_id(self) -> str: ...
+
+    def subscribed_channels(self) -> set[bytes]: ...
+
+    def close(self) -> None: ...
 
 
 class ReleaseListener:
