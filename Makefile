@@ -10,7 +10,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
 DOCS_VENV  ?= .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
 
-.PHONY: demo postgresql test test-edges matrix lint docs docs-build bench soak clean
+.PHONY: demo postgresql test test-edges matrix lint lua docs docs-build bench soak clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# docs/lua: every Lua script as a client sends it, rendered from django_rlock/core/_protocol
+# (catalog.py); tests/core/test_lua_files.py fails when a file is stale, missing or extra.
+lua: $(STAMP)
+	$(BIN)/python -m django_rlock.core._protocol.catalog docs/lua
 
 # The documentation site (mkdocs.yml: docs/*.md, README.md as the home page, an API
 # reference of the public modules), in a virtualenv of its own with the docs extra.

@@ -22,10 +22,13 @@ def test_every_kind_s_scripts_are_found() -> None:
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_no_placeholder_is_left_unfilled(name: str) -> None:
-    # The snippets' placeholders are words in capitals (KEYS[LATCH], WAITERS,
-    # MARGIN_MS, ...); Lua itself names only KEYS and ARGV so.
-    left = set(re.findall(r"\b[A-Z][A-Z_]{2,}\b", SCRIPTS[name])) - {"KEYS", "ARGV"}
-    assert not left, f"{name} still holds {sorted(left)}"
+    # The snippets' fields are string.Template's ($latch, ${handoff}, ...), and
+    # Lua never writes a `$`; nor does it name anything but KEYS and ARGV in
+    # capitals (the placeholder words the snippets once had: KEYS[LATCH], ...).
+    fields = sorted(set(re.findall(r"\$(?:\{\w*\}?|\w*)", SCRIPTS[name])))
+    assert not fields, f"{name} still holds {fields}"
+    words = set(re.findall(r"\b[A-Z][A-Z_]{2,}\b", SCRIPTS[name])) - {"KEYS", "ARGV"}
+    assert not words, f"{name} still holds {sorted(words)}"
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

@@ -39,19 +39,29 @@ attempt, which FAIR_ACQUIRE recognises by the marker: it sets the caller's
 own expiry and replies a new grant {token, 1, pttl}. A head that gives up
 hands the grant on (FAIR_ABANDON); one that died lets it expire within the
 watchdog timeout, and the next head's retry finds the lock free.
+
+How the scripts are composed: from the shared rules of
+:mod:`~django_rlock.core._protocol.lua` (each a function whose keyword
+arguments name the keys it works on) and the fair lock's own Lua, which names
+the keys whose place differs between its scripts as ``KEYS[$queue]``,
+``KEYS[$entries]`` and ``KEYS[$fence]`` (and the entries' margin
+``$margin_ms``): each script is a :class:`string.Template` that
+:func:`_fill` fills with that script's own key layout, given by name.
 """
 
 from __future__ import annotations
+
+from string import Template
 
 from django_rlock.core._protocol.calls import ScriptCall, abandon_call
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
-    NEXT_TOKEN_LUA,
     NOW_MS_LUA,
     WAITER_MARGIN_MS,
     drop_lost_grant,
     new_grant,
+    next_token,
     release_one,
     report_or_reenter,
 )
@@ -83,42 +93,42 @@ def fair_keys(prefix: str, name: str) -> FairKeys:
     return FairKeys.around(name, LockKeys.build(prefix, name).hash + ":fair")
 
 
-# Expects KEYS[3] the entries' expiries, KEYS[QUEUE] the queue, KEYS[ENTRIES]
-# the handoff entries, and `now`.
+# Expects KEYS[3] the entries' expiries, KEYS[$queue] the queue,
+# KEYS[$entries] the handoff entries, and `now`.
 # Drops the expired entries, then finds `head`, the first live entry (nil: none).
 # An entry missing from the expiries (never written so, but a queue must not
 # stall on it) is dropped too. O(dropped * log N).
 _PRUNE = """
 local expired = redis.call('zrange', KEYS[3], '-inf', now, 'byscore')
 for i = 1, #expired do
-    redis.call('zrem', KEYS[QUEUE], expired[i])
-    redis.call('hdel', KEYS[ENTRIES], expired[i])
+    redis.call('zrem', KEYS[$queue], expired[i])
+    redis.call('hdel', KEYS[$entries], expired[i])
 end
 if #expired > 0 then
     redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 end
-local head = redis.call('zrange', KEYS[QUEUE], 0, 0)[1]
+local head = redis.call('zrange', KEYS[$queue], 0, 0)[1]
 while head and not redis.call('zscore', KEYS[3], head) do
-    redis.call('zrem', KEYS[QUEUE], head)
-    redis.call('hdel', KEYS[ENTRIES], head)
-    head = redis.call('zrange', KEYS[QUEUE], 0, 0)[1]
+    redis.call('zrem', KEYS[$queue], head)
+    redis.call('hdel', KEYS[$entries], head)
+    head = redis.call('zrange', KEYS[$queue], 0, 0)[1]
 end
 """
 
 
 def _fill(script: str, *, queue: int, entries: int, fence: int = 2) -> str:
-    """``script`` with its placeholders filled in: KEYS indexes and the margin."""
-    return (
-        script.replace("KEYS[FENCE]", f"KEYS[{fence}]")
-        .replace("QUEUE", str(queue))
-        .replace("ENTRIES", str(entries))
-        .replace("MARGIN_MS", str(ENTRY_MARGIN_MS))
+    """``script``'s fields filled: the indexes of its keys, given by name, and the margin.
+
+    A field the script names and this leaves unfilled raises ``KeyError``.
+    """
+    return Template(script).substitute(
+        queue=queue, entries=entries, fence=fence, margin_ms=ENTRY_MARGIN_MS
     )
 
 
 # Expects the lock free (its hash gone) and
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] entry expiries,
-# KEYS[QUEUE] queue, KEYS[FENCE] fencing counter, KEYS[ENTRIES] handoff entries,
+# KEYS[$queue] queue, KEYS[$fence] fencing counter, KEYS[$entries] handoff entries,
 # ARGV[2] publish command.
 # Finds the live head (_PRUNE, defining `now` and `head`) and hands the lock
 # to it: a new grant to the owner its entry names, exactly as FAIR_ACQUIRE's
@@ -131,7 +141,7 @@ _HAND_ON = (
     + _PRUNE
     + """
 if head then
-    local entry = redis.call('hget', KEYS[ENTRIES], head)
+    local entry = redis.call('hget', KEYS[$entries], head)
     if entry then
         local first = string.find(entry, '\\n', 1, true)
         local second = string.find(entry, '\\n', first + 1, true)
@@ -141,7 +151,7 @@ if head then
         local rid = string.sub(entry, second + 1, third - 1)
         local holder = string.sub(entry, third + 1)
 """
-    + NEXT_TOKEN_LUA.replace("KEYS[2]", "KEYS[FENCE]")
+    + next_token(counter="KEYS[$fence]")
     + """
         if holder ~= '' then
             redis.call('hset', KEYS[1], owner, 1, '~holder', holder,
@@ -150,10 +160,10 @@ if head then
             redis.call('hset', KEYS[1], owner, 1, '~handoff', head)
         end
         redis.call('pexpire', KEYS[1], life)
-        redis.call('set', KEYS[FENCE], string.format('%.0f', token), 'px', life)
-        redis.call('zrem', KEYS[QUEUE], head)
+        redis.call('set', KEYS[$fence], string.format('%.0f', token), 'px', life)
+        redis.call('zrem', KEYS[$queue], head)
         redis.call('zrem', KEYS[3], head)
-        redis.call('hdel', KEYS[ENTRIES], head)
+        redis.call('hdel', KEYS[$entries], head)
         redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
     else
         redis.call(ARGV[2], KEYS[2], head)
@@ -167,17 +177,17 @@ end
 # KEYS[1] lock hash, KEYS[2] fencing counter, ARGV[3] queue id): a lock handed
 # to the caller is confirmed as a new grant; any other call of the owner finds
 # the marker done and clears it.
-_CONFIRM_HANDOFF = """
+_CONFIRM_HANDOFF = Template("""
     local handed = redis.call('hget', KEYS[1], '~handoff')
     if handed then
         redis.call('hdel', KEYS[1], '~handoff')
         if handed == ARGV[3] then
             redis.call('pexpire', KEYS[1], ttl)
             redis.call('pexpire', KEYS[2], ttl)
-            return {CURRENT_TOKEN, 1, ttl}
+            return {$current_token, 1, ttl}
         end
     end
-""".replace("CURRENT_TOKEN", CURRENT_TOKEN)
+""").substitute(current_token=CURRENT_TOKEN)
 
 
 # FAIR_ACQUIRE's way out of line on a new grant (expects `head`, ARGV[3] queue
@@ -185,9 +195,9 @@ _CONFIRM_HANDOFF = """
 # its entry's expiry and its handoff entry.
 _LEAVE_QUEUE = """
 if head then
-    redis.call('zrem', KEYS[QUEUE], ARGV[3])
+    redis.call('zrem', KEYS[$queue], ARGV[3])
     redis.call('zrem', KEYS[3], ARGV[3])
-    redis.call('hdel', KEYS[ENTRIES], ARGV[3])
+    redis.call('hdel', KEYS[$entries], ARGV[3])
 end
 """
 
@@ -245,15 +255,15 @@ if ARGV[3] ~= '' then
     if wait < 1 then
         wait = 1
     end
-    local life = wait + MARGIN_MS
+    local life = wait + $margin_ms
     redis.call('zadd', KEYS[3], now + life, ARGV[3])
-    if not redis.call('zscore', KEYS[QUEUE], ARGV[3]) then
-        local last = redis.call('zrange', KEYS[QUEUE], -1, -1, 'withscores')
-        redis.call('zadd', KEYS[QUEUE], (tonumber(last[2]) or 0) + 1, ARGV[3])
+    if not redis.call('zscore', KEYS[$queue], ARGV[3]) then
+        local last = redis.call('zrange', KEYS[$queue], -1, -1, 'withscores')
+        redis.call('zadd', KEYS[$queue], (tonumber(last[2]) or 0) + 1, ARGV[3])
     end
-    redis.call('hset', KEYS[ENTRIES], ARGV[3],
+    redis.call('hset', KEYS[$entries], ARGV[3],
                ARGV[1] .. '\\n' .. ARGV[9] .. '\\n' .. ARGV[5] .. '\\n' .. ARGV[8])
-    for _, key in ipairs({KEYS[3], KEYS[QUEUE], KEYS[ENTRIES]}) do
+    for _, key in ipairs({KEYS[3], KEYS[$queue], KEYS[$entries]}) do
         if redis.call('pttl', key) < life then
             redis.call('pexpire', key, life)
         end
@@ -279,7 +289,7 @@ return wait
 FAIR_RELEASE = _fill(
     release_one(latch="4")
     + """
-if redis.call('exists', KEYS[QUEUE]) == 0 then
+if redis.call('exists', KEYS[$queue]) == 0 then
     return 0
 end
 """

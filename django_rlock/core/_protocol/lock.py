@@ -4,6 +4,10 @@ They are composed from the pieces every lock kind shares
 (:mod:`~django_rlock.core._protocol.lua`: the clock, the fencing rule, the request
 latch, grants, waiter registration, release and wake-up); the sibling kinds'
 scripts (fair lock, read-write lock, semaphore) are made of the same pieces.
+Each piece is a function whose keyword arguments name the keys and values it
+works on (``new_grant(latch="4")``, ``register_waiter(waiters="KEYS[3]")``), and
+a script is those pieces and its own Lua, joined in order; the plain lock's own
+Lua names no field, so no script here is a template of its own.
 
 Each script is run with EVALSHA through redis-py's ``Script``, which reloads it
 when the server answers NOSCRIPT (after a restart or ``SCRIPT FLUSH``), so a

@@ -41,11 +41,19 @@ readers sleeps at most the *shortest* reader's PTTL (the first moment one may
 vanish) and looks again, so a dead reader delays it by at most the watchdog
 timeout. Readers are never held back while a writer waits: a steady stream of
 overlapping readers can starve a writer (a documented limit).
+
+How the scripts are composed: from the shared rules of
+:mod:`~django_rlock.core._protocol.lua` (each a function whose keyword
+arguments name the keys it works on, e.g. ``new_grant(latch="6")``) and the
+read-write lock's own Lua; where that names a value of its own
+(``$latch_ms``, ``$upgrade_refused``), the script is a
+:class:`string.Template` filled by name with ``substitute``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from string import Template
 
 from django_rlock.core._protocol.calls import ScriptCall, acquire_args, attempt_args
 from django_rlock.core._protocol.lock import ABANDON, FORCE_RELEASE, MakeScript, ScriptSet
@@ -80,7 +88,7 @@ UPGRADE_REFUSED = "upgrade"
 #   so the call is a new grant.
 # Returns the writer's PTTL in ms (-1: no expiry) when another owner writes;
 #   a waiter is then entered in the waiting set.
-READ_ACQUIRE = (
+READ_ACQUIRE = Template(
     """
 local ttl = tonumber(ARGV[2])
 """
@@ -100,11 +108,11 @@ redis.call('sadd', KEYS[4], ARGV[1])
     + LEAVE_WAITING_SET
     + """
 if KEYS[5] then
-    redis.call('set', KEYS[5], ARGV[5], 'px', LATCH_MS)
+    redis.call('set', KEYS[5], ARGV[5], 'px', $latch_ms)
 end
 return {0, 1, ttl}
 """
-).replace("LATCH_MS", str(REQUEST_LATCH_MS))
+).substitute(latch_ms=REQUEST_LATCH_MS)
 
 
 # KEYS[1] write hash, KEYS[2] fencing counter, KEYS[3] waiting set,
@@ -128,7 +136,7 @@ return {0, 1, ttl}
 #   when readers hold, the shortest-lived reader's (the first that may vanish
 #   without a release; see the module's docstring). The index is pruned of
 #   dead readers on the way. A waiter is then entered in the waiting set.
-WRITE_ACQUIRE = (
+WRITE_ACQUIRE = Template(
     """
 local ttl = tonumber(ARGV[2])
 """
@@ -137,7 +145,7 @@ local ttl = tonumber(ARGV[2])
     + drop_lost_key(key="KEYS[5]", index="KEYS[4]", lost="ARGV[10]")
     + """
 if redis.call('hexists', KEYS[5], ARGV[1]) == 1 then
-    return 'UPGRADE'
+    return '$upgrade_refused'
 end
 local pttl = -2
 if redis.call('exists', KEYS[1]) == 1 then
@@ -159,7 +167,7 @@ if pttl == -2 then
 end
 """
     + register_waiter()
-).replace("'UPGRADE'", repr(UPGRADE_REFUSED))
+).substitute(upgrade_refused=UPGRADE_REFUSED)
 
 
 # KEYS[1] write hash, KEYS[2] channel, KEYS[3] waiting set,

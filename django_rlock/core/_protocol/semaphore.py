@@ -23,9 +23,19 @@ watchdog timeout, and the next acquire prunes it from the index, so its
 permits come back. The scripts read the other owners' permit hashes through
 names built from the index (not passed in KEYS): they are all in the
 semaphore's one slot, which a cluster node serves whole.
+
+How the scripts are composed: from the shared rules of
+:mod:`~django_rlock.core._protocol.lua` (each a function whose keyword
+arguments name the keys it works on, e.g. ``release_hold(hold="KEYS[2]",
+latch="5")``) and the semaphore's own pieces, written the same way: a
+:class:`string.Template` with named fields (``$prefix``, ``$waiters``,
+``$latch_ms``, ...) that a function, or the script, fills by name with
+``substitute``.
 """
 
 from __future__ import annotations
+
+from string import Template
 
 from django_rlock.core._protocol.calls import ScriptCall, attempt_args
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
@@ -71,12 +81,13 @@ def permit_key(keys: LockKeys, owner: str) -> str:
 # Counts the permits held now: the sum over the index's members whose permit
 # hash still exists. Defines `used` and `soonest` (the smallest PTTL among
 # those hashes: when a permit may come back; -1 when none has an expiry, -2
-# when nobody holds one). O(members). With PRUNE, members whose hash is gone
-# (expired: a dead holder) leave the index.
-_COUNT = """
+# when nobody holds one). O(members). The members' hashes are named
+# $prefix .. member; with $prune, members whose hash is gone (expired: a dead
+# holder) leave the index.
+_COUNT = Template("""
 local used, soonest = 0, -2
 for _, member in ipairs(redis.call('smembers', KEYS[1])) do
-    local key = PREFIX .. member
+    local key = $prefix .. member
     local count = redis.call('hget', key, member)
     if count then
         used = used + tonumber(count)
@@ -86,33 +97,34 @@ for _, member in ipairs(redis.call('smembers', KEYS[1])) do
         elseif pttl == -1 and soonest == -2 then
             soonest = -1
         end
-    elseif PRUNE then
+    elseif $prune then
         redis.call('srem', KEYS[1], member)
     end
 end
-"""
+""")
 
 
-def _count(prefix_arg: str, *, prune: bool) -> str:
-    return _COUNT.replace("PREFIX", prefix_arg).replace("PRUNE", "true" if prune else "false")
+def _count(*, prefix: str, prune: bool) -> str:
+    return _COUNT.substitute(prefix=prefix, prune="true" if prune else "false")
 
 
-# Wakes up to WAKE registered waiters (expired registrations dropped first),
-# those whose sleep ends first, each by a message naming it, counting them in
+# Wakes up to $count registered waiters of the set $waiters (expired
+# registrations dropped first), those whose sleep ends first, each by a
+# message naming it on $channel with the command $publish, counting them in
 # `woken`; each woken waiter leaves the set (its next attempt, if busy,
 # registers it again), so two permits freed at once wake two waiters, not the
 # same one twice.
-_WAKE = (
+_WAKE = Template(
     """
 local woken = 0
-if redis.call('exists', WAITERS) == 1 then
+if redis.call('exists', $waiters) == 1 then
 """
     + NOW_MS_LUA
     + """
-    redis.call('zremrangebyscore', WAITERS, '-inf', now)
-    for _, waiter in ipairs(redis.call('zrange', WAITERS, 0, WAKE - 1)) do
-        redis.call('zrem', WAITERS, waiter)
-        redis.call(PUBLISH, CHANNEL, waiter)
+    redis.call('zremrangebyscore', $waiters, '-inf', now)
+    for _, waiter in ipairs(redis.call('zrange', $waiters, 0, $count - 1)) do
+        redis.call('zrem', $waiters, waiter)
+        redis.call($publish, $channel, waiter)
         woken = woken + 1
     end
 end
@@ -120,13 +132,8 @@ end
 )
 
 
-def _wake(waiters: str, channel: str, publish: str, count: str) -> str:
-    return (
-        _WAKE.replace("WAITERS", waiters)
-        .replace("CHANNEL", channel)
-        .replace("PUBLISH", publish)
-        .replace("WAKE", count)
-    )
+def _wake(*, waiters: str, channel: str, publish: str, count: str) -> str:
+    return _WAKE.substitute(waiters=waiters, channel=channel, publish=publish, count=count)
 
 
 # KEYS[1] index SET, KEYS[2] the owner's permit hash, KEYS[3] waiting set,
@@ -173,7 +180,7 @@ def _wake(waiters: str, channel: str, publish: str, count: str) -> str:
 #   acquire or abandon that prunes the last dead member. A name whose holders
 #   all died and that is never used again keeps one set of at most
 #   ``permits`` dead owner ids; a force_release deletes it.
-SEMAPHORE_ACQUIRE = (
+SEMAPHORE_ACQUIRE = Template(
     """
 local ttl = tonumber(ARGV[2])
 """
@@ -184,7 +191,7 @@ if KEYS[4] and redis.call('hexists', KEYS[2], ARGV[1]) == 1
     return {0, tonumber(redis.call('hget', KEYS[2], ARGV[1])), redis.call('pttl', KEYS[2])}
 end
 """
-    + _count("ARGV[9]", prune=True)
+    + _count(prefix="ARGV[9]", prune=True)
     + """
 if used < tonumber(ARGV[8]) then
     local holds = redis.call('hincrby', KEYS[2], ARGV[1], 1)
@@ -209,13 +216,13 @@ if used < tonumber(ARGV[8]) then
     + LEAVE_WAITING_SET
     + """
     if KEYS[4] then
-        redis.call('set', KEYS[4], ARGV[5], 'px', LATCH_MS)
+        redis.call('set', KEYS[4], ARGV[5], 'px', $latch_ms)
     end
     return {0, holds, left}
 end
 """
     + register_waiter(wait="soonest")
-).replace("LATCH_MS", str(REQUEST_LATCH_MS))
+).substitute(latch_ms=REQUEST_LATCH_MS)
 
 
 # KEYS[1] index SET, KEYS[2] the owner's permit hash, KEYS[3] waiting set,
@@ -240,7 +247,7 @@ if holds <= 0 then
     redis.call('srem', KEYS[1], ARGV[1])
 end
 """
-    + _wake("KEYS[3]", "KEYS[4]", "ARGV[2]", "1")
+    + _wake(waiters="KEYS[3]", channel="KEYS[4]", publish="ARGV[2]", count="1")
     + """
 return holds
 """
@@ -261,14 +268,14 @@ if redis.call('zcard', KEYS[2]) == 0 then
     return 0
 end
 """
-    + _count("ARGV[4]", prune=True)
+    + _count(prefix="ARGV[4]", prune=True)
     + """
 local free = tonumber(ARGV[3]) - used
 if free <= 0 then
     return 0
 end
 """
-    + _wake("KEYS[2]", "KEYS[3]", "ARGV[2]", "free")
+    + _wake(waiters="KEYS[2]", channel="KEYS[3]", publish="ARGV[2]", count="free")
     + """
 return woken
 """
@@ -280,7 +287,7 @@ return woken
 # Returns {permits held now, the smallest PTTL among their hashes in ms (-1:
 #   none expires, -2: none held)}. Read-only: dead members are skipped, not pruned.
 SEMAPHORE_STATE = (
-    _count("ARGV[1]", prune=False)
+    _count(prefix="ARGV[1]", prune=False)
     + """
 return {used, soonest}
 """
