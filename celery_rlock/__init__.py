@@ -47,15 +47,15 @@ returns the existing AsyncResult) while an equal task is queued or running.
 Configuration: inside a Django project, ``RLOCKS`` / ``RLOCK_*`` via
 ``django_rlock.locks[lock_using]``; without Django, the Celery settings
 ``rlock_url`` (default: ``broker_url`` when it is Redis), ``rlock_key_prefix``
-and ``rlock_watchdog_timeout``. See :mod:`celery_rlock.conf`. The worker checks
+and ``rlock_watchdog_timeout``. See :mod:`celery_rlock._conf`. The worker checks
 them at start, and refuses the gevent and eventlet pools (ConfigurationError).
 """
 
-from celery_rlock.conf import ConfigurationError
-from celery_rlock.decorators import locked
-from celery_rlock.guard import SkippedResult, TaskLock
-from celery_rlock.once import AlreadyQueued
-from celery_rlock.task import LockedTask
+from celery_rlock._conf import ConfigurationError
+from celery_rlock._decorators import locked
+from celery_rlock._guard import SkippedResult, TaskLock
+from celery_rlock._once import AlreadyQueued
+from celery_rlock._task import LockedTask
 
 __all__ = [
     "AlreadyQueued",

@@ -10,7 +10,7 @@
 
 Every beat stands for election on the lock ``rlock_beat_lock`` (a leader
 election, :mod:`django_rlock.core._sync.leader`), on the lock server of the Celery
-tasks (:mod:`celery_rlock.conf`: ``RLOCKS["default"]`` in a Django project,
+tasks (:mod:`celery_rlock._conf`: ``RLOCKS["default"]`` in a Django project,
 ``rlock_url`` or a Redis ``broker_url`` otherwise). The lock is held by beat's
 main thread, which runs the whole term.
 
@@ -58,7 +58,7 @@ from celery.utils.imports import qualname, symbol_by_name
 from celery.utils.time import maybe_make_aware, remaining
 from redis.exceptions import RedisError
 
-from celery_rlock.conf import BeatSettings, ConfigurationError, get_lock
+from celery_rlock._conf import BeatSettings, ConfigurationError, get_lock
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import milliseconds
 from django_rlock.core._protocol.unavailable import reported_unavailable

@@ -20,7 +20,7 @@ from celery.utils.dispatch import Signal
 __all__ = ["duplicate_dropped"]
 
 #: Sent when a delivery of a locked task's message is dropped as a duplicate
-#: of a run of the same task id (see :mod:`celery_rlock.delivery`). ``sender``
+#: of a run of the same task id (see :mod:`celery_rlock._delivery`). ``sender``
 #: is the task; arguments: ``task_id``, ``lock`` (the lock name), ``found``
 #: (``"running"``: a live run holds the lock; ``"finished"``: a run has ended)
 #: and ``request`` (the dropped delivery's request: ``args``, ``kwargs``,

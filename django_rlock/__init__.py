@@ -23,7 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_rlock.decorators import locked
+    from django_rlock._decorators import locked
+    from django_rlock._handler import locks
+    from django_rlock._leaders import leader
+    from django_rlock._shortcuts import rlock, semaphore
     from django_rlock.exceptions import (
         InvalidLockBackendError,
         InvalidLockNameError,
@@ -37,9 +40,6 @@ if TYPE_CHECKING:
         LockUnavailableError,
         LockUpgradeError,
     )
-    from django_rlock.handler import locks
-    from django_rlock.leaders import leader
-    from django_rlock.shortcuts import rlock, semaphore
 
 __version__ = "0.1.0"
 
@@ -73,12 +73,12 @@ _LAZY = {
     "LockSettingError": "django_rlock.exceptions",
     "LockTimeout": "django_rlock.exceptions",
     "LockUnavailableError": "django_rlock.exceptions",
-    "leader": "django_rlock.leaders",
-    "locked": "django_rlock.decorators",
-    "locks": "django_rlock.handler",
-    "rlock": "django_rlock.shortcuts",
+    "leader": "django_rlock._leaders",
+    "locked": "django_rlock._decorators",
+    "locks": "django_rlock._handler",
+    "rlock": "django_rlock._shortcuts",
     "LockUpgradeError": "django_rlock.exceptions",
-    "semaphore": "django_rlock.shortcuts",
+    "semaphore": "django_rlock._shortcuts",
 }
 
 

@@ -25,10 +25,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from django_rlock._handler import locks
 from django_rlock.backends.base import LockInfo
 from django_rlock.core.exceptions import LockError
 from django_rlock.exceptions import LockSettingError
-from django_rlock.handler import locks
 from django_rlock.models import Lock
 
 __all__ = ["LockAdmin"]

@@ -13,4 +13,4 @@ class DjangoRlockConfig(AppConfig):
 
     def ready(self) -> None:
         """Register the checks (by importing them) and the ``locks`` handler's receiver."""
-        from django_rlock import checks, handler  # noqa: F401, PLC0415 -- imported to register
+        from django_rlock import _checks, _handler  # noqa: F401, PLC0415 -- imported to register

@@ -15,7 +15,7 @@ For any view, sync or async, that lets one of these escape:
 
 * :class:`~django_rlock.exceptions.LockTimeout` (``with rlock(...)`` could not
   acquire within its ``timeout``): ``409 Conflict`` with a ``Retry-After`` of
-  how long the lock is really held (:mod:`django_rlock.holdtimes`: the recent
+  how long the lock is really held (:mod:`django_rlock._holdtimes`: the recent
   holds of the name, else how long its holder has held it so far, bounded by
   its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
   applies: another status, a callable ``(request, error) -> HttpResponse``, or
@@ -40,16 +40,16 @@ from typing import cast
 from django.http import HttpRequest, HttpResponse
 from django.utils.deprecation import MiddlewareMixin
 
-from django_rlock import conf
-from django_rlock.aliaslocks import AliasAttached
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
-from django_rlock.holdtimes import lock_retry_after
-from django_rlock.responses import (
+from django_rlock import _conf as conf
+from django_rlock._aliaslocks import AliasAttached
+from django_rlock._holdtimes import lock_retry_after
+from django_rlock._responses import (
     busy_status_response,
     invalid_name_response,
     unavailable_response,
 )
-from django_rlock.threadowned import ThreadOwnedLock
+from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 
 __all__ = ["LockErrorMiddleware", "invalid_name_response"]
 

@@ -41,7 +41,7 @@ and stopped when the session ends. Its database file is
 ``rlocks_server.location``: a process the test starts (a Celery worker, a
 ``manage.py`` command) shares its locks with an alias of the embedded
 backend whose ``LOCATION`` is that file. The fixture ``rlocks_server`` gives
-the :class:`~django_rlock.backends.embedded_server.EmbeddedServer`, whose
+the :class:`~django_rlock.backends._embedded_server.EmbeddedServer`, whose
 ``client()`` is a ``redis.Redis`` on it.
 
 ``held_elsewhere(name, using="default")``: inside the block, the lock ``name``
@@ -70,10 +70,10 @@ import pytest
 from django.conf import settings
 from django.test.utils import override_settings
 
-from django_rlock import conf
-from django_rlock.backends.embedded_server import EmbeddedServer, EmbeddedServerError
+from django_rlock import _conf as conf
+from django_rlock._handler import locks
+from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.core.exceptions import LockNotOwnedError, LockTimeout
-from django_rlock.handler import locks
 
 __all__ = ["held_elsewhere", "isolated_rlocks", "rlocks", "rlocks_server"]
 

@@ -68,7 +68,7 @@ def test_every_name_in_all_resolves(name: str) -> None:
 NOT_EXPORTED = {
     # The embedded backend's start-up failure: a settings/deployment problem of
     # that backend, reported from the module that starts the server.
-    "EmbeddedServerError": "django_rlock.backends.embedded_server",
+    "EmbeddedServerError": "django_rlock.backends._embedded_server",
 }
 
 

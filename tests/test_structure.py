@@ -29,16 +29,16 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: with the reason it is deferred. A new one must say here why it cannot be
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
-    ("django_rlock.decorators", "celery_rlock.decorators"): (
+    ("django_rlock._decorators", "celery_rlock._decorators"): (
         "django_rlock.locked delegates to celery_rlock when it runs as a Celery task's "
         "body; celery_rlock builds on django_rlock, so only at call time"
     ),
-    ("django_rlock.decorators", "celery.local"): "Celery is optional for django_rlock",
-    ("celery_rlock.conf", "django.conf"): "Django settings are optional for celery_rlock",
-    ("django_rlock.apps", "django_rlock.checks"): "registered in AppConfig.ready(), per Django",
+    ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
+    ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
+    ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
     (
         "django_rlock.apps",
-        "django_rlock.handler",
+        "django_rlock._handler",
     ): "registered in AppConfig.ready(), as Django asks",
 }
 
@@ -128,9 +128,9 @@ def _where(found: Import) -> str:
 def test_the_graph_is_read() -> None:
     # Guards the reader itself: a few edges known to exist must be found.
     edges = {(found.module, found.target) for found in IMPORTS}
-    assert ("celery_rlock.task", "celery_rlock.worker") in edges
+    assert ("celery_rlock._task", "celery_rlock._worker") in edges
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
-    assert ("django_rlock.decorators", "celery_rlock.decorators") in edges
+    assert ("django_rlock._decorators", "celery_rlock._decorators") in edges
     assert len(MODULES) > 40
 
 
@@ -234,10 +234,10 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
     ("django_rlock.management.commands.rlock", "_actions"): (
         "argparse lists no parser's actions publicly; Django's call_command reads them too"
     ),
-    ("django_rlock.callsite", "_getframe"): (
+    ("django_rlock._callsite", "_getframe"): (
         "sys._getframe walks the caller's frames without inspect.stack()'s cost"
     ),
-    ("celery_rlock.decorators", "_get_app"): (
+    ("celery_rlock._decorators", "_get_app"): (
         "a Celery task's app, bound or not; Celery offers only the private accessor"
     ),
 }

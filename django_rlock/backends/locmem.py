@@ -33,11 +33,11 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from django_rlock._loopclients import LoopClients
+from django_rlock.backends._embedded_server import EmbeddedServer
 from django_rlock.backends.embedded import EmbeddedRedisLockBackend
-from django_rlock.backends.embedded_server import EmbeddedServer
 from django_rlock.core._process import forking
 from django_rlock.exceptions import LockSettingError
-from django_rlock.loopclients import LoopClients
 
 __all__ = ["LocMemLockBackend"]
 

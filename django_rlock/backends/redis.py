@@ -28,15 +28,18 @@ from typing import Any, Unpack
 import redis
 import redis.asyncio
 
-from django_rlock import conf
-from django_rlock.aliasfamily import (
+from django_rlock import _conf as conf
+from django_rlock._aliasfamily import (
     AliasFairLock,
     AliasReadWriteLock,
     AsyncAliasFairLock,
     AsyncAliasReadWriteLock,
 )
-from django_rlock.aliaslocks import AliasLock, AsyncAliasLock
-from django_rlock.aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
+from django_rlock._aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
+from django_rlock._eviction import maxmemory_policy as read_maxmemory_policy
+from django_rlock._eviction import report_eviction_policy
+from django_rlock._loopclients import LoopClients
 from django_rlock.backends.base import (
     AsyncLock,
     AsyncReadWriteLock,
@@ -61,10 +64,7 @@ from django_rlock.core._sync.connection import (
     redact_url,
 )
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.eviction import maxmemory_policy as read_maxmemory_policy
-from django_rlock.eviction import report_eviction_policy
 from django_rlock.exceptions import LockSettingError
-from django_rlock.loopclients import LoopClients
 
 __all__ = ["RedisLockBackend"]
 
@@ -314,7 +314,7 @@ class RedisLockBackend(BaseLockBackend):
         """The server's ``maxmemory-policy`` (5 s at most): CONFIG GET, else INFO memory.
 
         INFO is the fallback where CONFIG is refused (an ACL user without
-        ``+config``, managed services); see :func:`django_rlock.eviction.maxmemory_policy`.
+        ``+config``, managed services); see :func:`django_rlock._eviction.maxmemory_policy`.
         """
         # Its own short-timeout connection: a deploy check must not hang on a
         # server that does not answer, whatever timeouts the alias's OPTIONS set.

@@ -1,7 +1,7 @@
 """Every default of the engine, and the renewal timing derived from the watchdog timeout.
 
-The Django settings (:mod:`django_rlock.conf`), the Celery-only settings
-(:mod:`celery_rlock.conf`) and the engine's own keyword defaults all take their
+The Django settings (:mod:`django_rlock._conf`), the Celery-only settings
+(:mod:`celery_rlock._conf`) and the engine's own keyword defaults all take their
 values from here, so a default changed here changes everywhere.
 
 Renewal timing is one rule with three parts, kept together because they must

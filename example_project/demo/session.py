@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from django.db import connections
 from django_rlock import locks
-from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock.backends._embedded_server import EmbeddedServer
 
 from demo.outcomes import Stopped
 from demo.processes import Managed

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock.backends._embedded_server import EmbeddedServer
 
 __all__ = ["broker_url", "server"]
 

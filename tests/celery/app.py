@@ -286,7 +286,7 @@ def tenant_call(self: Task, run: str, hold: float = 0.0, gate: bool = False) -> 
 @app.task(bind=True)
 def leaky_body(self: Task, run: str) -> bool:
     """Takes lock ``leak:<run>`` (watchdog) and ends without releasing it."""
-    from celery_rlock.conf import get_lock  # noqa: PLC0415 -- the worker's own lock source
+    from celery_rlock._conf import get_lock  # noqa: PLC0415 -- the worker's own lock source
 
     return get_lock(app, "default", f"leak:{run}").acquire(blocking=False)
 
@@ -294,7 +294,7 @@ def leaky_body(self: Task, run: str) -> bool:
 @app.task(bind=True)
 def reenter_probe(self: Task, run: str) -> dict[str, Any]:
     """The next task on the child: takes ``leak:<run>`` and gives it back, reporting how."""
-    from celery_rlock.conf import get_lock  # noqa: PLC0415
+    from celery_rlock._conf import get_lock  # noqa: PLC0415
 
     lock = get_lock(app, "default", f"leak:{run}")
     took = lock.acquire(blocking=False)

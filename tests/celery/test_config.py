@@ -8,8 +8,8 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_rlock.conf import CelerySettings, ConfigurationError, uses_django
-from celery_rlock.worker import check_pool
+from celery_rlock._conf import CelerySettings, ConfigurationError, uses_django
+from celery_rlock._worker import check_pool
 from tests.celery import app as test_app
 from tests.celery.conftest import lock_key, open_gate, wait_started
 from tests.celery.workers import Worker

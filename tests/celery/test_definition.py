@@ -8,8 +8,8 @@ import pytest
 from celery import Celery
 
 from celery_rlock import LockedTask, locked
-from celery_rlock.decorators import options_of
-from celery_rlock.guard import LockOptions
+from celery_rlock._decorators import options_of
+from celery_rlock._guard import LockOptions
 from django_rlock import locked as django_locked
 from tests.celery import app as test_app
 

@@ -23,8 +23,8 @@ from celery import Celery
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from celery_rlock import delivery
-from celery_rlock.delivery import DONE_TTL_QUEUE_MARGIN, default_done_ttl
+from celery_rlock import _delivery as delivery
+from celery_rlock._delivery import DONE_TTL_QUEUE_MARGIN, default_done_ttl
 from django_rlock.core._protocol.names import escape
 from tests.celery import app as test_app
 from tests.celery.conftest import WATCHDOG_TIMEOUT, lock_key, open_gate, wait_dead, wait_started

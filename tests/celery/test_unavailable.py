@@ -16,9 +16,9 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from celery_rlock import LockedTask
-from celery_rlock.guard import unavailable_countdown
+from celery_rlock._guard import unavailable_countdown
+from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
 from django_rlock.core import LockUnavailableError
-from django_rlock.responses import UNAVAILABLE_RETRY_AFTER
 from tests.celery import app as test_app
 from tests.celery.conftest import wait_for_state
 from tests.celery.workers import Worker

@@ -19,12 +19,12 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import rlock
-from django_rlock.backends.embedded_server import EmbeddedServer
+from django_rlock._handler import locks
+from django_rlock.backends._embedded_server import EmbeddedServer
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.core import LockClient
 from django_rlock.core._sync.connection import derive_client
 from django_rlock.core.aio import AsyncLockClient
-from django_rlock.handler import locks
 from tests.conformance.drivers import (
     AsyncHandle,
     Driver,

@@ -11,8 +11,8 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from django_rlock._handler import locks
 from django_rlock.backends.locmem import LocMemLockBackend
-from django_rlock.handler import locks
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
 HANG = 10.0  # seconds: only ever reached when something hangs

@@ -25,7 +25,7 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from django_rlock.handler import locks
+from django_rlock._handler import locks
 
 HANG = 20.0  # seconds: only ever reached when something hangs
 CHANGELIST = "admin:django_rlock_lock_changelist"

@@ -13,12 +13,9 @@ import redis
 from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from celery_rlock.guard import retry_countdown
-from django_rlock.core import LockClient
-from django_rlock.core._process.holder import SINCE_FIELD
-from django_rlock.core._protocol.names import LockKeys
-from django_rlock.handler import locks
-from django_rlock.holdtimes import (
+from celery_rlock._guard import retry_countdown
+from django_rlock._handler import locks
+from django_rlock._holdtimes import (
     MIN_SAMPLES,
     NAMES,
     HoldTimes,
@@ -26,6 +23,9 @@ from django_rlock.holdtimes import (
     lock_retry_after,
     retry_after,
 )
+from django_rlock.core import LockClient
+from django_rlock.core._process.holder import SINCE_FIELD
+from django_rlock.core._protocol.names import LockKeys
 from tests.django.conftest import Holders
 from tests.servers import free_port
 

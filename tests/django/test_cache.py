@@ -22,8 +22,8 @@ from django.core.cache import caches
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
+from django_rlock._cache_lock import CacheLock
 from django_rlock.cache import RedisCache
-from django_rlock.cache_lock import CacheLock
 from django_rlock.core import LockLostError, LockNotOwnedError, LockTimeout, RLock
 from django_rlock.exceptions import LockSettingError
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from django_rlock._eviction import maxmemory_policy, report_eviction_policy
 from django_rlock.core import LockClient
-from django_rlock.eviction import maxmemory_policy, report_eviction_policy
 from tests.servers import RedisServer
 
 HANG = 10.0

@@ -18,7 +18,7 @@ import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
-from django_rlock.aliasfamily import (
+from django_rlock._aliasfamily import (
     AliasFairLock,
     AliasReadLock,
     AliasReadWriteLock,
@@ -29,12 +29,12 @@ from django_rlock.aliasfamily import (
     AsyncAliasWriteLock,
     ThreadOwnedReadWriteLock,
 )
+from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockTimeout
 from django_rlock.core.exceptions import LockUpgradeError
 from django_rlock.signals import lock_acquired, lock_released
-from django_rlock.threadowned import ThreadOwnedLock
 from tests.django.conftest import HANG, HoldingThreads
 from tests.django.test_backends import in_thread
 from tests.django.test_metrics import PLAIN, Reading

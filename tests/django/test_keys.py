@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from django_rlock import InvalidLockNameError, locked
+from django_rlock._keys import build_key
 from django_rlock.core._protocol.names import MAX_NAME_BYTES
-from django_rlock.keys import build_key
 
 HANG = 10.0
 

@@ -24,8 +24,8 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locked, locks, rlock
+from django_rlock._checks import check_lock_settings
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.checks import check_lock_settings
 from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._sync import watchdog
 from django_rlock.core.exceptions import LockLostError, LockTimeout
@@ -241,7 +241,7 @@ def test_rlock_metrics_without_prometheus_client_names_the_extra(tmp_path: Path)
         "import django; from django.conf import settings\n"
         "settings.configure(RLOCK_METRICS='prometheus', INSTALLED_APPS=['django_rlock'])\n"
         "django.setup()\n"
-        "from django_rlock.checks import check_lock_settings\n"
+        "from django_rlock._checks import check_lock_settings\n"
         "print([(e.id, e.msg) for e in check_lock_settings()])\n"
     )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}

@@ -18,7 +18,7 @@ from django.test import AsyncClient, Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import InvalidLockNameError, LockTimeout, LockUnavailableError
-from django_rlock.handler import locks
+from django_rlock._handler import locks
 from tests.django.conftest import Holders
 from tests.servers import free_port
 

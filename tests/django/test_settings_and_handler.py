@@ -15,12 +15,13 @@ from django.test import RequestFactory, override_settings
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 import django_rlock
-from django_rlock import conf, locks, rlock
+from django_rlock import _conf as conf
+from django_rlock import locks, rlock
+from django_rlock._handler import create_backend
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockNotReplicatedError
 from django_rlock.exceptions import InvalidLockBackendError, LockLostError, LockSettingError
-from django_rlock.handler import create_backend
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
 
@@ -78,7 +79,7 @@ def test_unknown_setting_name_is_a_value_error() -> None:
         ({"CACHE": "default"}, "must be a Django Redis cache", "E003"),
         ({"OPTIONS": []}, "OPTIONS'] must be a dict", "E003"),
         ({"BACKEND": "no.such.Backend"}, "could not be imported", "E002"),
-        ({"BACKEND": "django_rlock.conf.lookup"}, "is not a lock backend", "E002"),
+        ({"BACKEND": "django_rlock._conf.lookup"}, "is not a lock backend", "E002"),
     ],
 )
 def test_bad_alias_settings_are_improperly_configured(
@@ -299,7 +300,7 @@ def test_package_exports_lazily_without_settings() -> None:
     ]
     code = (
         "import django_rlock, django_rlock.core, sys\n"
-        "assert 'django_rlock.handler' not in sys.modules\n"
+        "assert 'django_rlock._handler' not in sys.modules\n"
         "from django.conf import settings\n"
         "assert not settings.configured\n"
         "print('ok')\n"

@@ -60,8 +60,8 @@ from sybil import Document, Example, Region
 from sybil.evaluators.python import pad
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, FencedCodeBlockLexer
 
+from django_rlock._handler import locks
 from django_rlock.core import LockClient
-from django_rlock.handler import locks
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]

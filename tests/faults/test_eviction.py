@@ -16,7 +16,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_rlock.checks import check_eviction_policy
+from django_rlock._checks import check_eviction_policy
 from django_rlock.core import LockClient, LockOutOfMemoryError
 from django_rlock.core._sync.watchdog import get_watchdog
 from tests.faults import eviction_scenario

@@ -22,8 +22,8 @@ With ``release_leaked`` false the hold is only reported and left to expire
 (within the watchdog timeout, as if its process had died).
 
 A third finder is the end of a unit of work on a thread that lives on: a
-request (:mod:`django_rlock.requests`) or a Celery task run
-(:mod:`celery_rlock.worker`) calls :func:`work_started` and :func:`work_ended`,
+request (:mod:`django_rlock._requests`) or a Celery task run
+(:mod:`celery_rlock._worker`) calls :func:`work_started` and :func:`work_ended`,
 and the holds the thread took in between and still has are leaked. They are
 given back at once, so the thread's next request or task (same thread, same
 owner id) can never re-enter them; when they are only reported

@@ -73,7 +73,7 @@ from kombu.transport.redis import Channel as RedisChannel
 from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
-from django_rlock.aliassemaphores import AnyAliasLock
+from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import escape
 from django_rlock.core._protocol.semaphore import permit_prefix
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     import redis
     from celery import Celery
 
-    from celery_rlock.guard import LockOptions
+    from celery_rlock._guard import LockOptions
     from django_rlock.core import RLock
 
 __all__ = [

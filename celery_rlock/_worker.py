@@ -18,7 +18,7 @@
   task on the same child (same thread, same owner id) cannot re-enter it.
 
 (A task revoked or expired before it ran frees its ``once`` marker: see
-:mod:`celery_rlock.task`.)
+:mod:`celery_rlock._task`.)
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 from celery import bootsteps
 from celery.signals import task_postrun, task_prerun, worker_init
 
-from celery_rlock.conf import ConfigurationError, check_configuration
-from celery_rlock.decorators import options_of
+from celery_rlock._conf import ConfigurationError, check_configuration
+from celery_rlock._decorators import options_of
 from django_rlock.core._process import leaks
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_rlock.guard import LockOptions
+    from celery_rlock._guard import LockOptions
 
 __all__ = ["LockStep", "check_pool", "install", "locked_tasks"]
 
@@ -68,7 +68,7 @@ def check_pool(pool_cls: object) -> None:
 class LockStep(bootsteps.Step):  # type: ignore[misc]  # Celery ships no type hints
     """Checks the lock configuration when the worker is built, before its pool starts."""
 
-    name = "celery_rlock.worker.LockStep"
+    name = "celery_rlock._worker.LockStep"
     label = "rlock"
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:

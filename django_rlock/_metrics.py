@@ -27,7 +27,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
   failed; retried on the next tick), ``lost`` (the key was gone or another
   owner's).
 * ``django_rlock_duplicates_total``: deliveries of a locked Celery task's
-  message dropped as duplicates (:mod:`celery_rlock.delivery`); ``found`` is
+  message dropped as duplicates (:mod:`celery_rlock._delivery`); ``found`` is
   what gave them away: ``running`` (a live run of the same task id held the
   lock) or ``finished`` (one had ended).
 * ``django_rlock_held``: the holds this process has now (one per owner and
@@ -40,7 +40,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
   :data:`NO_TEMPLATE`, ``"-"``.
 
 The counting hangs on the same hold events as the signals and the slow-lock
-log (:mod:`django_rlock.reporting`): each backend's :class:`LockMetrics` is
+log (:mod:`django_rlock._reporting`): each backend's :class:`LockMetrics` is
 subscribed beside its reporter, and renewals come from the watchdog's
 :func:`~django_rlock.core._sync.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
 nothing is subscribed and prometheus_client is not imported.
@@ -59,8 +59,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from django_rlock import conf
-from django_rlock.aliassemaphores import AnyAliasLock
+from django_rlock import _conf as conf
+from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock.core._process import forking
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
@@ -192,7 +192,7 @@ def _label(lock: AnyAliasLock) -> str:
 class LockMetrics:
     """Counts the hold events of one backend's locks into the Prometheus series.
 
-    Subscribed beside the backend's :class:`~django_rlock.reporting.Reporter`
+    Subscribed beside the backend's :class:`~django_rlock._reporting.Reporter`
     to every lock client it builds, and like it counting only the holds taken
     through locks of its own backend (a client may also serve other aliases).
     """

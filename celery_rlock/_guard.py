@@ -10,7 +10,7 @@ per run; the task object is shared by every run in the process).
 
 A delivery of a message whose task id has a live run holding the lock, or
 one that has ended, is a duplicate: acknowledged and dropped, never run
-again (:mod:`celery_rlock.delivery`).
+again (:mod:`celery_rlock._delivery`).
 
 A lock found lost when the run ends (its key expired, was force-released, or
 vanished with a lock server that restarted) is reported, never allowed to
@@ -42,10 +42,13 @@ from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 
-from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from celery_rlock.delivery import Delivery
-from celery_rlock.once import OnceMarker
-from django_rlock.aliassemaphores import AnyAliasLock
+from celery_rlock._conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock._delivery import Delivery
+from celery_rlock._once import OnceMarker
+from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock._holdtimes import lock_retry_after
+from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
 from django_rlock.core._process.holder import holder_details
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
@@ -55,9 +58,6 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
 )
-from django_rlock.holdtimes import lock_retry_after
-from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock.responses import UNAVAILABLE_RETRY_AFTER
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -415,7 +415,7 @@ def unavailable_countdown(task: Any) -> float:
 
     Celery's exponential back-off when the task asks for it (``retry_backoff``,
     ``retry_backoff_max``, ``retry_jitter``), else
-    :data:`~django_rlock.responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
+    :data:`~django_rlock._responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
     of a view in the same outage (``default_retry_delay``, three minutes
     unless set, would leave the work waiting long after a short outage).
     """
@@ -448,7 +448,7 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     How long this lock (or its key template) is really held, as this process
     saw recently, else how long its current holder has held it so far, bounded
     by the holder's lease left and at least 1 s: the rule of a busy view's
-    Retry-After (:mod:`django_rlock.holdtimes`); the lease left for a lock of
+    Retry-After (:mod:`django_rlock._holdtimes`); the lease left for a lock of
     no alias. A task with Celery's ``retry_backoff`` waits at least the
     exponential back-off Celery itself would use (``retry_backoff_max``,
     ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.

@@ -39,10 +39,10 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from django_rlock import conf
+from django_rlock import _conf as conf
+from django_rlock._handler import create_backend, locks
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.exceptions import LockSettingError
-from django_rlock.handler import create_backend, locks
 
 __all__ = ["check_eviction_policy", "check_lock_settings", "check_transaction_binding"]
 

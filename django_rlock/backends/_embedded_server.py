@@ -2,7 +2,7 @@
 
 ::
 
-    from django_rlock.backends.embedded_server import EmbeddedServer
+    from django_rlock.backends._embedded_server import EmbeddedServer
 
     server = EmbeddedServer("/var/tmp/myproject-locks.rdb")
     server.attach()               # joins the running server, or starts it

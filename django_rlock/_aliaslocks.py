@@ -4,17 +4,17 @@
 state to a hold and overrides no acquire or release) plus what only the
 Django face knows:
 
-* ``backend``, the alias's backend, whose :class:`~django_rlock.reporting.Reporter`
+* ``backend``, the alias's backend, whose :class:`~django_rlock._reporting.Reporter`
   turns the engine's hold events into signals and slow-lock log lines;
 * ``location``, the code that takes the lock, for the slow-lock log (``@locked``
   sets the decorated function's; otherwise it is read from the call stack);
 * ``key_template``, the template the name was built from (``"order:{order_id}"``,
   set by ``@locked`` and Celery's locked tasks; None for a name given as it
-  is), the ``lock`` label of the metrics (:mod:`django_rlock.metrics`);
+  is), the ``lock`` label of the metrics (:mod:`django_rlock._metrics`);
 * ``transaction``, ``"auto"`` or ``"ignore"`` (the alias's ``TRANSACTION``
   unless ``rlock()`` or ``@locked`` says otherwise): whether the end of a
   ``with`` block inside an atomic block waits for the transaction's end
-  (:mod:`django_rlock.transactions`);
+  (:mod:`django_rlock._transactions`);
 * ``max_hold``, when the lock was made without one: the alias's ``MAX_HOLD``;
 * ``async with``, which takes the backend's asyncio twin of the lock, owned by
   the current task, and yields that.
@@ -30,13 +30,13 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
-from django_rlock.callsite import caller_location
+from django_rlock._callsite import caller_location
+from django_rlock._transactions import end_block
 from django_rlock.core._aio.client import AsyncLockClient
 from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.locks import RLock
-from django_rlock.transactions import end_block
 
 if TYPE_CHECKING:
     from django_rlock.backends.base import AsyncLock, BaseLockBackend

@@ -14,10 +14,10 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   lock, its alias, the seconds and the code location that took the lock;
 * an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
   when a hold outlived its thread, task or request (:mod:`django_rlock.core._process.leaks`,
-  :mod:`django_rlock.requests`), naming the code that took it.
+  :mod:`django_rlock._requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
-:class:`~django_rlock.metrics.LockMetrics` wherever it is attached itself.
+:class:`~django_rlock._metrics.LockMetrics` wherever it is attached itself.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from django_rlock.aliassemaphores import AnyAliasLock
-from django_rlock.callsite import caller_location
+from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock._callsite import caller_location
+from django_rlock._metrics import LockMetrics, for_backend
 from django_rlock.core._process import forking
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
-from django_rlock.metrics import LockMetrics, for_backend
 from django_rlock.signals import lock_acquired, lock_leaked, lock_lost, lock_released
 
 if TYPE_CHECKING:

@@ -40,5 +40,5 @@ def release_leaked_holds(**_: Any) -> None:
     leaks.work_ended("request")
 
 
-request_started.connect(_request_started, dispatch_uid="django_rlock.requests.started")
-request_finished.connect(release_leaked_holds, dispatch_uid="django_rlock.requests.finished")
+request_started.connect(_request_started, dispatch_uid="django_rlock._requests.started")
+request_finished.connect(release_leaked_holds, dispatch_uid="django_rlock._requests.finished")

@@ -24,7 +24,7 @@ template naming a parameter the function lacks fails when decorating.
 When the lock is still busy after ``timeout`` seconds, a view (a function
 whose first argument is an ``HttpRequest``) answers ``409 Conflict`` with a
 ``Retry-After`` header (how long the lock is really held, recently: see
-:mod:`django_rlock.holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
+:mod:`django_rlock._holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
@@ -41,7 +41,7 @@ small timeout.
 Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
 ``transaction.atomic()``), the lock is kept until the transaction commits or
 rolls back, so the next holder reads what this call wrote
-(``transaction="auto"``, the default; see :mod:`django_rlock.transactions`).
+(``transaction="auto"``, the default; see :mod:`django_rlock._transactions`).
 
 ``fair=True`` takes the fair lock of the name (granted in arrival order),
 ``mode="read"`` or ``mode="write"`` a side of its read-write lock (many
@@ -66,24 +66,24 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from django_rlock import conf
-from django_rlock.aliaslocks import AsyncWithTwin
-from django_rlock.aliassemaphores import AnyAliasLock
-from django_rlock.backends.base import AsyncLock
-from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
-from django_rlock.core._protocol.semaphore import check_permits
-from django_rlock.core._sync.locks import RLock
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
-from django_rlock.handler import locks
-from django_rlock.holdtimes import lock_retry_after
-from django_rlock.keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock.responses import (
+from django_rlock import _conf as conf
+from django_rlock._aliaslocks import AsyncWithTwin
+from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock._handler import locks
+from django_rlock._holdtimes import lock_retry_after
+from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock._responses import (
     UNAVAILABLE_RETRY_AFTER,
     busy_status_response,
     invalid_name_response,
     unavailable_response,
 )
-from django_rlock.threadowned import ThreadOwnedLock
+from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends.base import AsyncLock
+from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
+from django_rlock.core._protocol.semaphore import check_permits
+from django_rlock.core._sync.locks import RLock
+from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 
 __all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
@@ -408,7 +408,7 @@ def _run_as_task(
 ) -> Any:
     # celery_rlock builds on django_rlock (never the reverse at import time):
     # loaded only here, inside a Celery task run.
-    from celery_rlock.decorators import run_task_body  # noqa: PLC0415
+    from celery_rlock._decorators import run_task_body  # noqa: PLC0415
 
     return run_task_body(task, func, args, kwargs)
 

@@ -29,7 +29,7 @@ The elected beat (:mod:`celery_rlock.beat`) reads two more, Django or not:
 
 The Celery-only path knows one server, so ``lock_using`` must be ``"default"``
 there. The settings are checked when the worker starts (see
-:mod:`celery_rlock.worker`) and again, lazily, by the first lock of a process
+:mod:`celery_rlock._worker`) and again, lazily, by the first lock of a process
 that is not a worker (a producer using ``once=True``, a test calling a task).
 """
 

@@ -33,8 +33,8 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 from celery.utils.log import get_task_logger
 
-from celery_rlock.conf import DEFAULT_LOCK_ALIAS, get_lock
-from celery_rlock.guard import (
+from celery_rlock._conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
     DEFAULT_ON_UNAVAILABLE,
@@ -44,11 +44,11 @@ from celery_rlock.guard import (
     OnUnavailable,
     run_locked,
 )
-from celery_rlock.once import AlreadyQueued, OnceMarker
-from celery_rlock.worker import install
+from celery_rlock._once import AlreadyQueued, OnceMarker
+from celery_rlock._worker import install
+from django_rlock._keys import KeyTemplate, build_key
 from django_rlock.core._protocol.names import check_lease
 from django_rlock.core.exceptions import LockUnavailableError
-from django_rlock.keys import KeyTemplate, build_key
 
 __all__ = ["DEFAULT_ONCE_LEASE", "LockedTask"]
 
@@ -106,13 +106,13 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         queued (sent and not yet holding its lock): a running one lets one
         follow-up be queued, so a change made during a run gets exactly one
         more run, and a task may enqueue itself from its body (see
-        :mod:`celery_rlock.once`). ``once_lease`` (seconds, default one
+        :mod:`celery_rlock._once`). ``once_lease`` (seconds, default one
         hour) bounds how long a marker can outlive a lost message;
         ``once_on_duplicate`` is ``"raise"`` (:class:`AlreadyQueued`, default)
         or ``"return"`` (the queued task's AsyncResult).
 
     While a run holds its lock, ``self.request.rlock`` is its
-    :class:`~celery_rlock.guard.TaskLock` (name, fencing token, wait time,
+    :class:`~celery_rlock._guard.TaskLock` (name, fencing token, wait time,
     ``lost``).
     """
 

@@ -21,11 +21,11 @@ twin of the lock instead, owned by the current task (on the Redis backend an
 
 from __future__ import annotations
 
-from django_rlock import conf
-from django_rlock.aliaslocks import AliasLock
-from django_rlock.aliassemaphores import AliasSemaphore
-from django_rlock.conf import DEFAULT_LOCK_ALIAS
-from django_rlock.handler import locks
+from django_rlock import _conf as conf
+from django_rlock._aliaslocks import AliasLock
+from django_rlock._aliassemaphores import AliasSemaphore
+from django_rlock._conf import DEFAULT_LOCK_ALIAS
+from django_rlock._handler import locks
 
 __all__ = ["rlock", "semaphore"]
 
@@ -48,7 +48,7 @@ def rlock(
     ``transaction="auto"`` keeps a hold whose block ends inside
     ``transaction.atomic()`` until that transaction commits or rolls back,
     ``"ignore"`` releases it as the block ends (None: the alias's
-    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock.transactions`).
+    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock._transactions`).
     ``max_hold`` bounds the hold in seconds: past it the watchdog stops
     renewing it and it is declared lost (None: the alias's ``MAX_HOLD``).
     """

@@ -34,13 +34,13 @@ import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
-from django_rlock.aliaslocks import AliasAttached
+from django_rlock._aliaslocks import AliasAttached
+from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._process import forking
 from django_rlock.core._process.holder import SINCE_FIELD
 from django_rlock.core._protocol.names import LockKeys
 from django_rlock.core._sync.locks import RLock
-from django_rlock.threadowned import ThreadOwnedLock
 
 if TYPE_CHECKING:
     from django_rlock.backends.base import BaseLockBackend

@@ -26,10 +26,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from django_rlock import conf
+from django_rlock import _conf as conf
 
 # Imported for its receivers: a request's leaked holds are found wherever locks are used.
-from django_rlock import requests as _requests  # noqa: F401
+from django_rlock import _requests  # noqa: F401
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core._process import forking
 from django_rlock.exceptions import InvalidLockBackendError

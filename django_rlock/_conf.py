@@ -14,7 +14,7 @@ all, the ``default`` alias is Redis at ``redis://127.0.0.1:6379/0``.
 
 Every reader checks the value it returns and raises :class:`LockSettingError`
 (an ``ImproperlyConfigured``) naming the setting exactly as the user wrote it;
-the system checks in :mod:`django_rlock.checks` call the same readers.
+the system checks in :mod:`django_rlock._checks` call the same readers.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 
 def transaction(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> str:
-    """``TRANSACTION``: ``"auto"`` (default) or ``"ignore"``; see :mod:`django_rlock.transactions`.
+    """``TRANSACTION``: ``"auto"`` (default) or ``"ignore"``; see :mod:`django_rlock._transactions`.
 
     ``"auto"`` keeps a hold whose ``with`` block ends inside an atomic block
     until the outermost transaction ends; ``"ignore"`` releases at the block's end.

@@ -28,8 +28,8 @@ from celery import Task
 from celery._state import get_current_app, get_current_task
 from celery.local import Proxy
 
-from celery_rlock.conf import DEFAULT_LOCK_ALIAS
-from celery_rlock.guard import (
+from celery_rlock._conf import DEFAULT_LOCK_ALIAS
+from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
     DEFAULT_ON_UNAVAILABLE,
@@ -40,8 +40,8 @@ from celery_rlock.guard import (
     SkippedResult,
     run_locked,
 )
-from django_rlock.decorators import LockedSpec
-from django_rlock.keys import KeyTemplate
+from django_rlock._decorators import LockedSpec
+from django_rlock._keys import KeyTemplate
 
 __all__ = ["locked", "options_of", "run_task_body"]
 
@@ -144,7 +144,7 @@ def options_of(task: Any) -> LockOptions | None:
     """The lock options a registered task runs under, or None for an unlocked task."""
     if hasattr(type(task), "lock_options"):
         # A LockedTask carries its own (None without a lock). Recognised by the
-        # attribute it declares: celery_rlock.task builds on this module.
+        # attribute it declares: celery_rlock._task builds on this module.
         options: LockOptions | None = task.lock_options
         return options
     body = _body_of(task)
