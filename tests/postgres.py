@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.servers import free_port
+from tests.servers import PORT_ATTEMPTS, PortTaken, forbid_servers, free_port, port_in_use
 
 __all__ = [
     "PostgresServer",
@@ -96,6 +96,8 @@ class PostgresServer:
     def __init__(self, *, port: int | None = None) -> None:
         self.bin_dir = postgres_bin_dir()
         self.run_as = _run_as()
+        #: The port was chosen here: it may move if another process takes it first.
+        self.movable = port is None
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="rlock-pg-"))
         self.data = self.dir / "data"
@@ -121,6 +123,12 @@ class PostgresServer:
         )
 
     def start(self, timeout: float = 30.0) -> PostgresServer:
+        """Make the cluster and start its server; RuntimeError when it cannot.
+
+        A port chosen here that another process takes first (another pytest
+        worker's cluster, say) moves to a fresh one, as a RedisServer's does.
+        """
+        forbid_servers("a PostgreSQL server")
         if self.run_as:
             os.chown(self.dir, self.run_as["user"], self.run_as["group"])
         initdb = subprocess.run(
@@ -140,6 +148,16 @@ class PostgresServer:
         )  # fmt: skip
         if initdb.returncode:
             raise RuntimeError(f"initdb failed: {initdb.stderr.decode(errors='replace')}")
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._launch(timeout)
+            except PortTaken:
+                if not self.movable:
+                    raise
+                self.port = free_port()
+        return self._launch(timeout)
+
+    def _launch(self, timeout: float) -> PostgresServer:
         log = open(self.dir / "postgres.log", "wb")  # noqa: SIM115 -- the server's, closed below
         with log:
             self.process = subprocess.Popen(
@@ -162,15 +180,24 @@ class PostgresServer:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.connect(connect_timeout=2).close()
+                with self.connect(connect_timeout=2) as probe:
+                    row = probe.execute("SELECT current_setting('data_directory')").fetchone()
                 break
             except psycopg.OperationalError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
+                exited = self.process.poll() is not None
+                if exited or time.monotonic() > deadline:
                     self.stop()
+                    if exited and port_in_use(self.port):
+                        raise PortTaken(f"port {self.port} is taken") from None
                     raise RuntimeError(
                         f"PostgreSQL did not start on port {self.port}:\n{self.log_tail()}"
                     ) from None
                 time.sleep(0.05)
+        if row is None or Path(row[0]).resolve() != self.data.resolve():
+            # Another cluster had the port (its data directory is not ours).
+            self.stop()
+            raise PortTaken(f"port {self.port} answers for another PostgreSQL cluster")
+        self.movable = False
         return self
 
     def log_tail(self, lines: int = 20) -> str:
