@@ -10,7 +10,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
 DOCS_VENV  ?= .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
 
-.PHONY: demo postgresql test test-edges matrix lint lua docs docs-build bench soak clean
+.PHONY: demo postgresql test test-fast test-edges matrix lint lua docs docs-build bench soak clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ postgresql:
 # test tree. PYTEST_ARGS="tests/core -x" narrows it.
 test: $(STAMP) postgresql
 	$(BIN)/nox -s tests -- $(PYTEST_ARGS)
+
+# The inner loop: the tests that need no server (marked pure: tests/protocol, the
+# import graph, the public API, names, scripts' text, settings checks...), from the
+# source tree in the dev virtualenv, in seconds. No Redis or PostgreSQL needed:
+# RLOCK_TEST_NO_SERVERS fails any test that starts one (tests/servers.py).
+# PYTEST_ARGS="-k names" narrows it.
+test-fast: $(STAMP)
+	RLOCK_TEST_NO_SERVERS=1 $(BIN)/python -m pytest -m pure -q -p no:cacheprovider tests $(PYTEST_ARGS)
 
 # Every supported Python / Django / Celery / redis-py / server line (nox -l lists them).
 matrix: $(STAMP) postgresql

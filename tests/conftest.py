@@ -32,6 +32,38 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+#: The fixtures that start a server (directly or through another fixture).
+SERVER_FIXTURES = frozenset({"redis_server", "postgres_server"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Declared beside the check that enforces it (the other markers are in setup.cfg).
+    config.addinivalue_line(
+        "markers",
+        "pure: needs no server (no Redis, no PostgreSQL): make test-fast runs these, "
+        "with starting a server forbidden",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``pure`` (``make test-fast`` runs them) must not use a server fixture.
+
+    Checked at collection, in every run: a wrong mark fails ``make test`` too,
+    not only the run that has no server. A test that starts a server itself
+    fails under ``make test-fast`` instead (tests/servers.py: forbid_servers).
+    """
+    for item in items:
+        if item.get_closest_marker("pure") is None:
+            continue
+        used = sorted(SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        if wants_postgres(item):
+            used.append(f"the {POSTGRES_ALIAS!r} database")
+        if used:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked pure but needs a server: {', '.join(used)}"
+            )
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     with RedisServer() as server:

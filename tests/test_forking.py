@@ -185,6 +185,7 @@ def test_a_child_forked_while_a_thread_holds_a_mutex_can_take_it(
         holder.join(HANG)
 
 
+@pytest.mark.pure
 def test_the_package_registers_one_fork_hook() -> None:
     root = pathlib.Path(django_rlock.__file__).resolve().parent.parent  # the installed packages
     hooks = [

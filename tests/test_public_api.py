@@ -18,6 +18,8 @@ import django_rlock
 from django_rlock import exceptions
 from django_rlock.core import exceptions as core_exceptions
 
+pytestmark = pytest.mark.pure
+
 #: Where the packages under test are: the installed wheel's site-packages under
 #: ``make test``, the checkout with an editable install.
 ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent

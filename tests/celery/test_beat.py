@@ -281,6 +281,7 @@ def beat_app(**conf: object) -> Celery:
     return app
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
@@ -299,6 +300,7 @@ def test_bad_beat_settings_are_refused_when_beat_starts(
         ElectedScheduler(beat_app(**{setting: value}), lazy=True)
 
 
+@pytest.mark.pure
 def test_the_defaults_wrap_the_persistent_scheduler_under_the_celery_beat_lock() -> None:
     elected = ElectedScheduler(beat_app(), lazy=True)
     assert elected.wrapped.__name__ == "PersistentScheduler"
@@ -307,6 +309,7 @@ def test_the_defaults_wrap_the_persistent_scheduler_under_the_celery_beat_lock()
     assert elected.schedule == {} and not elected.should_sync()
 
 
+@pytest.mark.pure
 def test_a_slot_is_the_scheduled_time_whenever_it_is_computed() -> None:
     app = beat_app(timezone="UTC")
     last = datetime(2026, 1, 5, 10, 2, 30, 123000, tzinfo=UTC)

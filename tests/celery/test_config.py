@@ -21,11 +21,13 @@ def make_app(**conf: object) -> Celery:
     return app
 
 
+@pytest.mark.pure
 def test_rlock_url_falls_back_to_a_redis_broker_url() -> None:
     settings = CelerySettings.from_app(make_app(broker_url="redis://127.0.0.1:7/3"))
     assert settings == CelerySettings("redis://127.0.0.1:7/3", "rlock", 30.0)
 
 
+@pytest.mark.pure
 def test_rlock_settings_win_over_the_broker() -> None:
     app = make_app(
         broker_url="amqp://guest@localhost//",
@@ -39,6 +41,7 @@ def test_rlock_settings_win_over_the_broker() -> None:
     assert not uses_django(app)  # an explicit rlock_url wins over Django settings
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("conf", "message"),
     [
@@ -57,6 +60,7 @@ def test_bad_settings_are_reported_by_name(conf: dict[str, object], message: str
     assert "secret" not in str(raised.value)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("pool", ["gevent", "eventlet"])
 def test_green_pools_are_refused(pool: str) -> None:
     # The pool module itself needs gevent/eventlet installed; the check needs

@@ -13,6 +13,8 @@ from celery_rlock._guard import LockOptions
 from django_rlock import locked as django_locked
 from tests.celery import app as test_app
 
+pytestmark = pytest.mark.pure
+
 
 def define(**options: Any) -> Any:
     app = Celery("definition-test", set_as_current=False)

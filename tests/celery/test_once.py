@@ -131,6 +131,7 @@ def test_queued_mode_lets_a_task_enqueue_itself_from_its_body(
     assert len(intervals(store, run)) == 2
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("once", ["always", 1, "True", None])
 def test_once_accepts_only_true_false_or_queued(once: object) -> None:
     app = Celery("once-definition-test", set_as_current=False)
@@ -142,6 +143,7 @@ def test_once_accepts_only_true_false_or_queued(once: object) -> None:
         pay.name  # noqa: B018 -- evaluating the lazy task binds and checks it
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("once", [True, False, "queued"])
 def test_the_three_once_values_define_a_task(once: object) -> None:
     app = Celery("once-definition-test", set_as_current=False)

@@ -53,6 +53,7 @@ def permit_holders(store: redis.Redis, name: str) -> set[str]:
     return {owner for owner in owners if store.exists(permit_prefix(keys) + owner)}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -15,6 +15,8 @@ import pytest
 from django_rlock.core import LockError, LockTimeout, LockUnavailableError
 from django_rlock.core.exceptions import LockLostError, LockNotReplicatedError
 
+pytestmark = pytest.mark.pure
+
 ERRORS = [
     LockUnavailableError("cannot acquire lock 'a'", name="a", server="redis://h:1/0"),
     LockNotReplicatedError("not replicated", name="a", required=2, acknowledged=1),

@@ -225,6 +225,7 @@ def test_bad_client_settings_raise_value_error(
         LockClient(redis_url, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.pure
 def test_bad_connection_raises_value_error() -> None:
     with pytest.raises(ValueError, match="redis URL"):
         LockClient(42)  # type: ignore[arg-type]

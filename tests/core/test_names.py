@@ -28,6 +28,7 @@ def slots(keys: LockKeys) -> set[int]:
     return {key_slot(key.encode()) for key in (keys.hash, keys.fence, keys.channel)}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", ["{", "}", "{}", "}{", "a{b}c", "{x}{y}", "%7B", "plain"])
 def test_every_key_of_a_lock_shares_one_slot(name: str) -> None:
     keys = LockKeys.build("shop", name)
@@ -50,6 +51,7 @@ def test_names_with_braces_lock_and_unlock_for_real(
         assert not lock.locked()
 
 
+@pytest.mark.pure
 @given(st.text(min_size=1, max_size=50))
 def test_escaping_is_one_to_one_and_brace_free(name: str) -> None:
     escaped = escape(name)
@@ -58,6 +60,7 @@ def test_escaping_is_one_to_one_and_brace_free(name: str) -> None:
     assert unescape(escaped) == name
 
 
+@pytest.mark.pure
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cc", "Cs"]), min_size=1))
 def test_any_valid_name_keeps_its_keys_in_one_slot(name: str) -> None:
     if len(name.encode()) <= MAX_NAME_BYTES:
@@ -95,6 +98,7 @@ def test_the_longest_name_is_accepted(lock_client: LockClient) -> None:
         assert lock.owned()
 
 
+@pytest.mark.pure
 def test_short_names_are_kept_as_they_are() -> None:
     assert fit_name("order:42") == "order:42"
     assert type(fit_name("order:42")) is str
@@ -103,6 +107,7 @@ def test_short_names_are_kept_as_they_are() -> None:
     assert LockKeys.build("shop", "order:42").hash == "shop:{order:42}"  # unchanged layout
 
 
+@pytest.mark.pure
 def test_a_long_name_becomes_its_head_and_digest() -> None:
     name = "page:" + "a" * 2000
     fitted = fit_name(name)
@@ -115,6 +120,7 @@ def test_a_long_name_becomes_its_head_and_digest() -> None:
     assert fit_name(name + "b") != fitted  # hashed, never truncated
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("name", "rule"),
     [

@@ -376,6 +376,7 @@ def overlaps(history: list[Held]) -> list[tuple[Held, Held]]:
     return found
 
 
+@pytest.mark.pure
 def test_the_overlap_checker_finds_an_overlap() -> None:
     assert overlaps([Held(1, True, 0.0, 2.0), Held(2, False, 1.0, 3.0)])
     assert not overlaps([Held(1, False, 0.0, 2.0), Held(2, False, 1.0, 3.0)])

@@ -15,11 +15,13 @@ from django_rlock.core._protocol.lua import register_waiter, release_hold, repor
 SCRIPTS = catalog.scripts()
 
 
+@pytest.mark.pure
 def test_every_kind_s_scripts_are_found() -> None:
     assert {"lock.acquire", "fairlock.release", "rwlock.read_acquire",
             "semaphore.release"} <= set(SCRIPTS)  # fmt: skip
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_no_placeholder_is_left_unfilled(name: str) -> None:
     # The snippets' fields are string.Template's ($latch, ${handoff}, ...), and
@@ -31,6 +33,7 @@ def test_no_placeholder_is_left_unfilled(name: str) -> None:
     assert not words, f"{name} still holds {sorted(words)}"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_every_command_is_in_the_minimal_acl(name: str) -> None:
     called = set(re.findall(r"redis\.call\('([a-z]+)'", SCRIPTS[name]))
@@ -44,6 +47,7 @@ def test_every_script_compiles_on_the_server(name: str, r: redis.Redis) -> None:
     assert r.script_exists(digest) == [True]
 
 
+@pytest.mark.pure
 def test_the_snippet_functions_fill_the_keys_they_are_given() -> None:
     reentry = report_or_reenter(latch="7", token="0", fence=None)
     assert "KEYS[7]" in reentry and "pexpire', nil" not in reentry

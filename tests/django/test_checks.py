@@ -29,6 +29,7 @@ def test_valid_settings_pass(settings: SettingsWrapper, rlocks: dict[str, Any]) 
     assert "no issues" in run_check()
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("rlocks", "check_id"),
     [

@@ -339,6 +339,7 @@ def _address(fixtures: dict[str, Any]) -> str:
 # -- the tests ------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_the_readme_and_the_guides_have_samples() -> None:
     assert len(list(parse(ROOT / "README.md"))) >= 10
     for guide in ("django.md", "celery.md", "migrating.md"):
@@ -350,6 +351,7 @@ def test_the_readme_and_the_guides_have_samples() -> None:
 KNOWN_COMMENTS = re.compile(r"<!--\s*(invisible-code-block: python|docs-excerpt \S+)\s")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
 def test_every_hidden_block_is_one_the_runner_runs(page: Path) -> None:
     text = page.read_text(encoding="utf-8")

@@ -66,6 +66,7 @@ def violations(*beliefs: Belief) -> list[str]:
     return [violation.detail for violation in history.check_tokens()]
 
 
+@pytest.mark.pure
 def test_a_grant_re_entered_through_three_clients_is_one_grant() -> None:
     first = belief("x", sent=0.0, deadline=2.0)
     second = belief("x", sent=0.3, deadline=2.3)  # its first client closed
@@ -73,6 +74,7 @@ def test_a_grant_re_entered_through_three_clients_is_one_grant() -> None:
     assert violations(first, second, third) == []
 
 
+@pytest.mark.pure
 def test_without_a_belief_alive_between_the_repeat_is_a_violation() -> None:
     first = belief("x", sent=0.0, deadline=2.0)
     third = belief("x", sent=2.1, deadline=2.4)
@@ -80,22 +82,26 @@ def test_without_a_belief_alive_between_the_repeat_is_a_violation() -> None:
     assert detail.startswith("'a': [x token 1000 (lease): sent")
 
 
+@pytest.mark.pure
 def test_a_re_entry_sent_before_its_hold_was_declared_lost_is_no_grant() -> None:
     # Declared lost 5 ms after the re-entry was sent, 5 ms before its reply came.
     held = belief("x", sent=0.0, deadline=5.0, lost_at=1.005)
     assert violations(held, belief("x", sent=1.0, deadline=1.9)) == []
 
 
+@pytest.mark.pure
 def test_an_owner_told_its_hold_is_lost_must_get_a_new_token() -> None:
     held = belief("x", sent=0.0, deadline=5.0, lost_at=1.005)
     assert len(violations(held, belief("x", sent=1.006, deadline=1.9))) == 1
 
 
+@pytest.mark.pure
 def test_another_owner_is_never_excused_a_repeated_token() -> None:
     held = belief("x", sent=0.0, deadline=5.0)
     assert len(violations(held, belief("y", sent=1.0, deadline=1.9))) == 1
 
 
+@pytest.mark.pure
 def test_a_higher_token_after_a_re_entered_grant_is_no_violation() -> None:
     first = belief("x", sent=0.0, deadline=2.0)
     second = belief("x", sent=0.3, deadline=2.3)

@@ -1,0 +1,206 @@
+"""The channel table: what a release listener (un)subscribes, when a subscription counts as
+confirmed, whom a message wakes, and what a failed read means."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from django_rlock.core._protocol.channels import ChannelTable, ReadError
+
+pytestmark = pytest.mark.pure
+
+A = b"p:{a}:released"
+B = b"p:{b}:released"
+
+
+class Waiter:
+    """Records its wake-ups and rechecks."""
+
+    def __init__(self, waiter_id: str) -> None:
+        self.waiter_id = waiter_id
+        self.woken: list[bytes] = []
+        self.rechecked = 0
+
+    def wake(self, grant: bytes = b"") -> None:
+        self.woken.append(grant)
+
+    def recheck(self) -> None:
+        self.rechecked += 1
+
+
+def connected() -> ChannelTable[Waiter]:
+    table: ChannelTable[Waiter] = ChannelTable()
+    assert table.on_connect() == []
+    return table
+
+
+def confirm(table: ChannelTable[Waiter], name: bytes) -> None:
+    table.deliver([b"subscribe", name, 1])
+
+
+def test_the_first_waiter_subscribes_and_the_last_one_unsubscribes() -> None:
+    table = connected()
+    first, second = Waiter("w1"), Waiter("w2")
+    channel = table.add(A, first)
+    assert channel is not None and channel.name == A
+    assert table.add(A, second) is None  # already subscribed
+    assert table.subscribed() == {A}
+    assert table.remove(A, first) is None  # w2 still waits
+    left = table.remove(A, second)
+    assert left is not None and left.name == A
+    assert table.subscribed() == set()
+
+
+def test_a_subscription_counts_only_once_every_subscribe_sent_is_answered() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    assert not table.confirmed(A)
+    confirm(table, A)
+    assert table.confirmed(A)
+    assert waiter.rechecked == 1  # told to look again
+
+
+def test_a_late_confirmation_of_an_old_subscription_cannot_pass_for_a_new_one() -> None:
+    table = connected()
+    old, new = Waiter("w1"), Waiter("w2")
+    channel = table.add(A, old)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    unsubscribe = table.remove(A, old)
+    assert unsubscribe is channel  # the channel waits for its confirmation
+    again = table.add(A, new)
+    assert again is channel
+    table.subscribe_sent(channel)
+    confirm(table, A)  # answers the first SUBSCRIBE only
+    assert not table.confirmed(A)
+    confirm(table, A)
+    assert table.confirmed(A)
+
+
+def test_an_idle_channel_is_dropped_once_every_confirmation_came() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    table.remove(A, waiter)
+    assert A in table.channels  # a confirmation is still due
+    confirm(table, A)
+    assert A not in table.channels
+
+
+def test_while_disconnected_nothing_is_sent_and_a_connection_subscribes_all_wanted() -> None:
+    table: ChannelTable[Waiter] = ChannelTable()
+    a, b, gone = Waiter("w1"), Waiter("w2"), Waiter("w3")
+    assert table.add(A, a) is None
+    assert table.add(B, b) is None
+    assert table.add(b"p:{c}:released", gone) is None
+    table.remove(b"p:{c}:released", gone)
+    assert not table.confirmed(A)
+    wanted = table.on_connect()
+    assert sorted(channel.name for channel in wanted) == [A, B]
+    # Anything published while no connection was up is gone: every waiter retries.
+    assert a.woken == [b""] and b.woken == [b""] and gone.woken == []
+
+
+def test_a_new_connection_must_confirm_again() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    confirm(table, A)
+    assert table.confirmed(A)
+    table.on_disconnect()
+    assert not table.confirmed(A)
+    assert waiter.woken == [b""]
+    (again,) = table.on_connect()
+    assert again is channel
+    table.subscribe_sent(again)  # the count starts over on the new connection
+    assert not table.confirmed(A)
+    confirm(table, A)
+    assert table.confirmed(A)
+
+
+def test_a_message_naming_a_waiter_wakes_that_waiter_alone() -> None:
+    table = connected()
+    named, other = Waiter("w1"), Waiter("w2")
+    table.add(A, named)
+    table.add(A, other)
+    table.deliver([b"message", A, b"w1"])
+    assert named.woken == [b""] and other.woken == []
+
+
+def test_a_handoff_message_hands_its_grant_to_the_named_waiter() -> None:
+    table = connected()
+    head = Waiter("q1")
+    table.add(A, head)
+    table.deliver([b"smessage", A, b"q1 17 rid-9"])
+    assert head.woken == [b"17 rid-9"]
+
+
+def test_a_message_naming_another_process_waiter_wakes_nobody() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    table.add(A, waiter)
+    table.deliver([b"message", A, b"someone-else"])
+    assert waiter.woken == []
+
+
+def test_an_empty_message_wakes_every_waiter_of_its_channel_only() -> None:
+    table = connected()
+    on_a, also_a, on_b = Waiter("w1"), Waiter("w2"), Waiter("w3")
+    table.add(A, on_a)
+    table.add(A, also_a)
+    table.add(B, on_b)
+    table.deliver([b"message", A, b""])
+    assert on_a.woken == [b""] and also_a.woken == [b""] and on_b.woken == []
+
+
+def test_an_unasked_sunsubscribe_wakes_the_channels_waiters() -> None:
+    # The channel's slot moved to another node: retry now.
+    table = connected()
+    waiter = Waiter("w1")
+    table.add(A, waiter)
+    table.deliver([b"sunsubscribe", A, 0])
+    assert waiter.woken == [b""]
+
+
+@pytest.mark.parametrize("reply", [None, b"pong", [b"message", A], [b"pong", b""]])
+def test_other_replies_change_nothing(reply: object) -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    table.add(A, waiter)
+    table.deliver(reply)
+    assert waiter.woken == [] and waiter.rechecked == 0
+
+
+def test_a_refused_subscribe_answers_the_pending_subscriptions_and_is_logged_once() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    refusal = redis.ResponseError("NOPERM this user has no permissions to access the channel")
+    assert table.read_error(refusal) is ReadError.REFUSED
+    # No confirmation will come: the waiter stops waiting for one, and retries.
+    assert table.confirmed(A)
+    assert waiter.woken == [b""]
+    assert table.read_error(refusal) is ReadError.REFUSED_AGAIN
+
+
+@pytest.mark.parametrize(
+    "error", [redis.ConnectionError("reset"), redis.TimeoutError("timed out"), OSError("EPIPE")]
+)
+def test_any_other_read_error_means_the_connection_broke(error: BaseException) -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    assert table.read_error(error) is ReadError.BROKEN
+    assert not table.confirmed(A)  # the listener reconnects and subscribes again
