@@ -53,21 +53,6 @@ from django_rlock.core.defaults import (
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = [
-    "DEFAULT_BEAT_LOCK",
-    "DEFAULT_BEAT_SCHEDULER",
-    "DEFAULT_KEY_PREFIX",
-    "DEFAULT_LOCK_ALIAS",
-    "DEFAULT_WATCHDOG_TIMEOUT",
-    "BeatSettings",
-    "CelerySettings",
-    "ConfigurationError",
-    "check_configuration",
-    "get_lock",
-    "lock_client",
-    "uses_django",
-]
-
 _REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
 #: The scheduler an elected beat wraps unless ``rlock_beat_scheduler`` names another.

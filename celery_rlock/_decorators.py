@@ -28,7 +28,6 @@ from celery import Task
 from celery._state import get_current_app, get_current_task
 from celery.local import Proxy
 
-from celery_rlock._conf import DEFAULT_LOCK_ALIAS
 from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
@@ -40,10 +39,9 @@ from celery_rlock._guard import (
     SkippedResult,
     run_locked,
 )
-from django_rlock._decorators import LockedSpec
+from django_rlock._decorators import LockedSpec, register_task_runner
 from django_rlock._keys import KeyTemplate
-
-__all__ = ["locked", "options_of", "run_task_body"]
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -133,6 +131,10 @@ def run_task_body(
         task=task,
         body=lambda: func(*args, **kwargs),
     )
+
+
+# The Django face's @locked hands a Celery task's body to this runner.
+register_task_runner(run_task_body)
 
 
 def _body_of(task: Any) -> object:

@@ -74,6 +74,7 @@ from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
 from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock._reporting import reporter_of
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import escape
 from django_rlock.core._protocol.semaphore import permit_prefix
@@ -84,16 +85,7 @@ if TYPE_CHECKING:
     import redis
     from celery import Celery
 
-    from celery_rlock._guard import LockOptions
     from django_rlock.core import RLock
-
-__all__ = [
-    "DEFAULT_VISIBILITY_TIMEOUT",
-    "DONE_TTL_QUEUE_MARGIN",
-    "Delivery",
-    "Found",
-    "default_done_ttl",
-]
 
 logger = get_task_logger("celery_rlock")
 
@@ -218,9 +210,11 @@ class Delivery:
 
     @classmethod
     def of(
-        cls, task: Any, request: Any, lock: RLock, options: LockOptions, *, app: Celery
+        cls, task: Any, request: Any, lock: RLock, done_ttl: float | None, *, app: Celery
     ) -> Delivery:
         """The delivery of the run of ``task`` (of ``app``) whose request is ``request``.
+
+        ``done_ttl`` is the task's ``lock_done_ttl`` (None: :func:`default_done_ttl`).
 
         A direct call (``task(...)``, or no task at all) or an eager one
         (``apply()``, ``task_always_eager``) is no delivery: what this returns
@@ -234,7 +228,7 @@ class Delivery:
             or not request.id
         ):
             return cls(lock=lock, task=task, request=None, ttl=0.0)
-        ttl = options.done_ttl
+        ttl = done_ttl
         if ttl is None:
             ttl = default_done_ttl(app)
         return cls(lock=lock, task=task, request=request, ttl=ttl)
@@ -293,10 +287,9 @@ class Delivery:
             found=found,
             request=self.request,
         )
-        if isinstance(self.lock, AnyAliasLock):
-            metrics = self.lock.backend.reporter.metrics
-            if metrics is not None:
-                metrics.count_duplicate(self.lock, found)
+        reporter = reporter_of(self.lock.backend) if isinstance(self.lock, AnyAliasLock) else None
+        if reporter is not None and reporter.metrics is not None:
+            reporter.metrics.count_duplicate(self.lock, found)
         return Ignore(f"duplicate delivery of task {self.task_id}: its run {_FOUND_SAYS[found]}")
 
     def finish(self, ending: BaseException | None) -> None:

@@ -42,16 +42,18 @@ from celery.exceptions import Reject, Retry
 from celery.utils.log import get_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 
-from celery_rlock._conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock._conf import get_lock
 from celery_rlock._delivery import Delivery
 from celery_rlock._once import OnceMarker
 from django_rlock._aliassemaphores import AnyAliasLock
-from django_rlock._holdtimes import lock_retry_after
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock._reporting import reporter_of
 from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
+from django_rlock._retryafter import lock_retry_after
 from django_rlock.core._process.holder import holder_details
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     LockLostError,
     LockNotOwnedError,
@@ -63,18 +65,6 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from django_rlock.core import RLock
-
-__all__ = [
-    "DEFAULT_ON_BUSY",
-    "DEFAULT_ON_LOST",
-    "LockOptions",
-    "OnBusy",
-    "OnLost",
-    "OnUnavailable",
-    "SkippedResult",
-    "TaskLock",
-    "run_locked",
-]
 
 logger = get_task_logger("celery_rlock")
 
@@ -277,7 +267,7 @@ def run_locked(
     if once_lease is not None and task_id is not None:
         marker = OnceMarker(lock, task.name, once_lease, queued_only=once_queued)
     # A delivery of this message whose run is going on or has ended is dropped.
-    delivery = Delivery.of(task, request, lock, options, app=app)
+    delivery = Delivery.of(task, request, lock, options.done_ttl, app=app)
     delivery.before_acquire()
 
     started = time.monotonic()
@@ -520,8 +510,9 @@ def _report_lost(
     )
     # The core reports a loss it has seen itself; this one only the release
     # saw, so Django's lock_lost signal is sent from here.
-    if not known and isinstance(held.lock, AnyAliasLock):
-        held.lock.backend.reporter.report_lost(held.lock)
+    reporter = reporter_of(held.lock.backend) if isinstance(held.lock, AnyAliasLock) else None
+    if not known and reporter is not None:
+        reporter.report_lost(held.lock)
 
 
 def _end_marker(

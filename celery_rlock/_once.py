@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 
     from django_rlock.core import RLock
 
-__all__ = ["AlreadyQueued", "OnceMarker"]
-
 # KEYS[1] marker, KEYS[2] the run lock's hash. ARGV[1] task id, ARGV[2] expiry (ms).
 # Returns nil when the marker now says queued:<id>, else the live marker's value.
 # A running:<id> marker whose run lock is gone belongs to a dead run: claim it.

@@ -33,7 +33,7 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 from celery.utils.log import get_task_logger
 
-from celery_rlock._conf import DEFAULT_LOCK_ALIAS, get_lock
+from celery_rlock._conf import get_lock
 from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
@@ -48,9 +48,8 @@ from celery_rlock._once import AlreadyQueued, OnceMarker
 from celery_rlock._worker import install
 from django_rlock._keys import KeyTemplate, build_key
 from django_rlock.core._protocol.names import check_lease
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import LockUnavailableError
-
-__all__ = ["DEFAULT_ONCE_LEASE", "LockedTask"]
 
 #: Default ``once_lease``: the longest a ``once`` marker outlives its task's
 #: queue time or run (one hour, like celery-once's default).

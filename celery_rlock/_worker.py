@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
     from celery_rlock._guard import LockOptions
 
-__all__ = ["LockStep", "check_pool", "install", "locked_tasks"]
-
 _GREEN_POOLS = ("gevent", "eventlet")
 
 

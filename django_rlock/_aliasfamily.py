@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
-from django_rlock._aliaslocks import AliasAttached, AsyncWithTwin
+from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core._aio.client import AsyncLockClient
 from django_rlock.core._aio.locks import AsyncFairLock, AsyncReadLock, AsyncWriteLock
@@ -40,19 +40,7 @@ from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.locks import FairLock, ReadLock, ReadWriteBase, WriteLock
 
 if TYPE_CHECKING:
-    from django_rlock.backends.base import AsyncLock, BaseLockBackend
-
-__all__ = [
-    "AliasFairLock",
-    "AliasReadLock",
-    "AliasReadWriteLock",
-    "AliasWriteLock",
-    "AsyncAliasFairLock",
-    "AsyncAliasReadLock",
-    "AsyncAliasReadWriteLock",
-    "AsyncAliasWriteLock",
-    "ThreadOwnedReadWriteLock",
-]
+    from django_rlock._handles import AsyncLock
 
 
 class AliasFairLock(AsyncWithTwin, FairLock):
@@ -64,7 +52,7 @@ class AliasFairLock(AsyncWithTwin, FairLock):
         self,
         client: LockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)
@@ -81,7 +69,7 @@ class AsyncAliasFairLock(AliasAttached, AsyncFairLock):
         self,
         client: AsyncLockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)
@@ -98,7 +86,7 @@ class AliasReadLock(AsyncWithTwin, ReadLock):
         client: LockClient,
         keys: RWKeys,
         scripts: RWScripts,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, keys, scripts, **options)
@@ -118,7 +106,7 @@ class AliasWriteLock(AsyncWithTwin, WriteLock):
         client: LockClient,
         keys: RWKeys,
         scripts: RWScripts,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, keys, scripts, **options)
@@ -140,7 +128,7 @@ class AliasReadWriteLock(ReadWriteBase):
         self,
         client: LockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         keys = self._build_keys(client.min_replicas, client.key_prefix, name)
@@ -159,7 +147,7 @@ class AsyncAliasReadLock(AliasAttached, AsyncReadLock):
         client: AsyncLockClient,
         keys: RWKeys,
         scripts: RWScripts,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, keys, scripts, **options)
@@ -174,7 +162,7 @@ class AsyncAliasWriteLock(AliasAttached, AsyncWriteLock):
         client: AsyncLockClient,
         keys: RWKeys,
         scripts: RWScripts,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, keys, scripts, **options)
@@ -188,7 +176,7 @@ class AsyncAliasReadWriteLock(ReadWriteBase):
         self,
         client: AsyncLockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
 from django_rlock._callsite import caller_location
 from django_rlock._transactions import end_block
@@ -39,9 +39,53 @@ from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.locks import RLock
 
 if TYPE_CHECKING:
-    from django_rlock.backends.base import AsyncLock, BaseLockBackend
+    from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo
+    from django_rlock._holdtimes import HoldTimes
 
-__all__ = ["AliasAttached", "AliasLock", "AsyncAliasLock", "AsyncWithTwin"]
+
+class AliasBackend(Protocol):
+    """What a lock a backend hands out needs of that backend (every backend has it).
+
+    The alias's settings that shape a hold, and the asyncio twins ``async with``
+    takes; the locks never import the backends that build them.
+    """
+
+    alias: str
+    #: ``"auto"`` or ``"ignore"``: the alias's ``TRANSACTION``.
+    transaction: str
+    #: The alias's ``MAX_HOLD`` (None: unbounded).
+    max_hold: float | None
+    #: What becomes of a hold that outlived its owner: ``"release"`` or ``"warn"``.
+    leaked: str
+    slow_wait: float | None
+    slow_hold: float | None
+
+    @property
+    def hold_times(self) -> HoldTimes:
+        """Recent hold durations of the alias's locks (the honest ``Retry-After``)."""
+        ...
+
+    def inspect(self, name: str) -> LockInfo | None:
+        """Holders, TTL and fencing token of lock ``name``; None when nobody holds it."""
+        ...
+
+    def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The lock ``name`` for asyncio code, owned by the current task."""
+        ...
+
+    def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The fair lock ``name`` for asyncio code."""
+        ...
+
+    def async_read_write_lock(
+        self, name: str, **options: Unpack[LockOptions]
+    ) -> AsyncReadWriteLock:
+        """The read-write lock ``name`` for asyncio code: ``.read`` and ``.write``."""
+        ...
+
+    def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The semaphore ``name`` of ``permits`` for asyncio code."""
+        ...
 
 
 class AliasAttached:
@@ -51,13 +95,13 @@ class AliasAttached:
     and call :meth:`_attach` once the engine's ``__init__`` has run.
     """
 
-    backend: BaseLockBackend
+    backend: AliasBackend
     location: str | None
     key_template: str | None
     transaction: str
     max_hold: float | None
 
-    def _attach(self, backend: BaseLockBackend) -> None:
+    def _attach(self, backend: AliasBackend) -> None:
         self.backend = backend
         self.location = None
         self.key_template = None
@@ -75,7 +119,7 @@ class AsyncWithTwin(AliasAttached):
 
     _noun = "lock"
 
-    def _attach(self, backend: BaseLockBackend) -> None:
+    def _attach(self, backend: AliasBackend) -> None:
         super()._attach(backend)
         # Per task, the asyncio twins entered through this object (nested: a stack).
         self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
@@ -145,7 +189,7 @@ class AliasLock(AsyncWithTwin, RLock):
         self,
         client: LockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)
@@ -162,7 +206,7 @@ class AsyncAliasLock(AliasAttached, AsyncRLock):
         self,
         client: AsyncLockClient,
         name: str,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, **options)

@@ -20,7 +20,13 @@ from django_rlock._aliasfamily import (
     AsyncAliasReadLock,
     AsyncAliasWriteLock,
 )
-from django_rlock._aliaslocks import AliasAttached, AliasLock, AsyncAliasLock, AsyncWithTwin
+from django_rlock._aliaslocks import (
+    AliasAttached,
+    AliasBackend,
+    AliasLock,
+    AsyncAliasLock,
+    AsyncWithTwin,
+)
 from django_rlock.core._aio.client import AsyncLockClient
 from django_rlock.core._aio.locks import AsyncSemaphore
 from django_rlock.core._protocol.lock import LockOptions
@@ -28,9 +34,7 @@ from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.locks import Semaphore
 
 if TYPE_CHECKING:
-    from django_rlock.backends.base import AsyncLock, BaseLockBackend
-
-__all__ = ["AliasSemaphore", "AnyAliasLock", "AsyncAliasSemaphore"]
+    from django_rlock._handles import AsyncLock
 
 
 class AliasSemaphore(AsyncWithTwin, Semaphore):
@@ -43,7 +47,7 @@ class AliasSemaphore(AsyncWithTwin, Semaphore):
         client: LockClient,
         name: str,
         permits: int,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, permits, **options)
@@ -61,7 +65,7 @@ class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
         client: AsyncLockClient,
         name: str,
         permits: int,
-        backend: BaseLockBackend,
+        backend: AliasBackend,
         **options: Unpack[LockOptions],
     ) -> None:
         super().__init__(client, name, permits, **options)

@@ -35,8 +35,6 @@ from django_rlock.core.exceptions import (
 if TYPE_CHECKING:
     from django_rlock.core._sync.client import LockClient
 
-__all__ = ["CacheLock", "CacheLockLostError", "CacheLockNotOwnedError", "CacheLockTimeout"]
-
 logger = logging.getLogger("django_rlock.cache")
 
 

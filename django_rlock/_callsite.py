@@ -6,8 +6,6 @@ import os
 import sys
 import sysconfig
 
-__all__ = ["caller_location"]
-
 # Frames from these directories are the machinery between the user's code and
 # the lock (this library, its Celery face, the standard library's contextlib,
 # threading, asyncio...); the location reported is the first frame outside them.

@@ -44,8 +44,6 @@ from django_rlock._handler import create_backend, locks
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.exceptions import LockSettingError
 
-__all__ = ["check_eviction_policy", "check_lock_settings", "check_transaction_binding"]
-
 TAG = "django_rlock"
 
 

@@ -43,32 +43,6 @@ from django_rlock.core.defaults import (
 from django_rlock.core.exceptions import LockTimeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
-__all__ = [
-    "ALIAS_KEYS",
-    "DEFAULTS",
-    "DEFAULT_BACKEND",
-    "DEFAULT_LOCATION",
-    "DEFAULT_LOCK_ALIAS",
-    "METRICS_CHOICES",
-    "UNSET",
-    "BusyResponse",
-    "alias_params",
-    "aliases",
-    "busy_response",
-    "check_alias_keys",
-    "check_busy_response",
-    "check_options",
-    "key_prefix",
-    "leaked",
-    "lock_settings",
-    "lookup",
-    "max_hold",
-    "metrics",
-    "seconds_or_none",
-    "transaction",
-    "watchdog_timeout",
-]
-
 DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
 DEFAULT_LOCATION: Final = "redis://127.0.0.1:6379/0"
 

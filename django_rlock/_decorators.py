@@ -61,6 +61,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
@@ -70,22 +71,20 @@ from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AsyncWithTwin
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._handler import locks
-from django_rlock._holdtimes import lock_retry_after
+from django_rlock._handles import AsyncLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._responses import (
-    UNAVAILABLE_RETRY_AFTER,
     busy_status_response,
     invalid_name_response,
     unavailable_response,
 )
+from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock.backends.base import AsyncLock
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
-
-__all__ = ["UNAVAILABLE_RETRY_AFTER", "busy_status_response", "locked", "unavailable_response"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,7 +94,7 @@ logger = logging.getLogger("django_rlock.lock")
 def locked(
     key_template: KeyTemplate,
     *,
-    using: str = conf.DEFAULT_LOCK_ALIAS,
+    using: str = DEFAULT_LOCK_ALIAS,
     timeout: float | None = None,
     lease: float | None = None,
     busy_response: object = conf.UNSET,
@@ -403,14 +402,43 @@ def _running_task(wrapper: Callable[..., Any]) -> Any:
     return task if getattr(run, "__func__", run) is wrapper else None
 
 
+#: How a Celery task's body runs under its lock: ``runner(task, func, args, kwargs)``.
+TaskRunner = Callable[[Any, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+
+#: The entry point group through which celery_rlock offers its runner (setup.cfg).
+TASK_RUNNER_GROUP = "django_rlock.task_runner"
+
+_task_runners: list[TaskRunner] = []
+
+
+def register_task_runner(runner: TaskRunner) -> None:
+    """Run the bodies of Celery tasks decorated with ``locked`` through ``runner``.
+
+    celery_rlock registers its own when it is imported, as a Django app
+    registers its signal receivers: the Django face never imports the Celery
+    face, which builds on it.
+    """
+    _task_runners[:] = [runner]
+
+
+def _task_runner() -> TaskRunner:
+    """The registered runner; else the one an installed package offers (its entry point)."""
+    if not _task_runners:
+        for entry in entry_points(group=TASK_RUNNER_GROUP):
+            register_task_runner(entry.load())
+            break
+        else:
+            raise RuntimeError(
+                "@locked runs as a Celery task's body, but no task runner is registered: "
+                "install django-rlock[celery] (celery_rlock registers it)"
+            )
+    return _task_runners[0]
+
+
 def _run_as_task(
     task: Any, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    # celery_rlock builds on django_rlock (never the reverse at import time):
-    # loaded only here, inside a Celery task run.
-    from celery_rlock._decorators import run_task_body  # noqa: PLC0415
-
-    return run_task_body(task, func, args, kwargs)
+    return _task_runner()(task, func, args, kwargs)
 
 
 def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:

@@ -28,14 +28,6 @@ from django_rlock.core._process import forking
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.connection import RedisClient, derive_client, describe
 
-__all__ = [
-    "PROBE_SECONDS",
-    "SAFE_POLICY",
-    "can_evict",
-    "maxmemory_policy",
-    "report_eviction_policy",
-]
-
 logger = logging.getLogger("django_rlock.lock")
 
 #: The one policy that never evicts a key (writes fail with OOM instead).

@@ -34,8 +34,6 @@ from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core._process import forking
 from django_rlock.exceptions import InvalidLockBackendError
 
-__all__ = ["LockHandler", "create_backend", "locks"]
-
 
 def create_backend(alias: str, params: dict[str, Any] | None = None) -> BaseLockBackend:
     """Build the backend of ``alias`` afresh (``params`` default to ``RLOCKS[alias]``).

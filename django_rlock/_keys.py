@@ -16,8 +16,6 @@ from typing import Any
 
 from django_rlock.core._protocol.names import fit_name
 
-__all__ = ["KeyTemplate", "build_key", "check_template", "template_label"]
-
 #: A format string naming the function's parameters, or a callable with its signature.
 KeyTemplate = str | Callable[..., str]
 

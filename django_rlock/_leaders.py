@@ -20,7 +20,6 @@ whole story (terms, fencing, stepping down) is in :mod:`django_rlock.core._sync.
 
 from __future__ import annotations
 
-from django_rlock._conf import DEFAULT_LOCK_ALIAS
 from django_rlock._handler import locks
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core._aio.leader import AsyncLeadership
@@ -28,8 +27,7 @@ from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._protocol.names import check_name
 from django_rlock.core._sync.leader import Leadership
 from django_rlock.core._sync.locks import RLock
-
-__all__ = ["AliasLeadership", "leader"]
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 
 class AliasLeadership(Leadership, AsyncLeadership):

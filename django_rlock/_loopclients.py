@@ -25,8 +25,6 @@ from collections.abc import Callable
 from django_rlock.core._process import forking
 from django_rlock.core.aio import AsyncLockClient
 
-__all__ = ["LoopClients"]
-
 logger = logging.getLogger("django_rlock")
 
 # Every guard task of every registry, held strongly: asyncio keeps only weak

@@ -56,10 +56,12 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django_rlock import _conf as conf
+from django_rlock._aliaslocks import AliasBackend
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock.core._process import forking
 from django_rlock.core._protocol import clock
@@ -69,9 +71,6 @@ from django_rlock.core._sync import watchdog
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
 
-    from django_rlock.backends.base import BaseLockBackend
-
-__all__ = ["BUCKETS", "NO_TEMPLATE", "LockMetrics", "for_backend"]
 
 #: The ``lock`` label of a lock named directly rather than built from a template.
 NO_TEMPLATE: Final = "-"
@@ -174,7 +173,11 @@ def _create_series() -> _Series:
     )
 
 
-def for_backend(backend: BaseLockBackend) -> LockMetrics | None:
+#: The backends whose locks are counted (``RLOCK_METRICS`` was set when they were built).
+_metered: weakref.WeakSet[object] = weakref.WeakSet()
+
+
+def for_backend(backend: AliasBackend) -> LockMetrics | None:
     """The metrics of ``backend``'s locks; None when ``RLOCK_METRICS`` is unset.
 
     Raises :class:`~django_rlock.exceptions.LockSettingError` for a bad
@@ -197,8 +200,9 @@ class LockMetrics:
     through locks of its own backend (a client may also serve other aliases).
     """
 
-    def __init__(self, backend: BaseLockBackend) -> None:
+    def __init__(self, backend: AliasBackend) -> None:
         self.backend = backend
+        _metered.add(backend)
         self._series = _get_series()
 
     def attach(self, registry: HoldRegistry) -> None:
@@ -267,7 +271,7 @@ def _count_renewal(hold: Hold, outcome: watchdog.RenewalOutcome) -> None:
     # Process-wide (the watchdog renews every client's holds): count the
     # renewals of the locks whose backend has metrics on.
     lock = hold.locks[0] if hold.locks else None
-    if isinstance(lock, AnyAliasLock) and lock.backend.reporter.metrics is not None:
+    if isinstance(lock, AnyAliasLock) and lock.backend in _metered:
         series = _series
         if series is not None:
             series.renewals.labels(outcome).inc()

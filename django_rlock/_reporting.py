@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING
 
+from django_rlock._aliaslocks import AliasBackend
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._callsite import caller_location
 from django_rlock._metrics import LockMetrics, for_backend
@@ -35,13 +35,18 @@ from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
 from django_rlock.signals import lock_acquired, lock_leaked, lock_lost, lock_released
 
-if TYPE_CHECKING:
-    from django_rlock.backends.base import BaseLockBackend
-
-__all__ = ["Reporter", "slow_logger"]
-
 slow_logger = logging.getLogger("django_rlock.slow")
 logger = logging.getLogger("django_rlock.lock")
+
+
+#: Each backend's reporter, for the code that holds only one of its locks
+#: (``lock.backend``): the locks do not know the class of the backend.
+_reporters: weakref.WeakKeyDictionary[object, Reporter] = weakref.WeakKeyDictionary()
+
+
+def reporter_of(backend: object) -> Reporter | None:
+    """The :class:`Reporter` of ``backend`` (a lock's ``backend``); None for another object."""
+    return _reporters.get(backend)
 
 
 class Reporter:
@@ -53,8 +58,9 @@ class Reporter:
     is where each hold was taken, for the slow-hold and the leak lines.
     """
 
-    def __init__(self, backend: BaseLockBackend) -> None:
+    def __init__(self, backend: AliasBackend) -> None:
         self.backend = backend
+        _reporters[backend] = self
         self._mutex = threading.Lock()
         forking.renew_after_fork(self, "_mutex")
         self._locations: weakref.WeakKeyDictionary[Hold, str | None] = weakref.WeakKeyDictionary()

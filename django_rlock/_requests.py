@@ -28,8 +28,6 @@ from django.core.signals import request_finished, request_started
 
 from django_rlock.core._process import leaks
 
-__all__ = ["release_leaked_holds"]
-
 
 def _request_started(**_: Any) -> None:
     leaks.work_started()

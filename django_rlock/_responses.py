@@ -15,13 +15,6 @@ from django.http import HttpResponse
 
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 
-__all__ = [
-    "UNAVAILABLE_RETRY_AFTER",
-    "busy_status_response",
-    "invalid_name_response",
-    "unavailable_response",
-]
-
 logger = logging.getLogger("django_rlock.lock")
 
 #: The Retry-After (seconds) of a view whose lock server is unreachable: an

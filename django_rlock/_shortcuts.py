@@ -24,10 +24,8 @@ from __future__ import annotations
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AliasLock
 from django_rlock._aliassemaphores import AliasSemaphore
-from django_rlock._conf import DEFAULT_LOCK_ALIAS
 from django_rlock._handler import locks
-
-__all__ = ["rlock", "semaphore"]
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 
 def rlock(

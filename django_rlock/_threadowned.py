@@ -24,8 +24,6 @@ from typing import Any, Self, TypeVar
 from django_rlock.core._process import forking
 from django_rlock.core._sync.locks import RLock
 
-__all__ = ["ThreadOwnedLock"]
-
 T = TypeVar("T")
 
 

@@ -68,8 +68,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import LockError, LockLostError
 
-__all__ = ["end_block", "open_transactions"]
-
 logger = logging.getLogger("django_rlock.lock")
 
 

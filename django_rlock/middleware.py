@@ -42,13 +42,14 @@ from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AliasAttached
-from django_rlock._holdtimes import lock_retry_after
 from django_rlock._responses import (
     busy_status_response,
     invalid_name_response,
     unavailable_response,
 )
+from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 
 __all__ = ["LockErrorMiddleware", "invalid_name_response"]
@@ -76,7 +77,7 @@ def _lock_error_response(
 ) -> HttpResponse | None:
     """409 (or the alias's BUSY_RESPONSE) for a timeout, 503 for an unreachable server."""
     lock = _raising_lock(error)
-    alias = lock.backend.alias if lock is not None else conf.DEFAULT_LOCK_ALIAS
+    alias = lock.backend.alias if lock is not None else DEFAULT_LOCK_ALIAS
     answer = conf.busy_response(alias)
     if answer == "raise":
         return None  # the alias asks for the error itself: Django handles it (a 500)

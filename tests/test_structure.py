@@ -5,9 +5,10 @@ and no module reaches into another module's private state.
 
 The graph is read from the source with :mod:`ast`, so it sees every import:
 at module level, inside functions (deferred), and under ``TYPE_CHECKING``
-(for types only, never run). Cycles are looked for among the imports that run
-(module level and deferred): a deferred import does not make a cycle go away,
-it only moves the failure from import time to call time.
+(for types only, never run). Cycles are looked for among all of them: a
+deferred import does not make a cycle go away (it only moves the failure from
+import time to call time), and a type-only one still ties the two modules
+together for a reader.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pytest
+
 import django_rlock
+
+pytestmark = pytest.mark.pure
 
 #: Where the packages under test are: the installed wheel's site-packages under
 #: ``make test``, the checkout with an editable install.
@@ -29,10 +34,6 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: with the reason it is deferred. A new one must say here why it cannot be
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
-    ("django_rlock._decorators", "celery_rlock._decorators"): (
-        "django_rlock.locked delegates to celery_rlock when it runs as a Celery task's "
-        "body; celery_rlock builds on django_rlock, so only at call time"
-    ),
     ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
     ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
     ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
@@ -130,7 +131,8 @@ def test_the_graph_is_read() -> None:
     edges = {(found.module, found.target) for found in IMPORTS}
     assert ("celery_rlock._task", "celery_rlock._worker") in edges
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
-    assert ("django_rlock._decorators", "celery_rlock._decorators") in edges
+    assert ("celery_rlock._decorators", "django_rlock._decorators") in edges
+    assert ("django_rlock._aliaslocks", "django_rlock._handles") in edges  # type-only
     assert len(MODULES) > 40
 
 
@@ -149,9 +151,22 @@ def test_django_rlock_imports_celery_only_where_documented() -> None:
         _where(found)
         for found in IMPORTS
         if _layer_of(found.module) == "django_rlock"
-        and _layer_of(found.target) in ("celery", "celery_rlock")
+        and _layer_of(found.target) == "celery"
         and not found.type_only
         and not (found.deferred and (found.module, found.target) in DEFERRED)
+    ]
+    assert wrong == []
+
+
+def test_the_django_face_never_imports_the_celery_face() -> None:
+    # Not even for types or at call time: celery_rlock registers its task
+    # runner with the Django face (register_task_runner), as Django apps
+    # register signal receivers.
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if _layer_of(found.module) in ("django_rlock", "django_rlock.core")
+        and _layer_of(found.target) == "celery_rlock"
     ]
     assert wrong == []
 
@@ -196,23 +211,13 @@ def test_find_cycle_reports_the_path() -> None:
 
 
 def test_no_import_cycles() -> None:
-    # The documented call-time delegation upward (see DEFERRED) is the layering
-    # rule's business, not a cycle: the lower layer never needs it to import.
-    upward = {
-        key
-        for key in DEFERRED
-        if _layer_of(key[0]) == "django_rlock" and _layer_of(key[1]) == "celery_rlock"
-    }
+    # Every import counts: at module level, deferred into a function (it only
+    # moves the failure to call time) and under TYPE_CHECKING (a reader still
+    # has to know both modules to read either).
     graph: dict[str, set[str]] = {module: set() for module in MODULES}
     for found in IMPORTS:
-        if (
-            found.type_only
-            or found.target not in MODULES
-            or found.target == found.module
-            or (found.module, found.target) in upward
-        ):
-            continue
-        graph[found.module].add(found.target)
+        if found.target in MODULES and found.target != found.module:
+            graph[found.module].add(found.target)
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 

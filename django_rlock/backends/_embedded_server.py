@@ -59,8 +59,6 @@ import redis
 
 from django_rlock.core._process import forking
 
-__all__ = ["EmbeddedServer", "EmbeddedServerError"]
-
 #: Seconds a new server has to answer PING (a big database file loads slowly).
 START_TIMEOUT = 30.0
 #: Seconds a process waits for the start-up lock: longer than a start and a stop.

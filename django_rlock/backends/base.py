@@ -8,19 +8,16 @@ and checks settings but never connects.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, Protocol, Self, Unpack
+from typing import Any, Unpack
 
 from django_rlock import _conf as conf
 from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
 from django_rlock._aliaslocks import AliasLock
 from django_rlock._aliassemaphores import AliasSemaphore
+from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo, display_owner
 from django_rlock._holdtimes import HoldTimes
 from django_rlock._reporting import Reporter
 from django_rlock._threadowned import ThreadOwnedLock
@@ -36,91 +33,6 @@ __all__ = [
     "LockInfo",
     "display_owner",
 ]
-
-
-class AsyncLock(Protocol):
-    """What :meth:`BaseLockBackend.async_lock` returns: a lock for ``async with``."""
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        ...
-
-    async def __aenter__(self) -> Self:
-        """Take the lock, waiting as the lock's defaults say; LockTimeout when busy."""
-        ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Give the hold back."""
-        ...
-
-
-class AsyncReadWriteLock(Protocol):
-    """What :meth:`BaseLockBackend.async_read_write_lock` returns: two sides for ``async with``."""
-
-    @property
-    def read(self) -> AsyncLock:
-        """The shared side: many tasks at once while nobody else writes."""
-        ...
-
-    @property
-    def write(self) -> AsyncLock:
-        """The exclusive side: one task, and no reader but that task."""
-        ...
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """What an operator sees of one held lock (``manage.py rlock inspect``).
-
-    ``holders`` maps a display form of each owner (see :func:`display_owner`) to
-    its hold count; ``ttl`` is in seconds (``inf`` for no expiry); ``token`` is
-    the last fencing token granted for the name; ``waiters`` how many callers
-    are registered as waiting for it; ``holder`` who holds it, as the grant
-    described it (:mod:`django_rlock.core._process.holder`: host, pid, thread,
-    task_id, task_name, acquired_at), None for a grant that did not.
-    """
-
-    name: str
-    holders: dict[str, int] = field(default_factory=dict)
-    ttl: float | None = None
-    token: int | None = None
-    waiters: int = 0
-    holder: dict[str, Any] | None = None
-
-    def holder_text(self) -> str:
-        """Who holds it, in one line: host, pid, thread or task, and the Celery task if any."""
-        holder = self.holder
-        if holder is None:  # a grant that described no holder: its owner's digest
-            return ", ".join(self.holders)
-        text = f"{holder['host']} pid {holder['pid']} {holder['thread']}"
-        if holder.get("task_name") or holder.get("task_id"):
-            task = f"{holder.get('task_name') or '?'} {holder.get('task_id') or ''}".rstrip()
-            text += f" (task {task})"
-        return text
-
-    def held_for(self) -> float | None:
-        """Seconds since the grant, by this machine's clock; None when unknown."""
-        since = (self.holder or {}).get("acquired_at")
-        if not since:
-            return None
-        return max(0.0, (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds())
-
-
-def display_owner(owner: str) -> str:
-    """An owner id fit to show: the process part digested, the thread id kept.
-
-    The raw owner id is a credential (whoever has it can release the lock), so
-    it is never shown; two holds of one process still show the same digest.
-    """
-    process, _, thread = owner.rpartition(":")
-    digest = hashlib.sha256(process.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{digest}:{thread}"
 
 
 class BaseLockBackend(ABC):

@@ -22,9 +22,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rlock._conf import DEFAULT_LOCK_ALIAS
 from django_rlock._handler import locks
 from django_rlock.backends.base import BaseLockBackend, LockInfo
+from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.exceptions import LockSettingError, LockUnavailableError
 
 
