@@ -31,8 +31,6 @@ from django_rlock.core.exceptions import LockError
 from django_rlock.exceptions import LockSettingError
 from django_rlock.models import Lock
 
-__all__ = ["LockAdmin"]
-
 logger = logging.getLogger("django_rlock.admin")
 
 if TYPE_CHECKING:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["Lock"]
-
 
 class Lock(models.Model):
     """A lock held now, as the admin shows it (never stored)."""

@@ -24,16 +24,70 @@ pytestmark = pytest.mark.pure
 #: ``make test``, the checkout with an editable install.
 ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 
+#: The documented public surface: each module the API reference renders
+#: (docs/api/*.md) and exactly the names it exports. Every other module is
+#: internal: underscored (or inside an underscored package), with no ``__all__``.
+DOCUMENTED: dict[str, list[str]] = {
+    "django_rlock": [
+        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
+        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
+        "leader", "locked", "locks", "rlock", "semaphore",
+    ],
+    "django_rlock.exceptions": [
+        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
+        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
+    ],
+    "django_rlock.signals": ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"],
+    "django_rlock.middleware": ["LockErrorMiddleware", "invalid_name_response"],
+    "django_rlock.testing": ["held_elsewhere", "isolated_rlocks", "rlocks", "rlocks_server"],
+    "django_rlock.cache": ["RedisCache", "check_lock_cache", "lock_client_for"],
+    "django_rlock.backends.base": [
+        "AsyncLock", "AsyncReadWriteLock", "BaseLockBackend", "InvalidLockBackendError",
+        "LockInfo", "display_owner",
+    ],
+    "django_rlock.backends.redis": ["RedisLockBackend"],
+    "django_rlock.backends.embedded": [
+        "EmbeddedRedisLockBackend", "EmbeddedServerError", "default_location",
+    ],
+    "django_rlock.backends.locmem": ["LocMemLockBackend"],
+    "django_rlock.core": [
+        "FairLock", "InvalidLockNameError", "LockClient", "LockError", "LockLostError",
+        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
+        "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock", "ReadLock",
+        "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
+    ],
+    "django_rlock.core.aio": [
+        "AsyncFairLock", "AsyncLockClient", "AsyncRLock", "AsyncReadLock",
+        "AsyncReadWriteLock", "AsyncSemaphore", "AsyncWriteLock",
+    ],
+    "django_rlock.core.exceptions": [
+        "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
+        "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
+        "LockUnavailableError", "LockUpgradeError",
+    ],
+    "django_rlock.core.defaults": [
+        "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS", "DEFAULT_REPLICA_SYNC_TIMEOUT",
+        "DEFAULT_WATCHDOG_TIMEOUT", "MIN_WATCHDOG_TIMEOUT", "renewal_interval",
+        "renewal_socket_timeout",
+    ],
+    "celery_rlock": [
+        "AlreadyQueued", "ConfigurationError", "LockedTask", "SkippedResult", "TaskLock",
+        "locked",
+    ],
+    "celery_rlock.beat": [
+        "CLAIM_SLOT", "SLOT_HEADER", "TOKEN_HEADER", "ElectedScheduler", "scheduled_at",
+    ],
+    "celery_rlock.signals": ["duplicate_dropped"],
+}  # fmt: skip
+
+#: Modules that are neither documented nor underscored, because Django finds
+#: them by name (the app's config, admin, models, migrations and commands).
+DJANGO_CONVENTIONS = ("apps", "admin", "models", "migrations", "management")
+
 #: The modules users import names from (shared/DESIGN.md, README).
-PUBLIC = (
-    "django_rlock",
-    "django_rlock.core",
-    "django_rlock.core.aio",
-    "django_rlock.exceptions",
-    "django_rlock.middleware",
-    "django_rlock.testing",
-    "celery_rlock",
-)
+PUBLIC = tuple(DOCUMENTED)
 
 
 def _every_module() -> list[str]:
@@ -43,9 +97,44 @@ def _every_module() -> list[str]:
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            if not parts[-1].startswith("_") or len(parts) == 1:
-                names.append(".".join(parts))
+            names.append(".".join(parts))
     return names
+
+
+def _internal(name: str) -> bool:
+    return any(part.startswith("_") for part in name.split("."))
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_a_documented_module_exports_exactly_its_documented_names(name: str) -> None:
+    module = importlib.import_module(name)
+    assert sorted(module.__all__) == sorted(DOCUMENTED[name])
+
+
+def test_only_documented_modules_have_all_and_every_other_module_is_internal() -> None:
+    with_all, neither = [], []
+    for name in _every_module():
+        module = importlib.import_module(name)
+        if hasattr(module, "__all__"):
+            with_all.append(name)
+        if name not in DOCUMENTED and not _internal(name):
+            top = name.split(".")[1] if "." in name else name
+            if top not in DJANGO_CONVENTIONS and name != "django_rlock.backends":
+                neither.append(name)
+    assert sorted(with_all) == sorted(DOCUMENTED)
+    assert neither == [], "underscore the module, or document it (docs/api) and pin it here"
+
+
+def test_the_api_reference_renders_exactly_the_documented_modules() -> None:
+    # The docs travel with the tests (noxfile.py stages docs/ beside tests/).
+    pages = pathlib.Path(__file__).resolve().parents[1] / "docs" / "api"
+    rendered = [
+        line.removeprefix(":::").strip()
+        for page in sorted(pages.glob("*.md"))
+        for line in page.read_text().splitlines()
+        if line.startswith(":::")
+    ]
+    assert sorted(rendered) == sorted(DOCUMENTED)
 
 
 @pytest.mark.parametrize("name", PUBLIC)

@@ -222,6 +222,40 @@ def test_no_import_cycles() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+#: What the protocol package (django_rlock/core/_protocol) may not import: it
+#: builds calls and reads replies, and the engines do the I/O.
+IO_MODULES = ("socket", "select", "selectors", "ssl", "asyncio", "subprocess")
+PROTOCOL = "django_rlock.core._protocol"
+ENGINES = ("django_rlock.core._sync", "django_rlock.core._aio")
+
+
+def test_the_protocol_package_does_no_io() -> None:
+    protocol = [module for module in MODULES if module.startswith(PROTOCOL)]
+    assert len(protocol) > 10
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in protocol
+        and (
+            found.target.split(".")[0] in IO_MODULES
+            or found.target.startswith(ENGINES)
+            or (
+                found.target.split(".")[0] == "redis"
+                and not found.target.startswith(("redis.exceptions", "redis.crc"))
+            )
+        )
+    ]
+    assert wrong == []
+    # Nor does it start a thread or an event loop itself.
+    started = [
+        f"{MODULES[module].relative_to(ROOT)}: {call}"
+        for module in protocol
+        for call in ("Thread(", "new_event_loop(", "asyncio.run(", "create_task(")
+        if call in MODULES[module].read_text()
+    ]
+    assert started == []
+
+
 #: Private attributes of other code that a module of ours reads, with the reason:
 #: each belongs to a third-party library that offers no public way to do it.
 FOREIGN_PRIVATES: dict[tuple[str, str], str] = {

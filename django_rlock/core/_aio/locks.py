@@ -1,4 +1,9 @@
-"""AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
+"""The asyncio engine's locks: AsyncRLock, AsyncFairLock, AsyncReadWriteLock, AsyncSemaphore.
+
+The twins of ``_sync/locks.py``, kind by kind, over the same protocol
+(``_protocol/``): the same calls, awaited, with the current task as the owner.
+
+AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
 
 Same Lua scripts, same keys, same fencing counter: sync and async owners
 exclude each other on the same name. The owner is the current asyncio task,

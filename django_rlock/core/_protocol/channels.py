@@ -26,7 +26,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-import redis
+from redis.exceptions import ResponseError
 
 
 class Waiter(Protocol):
@@ -178,7 +178,7 @@ class ChannelTable(Generic[W]):
 
     def read_error(self, error: BaseException) -> ReadError:
         """What a failed read means; a refusal answers every pending subscription."""
-        if not isinstance(error, redis.ResponseError):
+        if not isinstance(error, ResponseError):
             return ReadError.BROKEN
         for channel in self.channels.values():
             channel.acked = max(channel.acked, channel.sent)

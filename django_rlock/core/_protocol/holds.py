@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from django_rlock.core._process import forking, lostholds
+from django_rlock.core._process import forking, lostholds, telling
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.names import LockKeys
 
@@ -145,9 +145,6 @@ GaveUpCallback = Callable[[GaveUp], object]
 
 
 #: A lost hold's callbacks: each one and what it is called with.
-_Calls = list[tuple[Callable[[Any], object], object]]
-
-
 class HoldRegistry:
     """The holds of this process on one Redis deployment, and the events they go through.
 
@@ -511,12 +508,11 @@ class HoldRegistry:
             if not stack or stack[-1] is hold:
                 lostholds.record(hold.key, hold.owner, hold.token, hold.count)
         logger.warning("lock %r lost: %s", hold.name, reason)
-        calls: _Calls = [(callback, lock) for lock in locks for callback in lock.lost_callbacks]
+        calls: telling.Calls = [
+            (callback, lock) for lock in locks for callback in lock.lost_callbacks
+        ]
         calls += [(callback, hold) for callback in self._lost]
-        if calls:
-            threading.Thread(
-                target=_run_lost_callbacks, args=(calls,), name="rlock-on-lost", daemon=True
-            ).start()
+        telling.tell(calls)
 
     def abandon_watched(self, reason: str) -> None:
         """Declare every hold the watchdog renews lost: nothing will renew them any more.
@@ -552,14 +548,6 @@ def _notify(callbacks: list[Callable[[T], object]], subject: T) -> None:
             callback(subject)
         except Exception:
             logger.exception("hold event callback %r failed", callback)
-
-
-def _run_lost_callbacks(calls: _Calls) -> None:
-    for callback, subject in calls:
-        try:
-            callback(subject)
-        except Exception:
-            logger.exception("on_lost callback %r failed", callback)
 
 
 @forking.after_fork_in_child

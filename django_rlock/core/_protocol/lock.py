@@ -1,4 +1,11 @@
-"""The Lua scripts: one atomic, O(1) script per lock operation.
+"""The plain lock's whole protocol: its Lua scripts, and what both engines' shells share.
+
+The scripts (ACQUIRE, RELEASE, RENEW, FORCE_RELEASE, ABANDON; rendered whole
+in ``docs/lua/lock.*.lua``) and :class:`LockBase`, the bookkeeping around an
+acquire, a release and a loss that never does I/O; the threaded and asyncio
+shells (``_sync/locks.py``, ``_aio/locks.py``) send what it builds.
+
+The Lua scripts: one atomic, O(1) script per lock operation.
 
 They are composed from the pieces every lock kind shares
 (:mod:`~django_rlock.core._protocol.lua`: the clock, the fencing rule, the request
@@ -62,7 +69,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, Unpack
 
-from redis import exceptions as redis_errors
+import redis.exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core._process import lostholds

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from redis import exceptions as redis_errors
+import redis.exceptions as redis_errors
 
 from django_rlock.core.exceptions import LockUnavailableError
 

@@ -1,4 +1,12 @@
-"""RLock: Redisson's reentrant lock, in Python.
+"""The threaded engine's locks: RLock, FairLock, ReadWriteLock and Semaphore.
+
+Each is a thin shell: it builds its calls with its kind's protocol
+(``_protocol/lock.py``, ``fairlock.py``, ``rwlock.py``, ``semaphore.py``),
+sends them on the client's connection, and drives the acquire plan
+(``_protocol/plan.py``) with blocking waits. Their asyncio twins, with the
+same structure, are in ``_aio/locks.py``.
+
+RLock: Redisson's reentrant lock, in Python.
 
 A lock is one Redis hash: field = owner id, value = hold count. The owner is
 the calling thread of this process, so one RLock object may be shared by many
