@@ -40,25 +40,6 @@ flagged script (Redis < 7) gets the plain variant, chosen once per script and
 client on its first load, on the connection that is running it (no version
 query, so no extra ACL permission and no I/O when a client is built). On Redis
 < 7 a release under OOM is refused as well: a documented limit.
-
-RLock: Redisson's reentrant lock, in Python.
-
-A lock is one Redis hash: field = owner id, value = hold count. The owner is
-the calling thread of this process, so one RLock object may be shared by many
-threads, each its own owner, exactly like ``threading.RLock``::
-
-    client = LockClient("redis://127.0.0.1:6379/0")
-    lock = client.lock("order:42")
-    with lock:                       # waits as long as it takes
-        with lock:                   # re-entry: same owner, hold count 2
-            charge(order, fence=lock.token)
-
-    if lock.acquire(timeout=3):      # wait at most 3 s
-        try: ...
-        finally: lock.release()
-
-``lease=None`` (the default) keeps the lock alive through the watchdog for as
-long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
 """
 
 from __future__ import annotations

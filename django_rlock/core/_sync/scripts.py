@@ -1,34 +1,13 @@
-"""The Lua scripts: one atomic, O(1) script per lock operation.
-
-They are composed from the pieces every lock kind shares
-(:mod:`~django_rlock.core._protocol.lua`: the clock, the fencing rule, the request
-latch, grants, waiter registration, release and wake-up); the sibling kinds'
-scripts (fair lock, read-write lock, semaphore) are made of the same pieces.
+"""Running the Lua scripts on a redis-py connection: EVALSHA, ACL refusals, the allow-oom choice.
 
 Each script is run with EVALSHA through redis-py's ``Script``, which reloads it
 when the server answers NOSCRIPT (after a restart or ``SCRIPT FLUSH``), so a
-flushed script cache costs one extra round trip and nothing else.
-
-Lost replies. redis-py resends a command when the connection breaks before
-the reply arrives, but the server may already have run it. Acquire and release
-are therefore made idempotent by a *request latch*: the caller sends a request
-id, unique per call, and the script records it in a key of the owner's own
-(``<lock>:req:<owner>``, same hash slot, :data:`REQUEST_LATCH_MS` to live). A
-resent call finds its id already there and reports the current state instead
-of applying itself twice. The latch is written with ``SET ... GET``, so the
-common path pays one command inside the script and no extra round trip; the
-callers that never resend (RedLock's bounded connections, replica undo) leave
-the latch out.
-
-Out of memory. With ``maxmemory`` reached and ``noeviction``, Redis refuses
-commands that may grow memory. Acquire must be refused then (it creates keys),
-but giving a lock back must not be, or a full server would keep every lock
-held. On Redis >= 7 release, renew, abandon and force-release carry the
-``allow-oom`` flag (:class:`OomSafeScript`); a server that cannot compile a
-flagged script (Redis < 7) gets the plain variant, chosen once per script and
-client on its first load, on the connection that is running it (no version
-query, so no extra ACL permission and no I/O when a client is built). On Redis
-< 7 a release under OOM is refused as well: a documented limit.
+flushed script cache costs one extra round trip and nothing else. A refusal by
+the ACL inside a script is raised as a NOPERM error that names the commands the
+scripts need (:func:`permission_error`). The scripts that give back or only
+delete carry the ``allow-oom`` flag where the server can compile it
+(:class:`OomSafeScript`; why, in :mod:`django_rlock.core._protocol.lock`),
+chosen once per script and client on its first load.
 """
 
 from __future__ import annotations
