@@ -1,0 +1,93 @@
+"""RESP packing for the lock scripts' calls: bytes out, no socket (shared by both engines).
+
+The engines' lean command path (``_sync/wire.py``; the asyncio engine may use
+the same functions) writes each script call as one ``bytes`` object packed
+here, in one ``sendall``, instead of going through redis-py's command path.
+Packing is what redis-py's ``Connection.pack_command`` does, minus its
+generality: an EVALSHA's parts are strings and integers, and most of them
+repeat from call to call (the script's SHA, the lock's keys, the owner id, the
+holder description, ``publish``), so their encoded form is remembered
+(:func:`evalsha`, bounded) and only what changes per call (the request id,
+a waiter's sleep) is encoded each time.
+
+RESP2 and RESP3 frame a command the same way (an array of bulk strings), so
+one packing serves both. Strings are encoded as UTF-8, as redis-py's default
+encoder does; ``bytes`` go as they are.
+
+This API is kept stable for both engines: :func:`bulk`, :func:`command`,
+:func:`evalsha`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: A part of a command: text (UTF-8), raw bytes, an integer (its decimal form) or a
+#: float (its ``repr``, as redis-py sends it).
+Part = str | bytes | int | float
+
+
+def bulk(value: Part) -> bytes:
+    r"""One RESP bulk string: ``$<length>\r\n<data>\r\n``."""
+    if isinstance(value, str):
+        data = value.encode()
+    elif isinstance(value, bytes):
+        data = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        data = b"%d" % value
+    elif isinstance(value, float):
+        data = repr(value).encode()
+    else:
+        raise TypeError(
+            f"a command part must be str, bytes, int or float, not {type(value).__name__}"
+        )
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def command(*parts: Part) -> bytes:
+    """A whole command (``command("GET", "k")``), as one bytes object."""
+    return b"*%d\r\n" % len(parts) + b"".join(bulk(part) for part in parts)
+
+
+#: How many encoded parts :func:`evalsha` remembers before it starts afresh.
+MEMO_LIMIT = 4096
+
+
+_memo: dict[Part, bytes] = {}
+
+
+_REMEMBERED = frozenset({str, bytes, int})
+
+
+def _remembered(value: Part) -> bytes:
+    # 1, 1.0 and True are one dict key but not one encoding: only str, bytes
+    # and int parts are remembered (a bool is refused by bulk()).
+    encoded = _memo.get(value) if type(value) in _REMEMBERED else None
+    if encoded is None:
+        encoded = bulk(value)
+        if type(value) not in _REMEMBERED:
+            return encoded
+        if len(_memo) >= MEMO_LIMIT:
+            _memo.clear()  # a process with many lock names: keep the recent ones
+        _memo[value] = encoded
+    return encoded
+
+
+_EVALSHA = b"$7\r\nEVALSHA\r\n"
+
+
+def evalsha(sha: str, keys: Sequence[Part], args: Sequence[Part], fresh: Part = "") -> bytes:
+    """``EVALSHA sha len(keys) *keys *args`` as one bytes object.
+
+    Every part but ``fresh`` (the call's request id, unique per call, hence
+    not worth remembering) is encoded once and then reused: see the module's
+    docstring. Thread-safe (dict operations only), bounded by :data:`MEMO_LIMIT`.
+    """
+    remembered = _remembered
+    parts = [b"*%d\r\n" % (3 + len(keys) + len(args)), _EVALSHA, remembered(sha)]
+    parts.append(remembered(len(keys)))
+    for key in keys:
+        parts.append(remembered(key))
+    for arg in args:
+        parts.append(bulk(arg) if fresh and arg is fresh else remembered(arg))
+    return b"".join(parts)
