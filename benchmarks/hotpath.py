@@ -100,7 +100,8 @@ def main() -> None:
         url = server.url
         if args.profile:
             profile_sync(url, 3000)
-            profile_async(url, 3000)
+            if not args.no_async:
+                profile_async(url, 3000)
         for label, cost in script_costs(url, 500).items():
             print(f"server EVALSHA µs/call, {label}: {cost:.2f}")
         ratio, ours, peer = sync_ratio(url, args.pairs, args.cycles)

@@ -44,12 +44,16 @@ def record(key: str, owner: str, token: int, holds: int) -> None:
 
 def lost_on_server(key: str, owner: str) -> tuple[int, int] | None:
     """(token, holds) the owner's next acquire of ``key`` takes off, or None."""
+    if not _table.lost:
+        return None  # almost always: nothing lost, no mutex
     with _table.mutex:
         return _table.lost.get((key, owner))
 
 
 def forget(key: str, owner: str) -> None:
     """The owner was granted ``key`` again: whatever was lost is off the server."""
+    if not _table.lost:
+        return
     with _table.mutex:
         _table.lost.pop((key, owner), None)
 

@@ -284,6 +284,9 @@ class HoldRegistry:
 
     def take_unanswered(self, key: str, owner: str, kind: str) -> str | None:
         """The id of ``owner``'s unanswered ``kind`` call on ``key``, forgotten as it is taken."""
+        if not self._unanswered:
+            # Almost always: no mutex. Only the owner's own thread notes its calls.
+            return None
         with self._lock:
             return self._unanswered.pop((key, owner, kind), None)
 

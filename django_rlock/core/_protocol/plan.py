@@ -40,6 +40,10 @@ Step = tuple[Any, ...]
 HANDED = object()
 
 
+#: The first attempt's result was not given: the plan sends that attempt itself.
+NOT_SENT: Any = object()
+
+
 #: The steps run on the subscription (the others on the shell).
 _SUBSCRIPTION_CALLS = frozenset({"wait_subscribed", "mark", "wait"})
 
@@ -57,9 +61,13 @@ class AcquirePlan:
         #: was sent and did not bring a grant): the shell must leave it.
         self.registered = False
 
-    def steps(self) -> Generator[Step, Any, bool]:
-        """The plan; see the module's docstring for the steps and their results."""
-        pttl = yield ("attempt", False, 0.0)
+    def steps(self, first: Any = NOT_SENT) -> Generator[Step, Any, bool]:
+        """The plan; see the module's docstring for the steps and their results.
+
+        ``first``: the result of the first attempt when the shell has already
+        sent it (see :func:`drive`); the plan then goes on from there.
+        """
+        pttl = (yield ("attempt", False, 0.0)) if first is NOT_SENT else first
         if pttl is None:
             return True
         if not self.blocking or self.zero_wait:
@@ -94,9 +102,16 @@ def _target(shell: Any, step: Step) -> Callable[..., Any]:
     return getattr(owner, step[0])  # type: ignore[no-any-return]
 
 
-def drive(plan: AcquirePlan, shell: Any) -> bool:
-    """Run ``plan`` with a sync shell (``attempt``, ``listen``, ``subscription``)."""
-    steps = plan.steps()
+def drive(plan: AcquirePlan, shell: Any, first: Any = NOT_SENT) -> bool:
+    """Run ``plan`` with a sync shell (``attempt``, ``listen``, ``subscription``).
+
+    ``first`` is the result of the plan's first step (``("attempt", False, 0.0)``)
+    when the shell sent it before driving: an uncontended grant, the common
+    case, then needs no generator at all.
+    """
+    if first is None:
+        return True
+    steps = plan.steps(first)
     try:
         step = next(steps)
         while True:

@@ -49,45 +49,59 @@ def command(*parts: Part) -> bytes:
     return b"*%d\r\n" % len(parts) + b"".join(bulk(part) for part in parts)
 
 
-#: How many encoded parts :func:`evalsha` remembers before it starts afresh.
+#: How many encoded strings (and integers) :func:`evalsha` remembers before it starts afresh.
 MEMO_LIMIT = 4096
 
 
-_memo: dict[Part, bytes] = {}
+# str -> its bulk string, and int -> its bulk string: the keys, owner ids,
+# SHAs, descriptions, 'publish', expiries. Kept apart by type, since 1, 1.0,
+# and True are one dict key but not one encoding. Request ids pass too:
+# a new one per call costs a dict insert, and the bound clears them out.
+_memo: dict[str, bytes] = {}
+_ints: dict[int, bytes] = {}
 
 
-_REMEMBERED = frozenset({str, bytes, int})
+def _remember(value: str) -> bytes:
+    encoded = bulk(value)
+    if len(_memo) >= MEMO_LIMIT:
+        _memo.clear()  # many lock names or request ids: keep the recent ones
+    _memo[value] = encoded
+    return encoded
 
 
-def _remembered(value: Part) -> bytes:
-    # 1, 1.0 and True are one dict key but not one encoding: only str, bytes
-    # and int parts are remembered (a bool is refused by bulk()).
-    encoded = _memo.get(value) if type(value) in _REMEMBERED else None
-    if encoded is None:
-        encoded = bulk(value)
-        if type(value) not in _REMEMBERED:
-            return encoded
-        if len(_memo) >= MEMO_LIMIT:
-            _memo.clear()  # a process with many lock names: keep the recent ones
-        _memo[value] = encoded
+def _remember_int(value: int) -> bytes:
+    encoded = bulk(value)
+    if len(_ints) >= MEMO_LIMIT:
+        _ints.clear()
+    _ints[value] = encoded
     return encoded
 
 
 _EVALSHA = b"$7\r\nEVALSHA\r\n"
 
 
-def evalsha(sha: str, keys: Sequence[Part], args: Sequence[Part], fresh: Part = "") -> bytes:
+def evalsha(
+    sha: str, keys: Sequence[Part], args: Sequence[Part], fresh: Part | None = None
+) -> bytes:
     """``EVALSHA sha len(keys) *keys *args`` as one bytes object.
 
-    Every part but ``fresh`` (the call's request id, unique per call, hence
-    not worth remembering) is encoded once and then reused: see the module's
-    docstring. Thread-safe (dict operations only), bounded by :data:`MEMO_LIMIT`.
+    Every str and int part is encoded once and then reused (see the module's
+    docstring), but ``fresh`` (the call's request id, if the caller knows it:
+    never worth keeping). Thread-safe (dict operations only), bounded by
+    :data:`MEMO_LIMIT`.
     """
-    remembered = _remembered
-    parts = [b"*%d\r\n" % (3 + len(keys) + len(args)), _EVALSHA, remembered(sha)]
-    parts.append(remembered(len(keys)))
-    for key in keys:
-        parts.append(remembered(key))
-    for arg in args:
-        parts.append(bulk(arg) if fresh and arg is fresh else remembered(arg))
+    memo, ints = _memo, _ints
+    parts = [b"*%d\r\n" % (3 + len(keys) + len(args)), _EVALSHA]
+    append = parts.append
+    append(memo.get(sha) or _remember(sha))
+    count = len(keys)
+    append(ints.get(count) or _remember_int(count))
+    for part in (*keys, *args):
+        kind = type(part)
+        if kind is str and part is not fresh:
+            append(memo.get(part) or _remember(part))  # type: ignore[arg-type]
+        elif kind is int:
+            append(ints.get(part) or _remember_int(part))  # type: ignore[arg-type]
+        else:
+            append(bulk(part))
     return b"".join(parts)

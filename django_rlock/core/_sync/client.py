@@ -58,6 +58,7 @@ from django_rlock.core._sync.scripts import LockScript, OomSafeScript
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.waiting import Listener, ReleaseListener
 from django_rlock.core._sync.watchdog import get_watchdog
+from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_REPLICA_SYNC_TIMEOUT,
@@ -324,7 +325,8 @@ class LockClient:
         A pool checkout and return per call costs about as much as the
         script's own Python work, so each thread using this client's locks
         keeps one connection of the caller's pool (with its retry policy),
-        given back when the thread ends or the client is closed. At most a
+        given back when the thread ends or the client is closed; the scripts
+        run on it take the lean command path (:mod:`~django_rlock.core._sync.wire`). At most a
         quarter of the pool is held; threads beyond that, a cluster, a
         blocking pool and ``min_replicas`` (WAIT needs a pipeline) use the
         pool per call: None.
@@ -339,9 +341,7 @@ class LockClient:
                 return None
             # Checks out and connects its connection now: in the caller's
             # `reported_unavailable`, as the call it serves would.
-            held = redis.Redis(
-                connection_pool=self.redis.connection_pool, single_connection_client=True
-            )
+            held = HeldClient(self.redis.connection_pool)
             self._held_clients.add(held)
         self._held.client = held
         return held

@@ -106,7 +106,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
@@ -220,6 +220,14 @@ class Client(LockEngine, Protocol):
         ...
 
 
+class SyncShell(WaitingShell, Protocol):
+    """A threaded shell of an acquire plan: its attempts are plain calls."""
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        """One acquire call: None when granted, else the seconds to wait at most."""
+        ...
+
+
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
@@ -253,7 +261,9 @@ class RLock(LockBase):
         owner = thread_owner()
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            granted = drive(plan, shell)
+            # The plan's first step, one attempt that does not wait, is sent
+            # here: an uncontended grant (the common case) drives no generator.
+            granted = drive(plan, shell, shell.attempt(False, 0.0))
         finally:
             shell.close(registered=plan.registered)
         if not granted:
@@ -305,7 +315,23 @@ class RLock(LockBase):
             self.client.send_acquire, scripts.release, scripts.abandon, scripts.force_release
         )
 
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+    #: This lock's row of scripts, looked up on its first call: every kind's
+    #: row is fixed once its client is built.
+    _row: KindScripts | None = None
+
+    def _scripts_row(self) -> KindScripts:
+        row = self._row
+        if row is None:
+            row = self._row = self._kind_scripts()
+        return row
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._scripts_row().acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._scripts_row().release
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> SyncShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
         return _Waiting(self, owner, lease, plan.started)
 
@@ -467,10 +493,13 @@ class RLock(LockBase):
 class _Waiting:
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
+    __slots__ = ("_listening", "lease", "lock", "owner", "started", "subscription")
+
     def __init__(self, lock: RLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
         self.subscription: Subscription | None = None
-        self._stack = ExitStack()
+        # The subscription's context, entered by listen (most calls never listen).
+        self._listening: AbstractContextManager[Subscription] | None = None
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
@@ -479,13 +508,19 @@ class _Waiting:
         )
 
     def listen(self) -> None:
-        listener = self.lock.client.listener
-        self.subscription = self._stack.enter_context(listener.listen(self.lock.keys.channel))
+        listening = self.lock.client.listener.listen(self.lock.keys.channel)
+        self.subscription = listening.__enter__()
+        self._listening = listening
 
     def close(self, *, registered: bool) -> None:
-        with self._stack:
+        listening = self._listening
+        if listening is None:
+            return
+        try:
             if registered and self.subscription is not None:
                 self.lock._abandon(self.subscription.waiter_id)
+        finally:
+            listening.__exit__(None, None, None)
 
 
 #: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
@@ -639,7 +674,7 @@ class FairLock(FairBase, RLock):
         super().__enter__()
         return self
 
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> SyncShell:
         # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
         return _FairWaiting(self, owner, lease, plan, queue_id)

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.commands.core import Script
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from django_rlock.core._protocol.lock import ALLOW_OOM, SCRIPT_COMMANDS
+from django_rlock.core._sync.wire import HeldClient
 
 #: How servers word an ACL refusal inside a script: Redis ("... can't run this
 #: command ...", "... can't access at least one of the keys ..."), Valkey 8.
@@ -85,13 +86,23 @@ def raise_if_refused(error: ResponseError) -> None:
 
 
 class LockScript(Script):
-    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`)."""
+    """A :class:`Script` whose ACL refusals say what is missing (see :func:`permission_error`).
+
+    On a thread's held connection (:class:`~django_rlock.core._sync.wire.HeldClient`)
+    it runs by the lean command path; a NOSCRIPT reply there is answered by
+    redis-py's path, which loads the script and runs it again.
+    """
 
     def __call__(  # type: ignore[override]  # narrower than redis-py's: only lists are passed
         self, keys: list[Any] | None = None, args: list[Any] | None = None, client: Any = None
     ) -> Any:
         """Run the script (EVALSHA, loading it on NOSCRIPT)."""
         try:
+            if isinstance(client, HeldClient):
+                try:
+                    return client.run_script(self.sha, keys or [], args or [])
+                except NoScriptError:
+                    pass  # loaded and run by redis-py's path, below
             return super().__call__(keys=keys or [], args=args or [], client=client)
         except ResponseError as error:
             raise_if_refused(error)

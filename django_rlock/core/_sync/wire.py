@@ -1,0 +1,77 @@
+"""The lean command path: acquire and release on the calling thread's held connection.
+
+Each thread that takes locks through a :class:`~django_rlock.core.LockClient`
+holds one connection of the caller's pool (``LockClient.held``), a
+:class:`HeldClient`. Its script calls skip redis-py's command path (the
+client's ``execute_command``, argument encoding, the pool, the response
+callbacks), which costs more Python than the round trip itself: a call is
+packed by :func:`django_rlock.core._protocol.resp.evalsha` (the repeated parts
+encoded once) into one ``bytes``, written with the connection's own
+``send_packed_command`` (one ``sendall``) and read with its own
+``read_response`` (hiredis when installed).
+
+Everything else stays redis-py's, on the same connection object: connecting
+(AUTH/ACL, TLS, a Sentinel's master, the handshake), the socket and its
+timeouts, health checks, the parser and its errors (``ConnectionError``,
+``TimeoutError``, ``ResponseError`` and its subclasses, the same as through
+the client), and the caller's retry policy (:meth:`HeldClient.run_script`
+runs each call through the connection's ``Retry`` as the client does, the
+connection dropped between attempts). What the lean path does not do is
+left to redis-py's path: a NOSCRIPT reply (the script is loaded there and
+run again, see ``_sync/scripts.py``), every other command, a cluster (no
+held connection there), and the threads past the held limit.
+
+Fork safety is the pool's: a forked child's threads hold no connection
+(``LockClient`` renews its per-thread record after a fork) and take a new
+one from the pool, which redis-py resets in a child.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from django_rlock.core._protocol import resp
+
+#: redis-py before 6 retried only the errors a connection lists in
+#: ``retry_on_error`` (whatever its Retry supports); 6 and later, what the
+#: Retry supports. The lean path keeps the installed version's rule.
+_LISTED_ERRORS_ONLY = redis.VERSION[0] < 6
+
+
+class HeldClient(redis.Redis):
+    """A client holding one connection of its pool for one thread; scripts go lean.
+
+    Built as redis-py's ``single_connection_client``: the connection is taken
+    from the pool (and connected) when the client is made, and given back by
+    :meth:`close`.
+    """
+
+    def __init__(self, pool: redis.ConnectionPool) -> None:
+        super().__init__(connection_pool=pool, single_connection_client=True)
+
+    def run_script(self, sha: str, keys: list[Any], args: list[Any]) -> Any:
+        """``EVALSHA sha`` with ``keys`` and ``args``: the reply as redis-py parses it.
+
+        Raises what the client's ``evalsha`` would: redis-py's errors, the
+        script's error replies as ``ResponseError`` (``NoScriptError`` when
+        the server does not have it), after the connection's retry policy.
+        """
+        connection: Any = self.connection  # Any: redis-py's Connection is untyped
+        if connection is None:
+            raise redis.ConnectionError("the lock client's held connection was given back")
+        packed = (resp.evalsha(sha, keys, args),)
+
+        def round_trip() -> Any:
+            connection.send_packed_command(packed)
+            return connection.read_response()
+
+        def failed(error: Exception) -> None:
+            connection.disconnect()
+            if _LISTED_ERRORS_ONLY and not isinstance(
+                error, tuple(connection.retry_on_error or ())
+            ):
+                raise error
+
+        return connection.retry.call_with_retry(round_trip, failed)
