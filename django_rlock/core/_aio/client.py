@@ -4,6 +4,13 @@ Use one client per event loop (as with ``redis.asyncio`` clients). Holds are
 recorded in the same registry as the sync engine's, and renewed by the same
 one-per-process watchdog thread over a sync connection of the client's own, so
 renewal never runs on, or blocks, the event loop.
+
+Acquire and release go over the client's lean connection (:mod:`~django_rlock.core._aio.wire`);
+everything else through the ``redis.asyncio`` client. A call whose caller is
+cancelled while it is on its way is finished in a task of the client's
+(:meth:`AsyncLockClient.finish_for`), and the same owner's next call waits for
+that task: an owner's calls reach Redis one after the other, in the order it
+made them, as a thread's do.
 """
 
 from __future__ import annotations
@@ -25,7 +32,11 @@ from django_rlock.core._aio.locks import (
     AsyncRLock,
     AsyncSemaphore,
 )
+from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._aio.waiting import AsyncReleaseListener
+from django_rlock.core._aio.wire import Flight, Wire
+from django_rlock.core._protocol.calls import ScriptCall
+from django_rlock.core._protocol.layouts import REDISSON, RLOCK
 from django_rlock.core._protocol.lock import LockOptions, ScriptRegistry
 from django_rlock.core._protocol.names import check_name
 from django_rlock.core._protocol.rwlock import RWScripts
@@ -43,6 +54,10 @@ class AsyncLockClient:
     ``connection`` is a redis URL or a ``redis.asyncio.Redis``; a client built
     from a URL is closed by :meth:`aclose`. ``server`` is how errors name the
     server (default: the URL without its credentials, or host and port).
+    ``layout`` as for :class:`LockClient` (``"redisson"``: :meth:`lock` is shared
+    with Redisson's RLock); ``sharded_subscription`` may be ``"auto"`` or
+    ``"off"``: this client listens with SUBSCRIBE only, which is what Redisson
+    does on one server (SPUBLISH is for a cluster, which this client does not serve).
     """
 
     def __init__(
@@ -52,7 +67,15 @@ class AsyncLockClient:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         watchdog_timeout: float = DEFAULT_WATCHDOG_TIMEOUT,
         server: str | None = None,
+        layout: str = RLOCK,
+        sharded_subscription: str = "auto",
     ) -> None:
+        if sharded_subscription == "on":
+            raise NotImplementedError(
+                "AsyncLockClient(sharded_subscription='on') is not offered: the asyncio "
+                "listener subscribes with SUBSCRIBE only; use 'auto' or 'off' (as Redisson "
+                "on one server), or the threaded LockClient for SPUBLISH"
+            )
         self.redis, self._owns_redis = connect_async(connection)
         #: The sync engine: its registry records the holds, its watchdog renews them.
         self.engine = LockClient(
@@ -60,7 +83,10 @@ class AsyncLockClient:
             key_prefix=key_prefix,
             watchdog_timeout=watchdog_timeout,
             server=server or (redact_url(connection) if isinstance(connection, str) else None),
+            layout=layout,
+            sharded_subscription=sharded_subscription,
         )
+        self.layout = self.engine.layout
         #: How errors name the server: never with its credentials.
         self.server = self.engine.server
         self.key_prefix = self.engine.key_prefix
@@ -73,6 +99,9 @@ class AsyncLockClient:
         #: Wakes waiters when a lock they wait for is released.
         self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Owner id -> the task finishing its cancelled call (see finish_for).
+        self.unfinished: dict[str, asyncio.Task[Any]] = {}
+        self._wire = Wire(self.redis, self.spawn)
 
     def __repr__(self) -> str:
         return (
@@ -82,9 +111,11 @@ class AsyncLockClient:
     def lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncRLock:
         """A reentrant async lock called ``name``; the keywords are ``async with``'s defaults.
 
-        ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`.
+        ``timeout``, ``lease`` and ``blocking``, as for :meth:`LockClient.lock`;
+        with ``layout="redisson"``, shared with Redisson's RLock of that name.
         """
-        return AsyncRLock(self, check_name(name), **options)
+        kind = AsyncRedissonRLock if self.layout == REDISSON else AsyncRLock
+        return kind(self, check_name(name), **options)
 
     def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncFairLock:
         """A reentrant async lock called ``name`` granted in arrival order.
@@ -131,6 +162,7 @@ class AsyncLockClient:
         Locks still held are not released: they expire as if the process died.
         """
         await self.settle()
+        self._wire.close()
         await self.listener.aclose()
         self.engine.close()
         # Both pools were built here; a client given a pool leaves it open on close.
@@ -145,6 +177,37 @@ class AsyncLockClient:
         task.add_done_callback(_forget_task(self._tasks))
         return task
 
+    def send(self, script: Any, call: ScriptCall) -> Flight:
+        """Send an acquire or release ``call`` of ``script`` now, with no await (see wire.py)."""
+        return self._wire.send(script, call)
+
+    def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
+        """Finish a cancelled call of ``owner``'s in a task; its next call waits for it.
+
+        So the owner's calls reach Redis in the order it made them, even when
+        one of them was cancelled on its way (a resend of that one can then
+        never come after the owner's next call, and undo it).
+        """
+        previous = self.unfinished.get(owner)
+        task = self.spawn(coroutine if previous is None else _after(previous, coroutine))
+        self.unfinished[owner] = task
+
+        def done(_: asyncio.Task[Any]) -> None:
+            if self.unfinished.get(owner) is task:
+                del self.unfinished[owner]
+
+        task.add_done_callback(done)
+
+    async def finished(self, owner: str) -> None:
+        """Wait until no call of ``owner``'s is being finished (see :meth:`finish_for`).
+
+        Called by a task that finishes one, it does not wait for itself.
+        """
+        current = asyncio.current_task()
+        while (task := self.unfinished.get(owner)) is not None and task is not current:
+            # Not cancelled with its waiter: that work must finish.
+            await asyncio.wait([task])
+
     def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncReadWriteLock:
         """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
 
@@ -152,6 +215,16 @@ class AsyncLockClient:
         are both sides' defaults for ``async with``.
         """
         return AsyncReadWriteLock(self, check_name(name), self.scripts[RWScripts], **options)
+
+
+async def _after(previous: asyncio.Task[Any], coroutine: Coroutine[Any, Any, object]) -> None:
+    """Run ``coroutine`` once ``previous`` is done (see ``AsyncLockClient.finish_for``)."""
+    try:
+        await asyncio.wait([previous])
+    except BaseException:
+        coroutine.close()
+        raise
+    await coroutine
 
 
 def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
@@ -181,6 +254,12 @@ class _AsyncOomSafeScript(OomSafeBase):
 
     def __init__(self, client: redis.asyncio.Redis, body: str) -> None:
         super().__init__(lambda text: _AsyncLockScript(client, text), body)
+
+    @property
+    def sha(self) -> str:
+        """The SHA1 of the variant in use (what the lean path sends)."""
+        sha: str = self._choose()[1].sha
+        return sha
 
     async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
         flagged, script = self._choose()

@@ -7,6 +7,7 @@ never touch, or block, the event loop.
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 import redis
@@ -59,6 +60,34 @@ def derive_async_pool(
     kwargs = _settings(pool)
     kwargs.update(retry=AsyncRetry(NoBackoff(), 0), decode_responses=False, **overrides)
     return redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+
+
+#: The connection classes whose sockets the lean command path may take over
+#: (``_aio/wire.py``): redis-py's own, exactly; a subclass may do more on its socket.
+_LEAN_CONNECTION_CLASSES = (
+    redis.asyncio.Connection,
+    redis.asyncio.SSLConnection,
+    redis.asyncio.UnixDomainSocketConnection,
+)
+
+
+def lean_connection(client: redis.asyncio.Redis) -> Any:
+    """A new, unconnected connection to ``client``'s server for the lean path, or None.
+
+    None when its connections are not redis-py's own classes, or encode text
+    other than as UTF-8 (the lean path packs keys as UTF-8, as redis-py's
+    default encoder does): the lean path must write the very keys redis-py would.
+    """
+    pool = client.connection_pool
+    if pool.connection_class not in _LEAN_CONNECTION_CLASSES:
+        return None
+    kwargs = _settings(pool)
+    try:
+        if codecs.lookup(kwargs.get("encoding") or "utf-8").name != "utf-8":
+            return None
+    except LookupError:
+        return None
+    return pool.connection_class(**kwargs)
 
 
 def sync_twin(client: redis.asyncio.Redis) -> redis.Redis:

@@ -19,6 +19,13 @@ owners, and a task re-enters its own lock::
 Cancellation is safe at every await: a cancelled ``acquire`` gives back a
 grant that arrived as it was cancelled and leaves its waiting registration and
 subscription behind it cleaned up; a cancelled ``release`` still completes.
+Each acquire and release call runs in its caller's task: it is written before
+the caller first awaits, and its reply is read by the client's connection, so
+a cancellation never leaves it half-done. The client finishes the call of a
+cancelled caller in a task of its own (giving a grant back, settling a
+release), and the same task's next call waits for that first
+(:meth:`~django_rlock.core.aio.AsyncLockClient.finish_for`): a cancelled call is
+never sent again after the task's next one (which it could undo).
 
 AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.locks.FairLock`.
 
@@ -62,6 +69,7 @@ was cancelled is given back; a cancelled release still completes)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
@@ -71,10 +79,14 @@ from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core._process.identity import task_owner
 from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.calls import extend_call, hold_count_reply, ttl_reply
+from django_rlock.core._protocol.calls import (
+    ScriptCall,
+    extend_call,
+    hold_count_reply,
+    ttl_reply,
+)
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
-    LOST_REPLY,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -97,6 +109,7 @@ from django_rlock.core._sync.locks import (
     first_return_reply,
     sleep_cap,
 )
+from django_rlock.core.exceptions import LockNotOwnedError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -104,6 +117,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from django_rlock.core._aio.waiting import AsyncReleaseListener, AsyncSubscription
+    from django_rlock.core._aio.wire import Flight
     from django_rlock.core._protocol.holds import Hold
 
 T = TypeVar("T")
@@ -127,8 +141,23 @@ class Client(Protocol):
         """The sync engine whose hold registry and watchdog keep these locks' holds."""
         ...
 
+    #: Owner id -> the task finishing a cancelled call of that owner's.
+    unfinished: dict[str, asyncio.Task[Any]]
+
     def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coroutine`` as a task the client keeps until it is done."""
+        ...
+
+    def send(self, script: Any, call: ScriptCall) -> Flight:
+        """Send an acquire or release ``call`` now, with no await (see ``_aio/wire.py``)."""
+        ...
+
+    def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
+        """Finish a cancelled call of ``owner``'s in a task; its next call waits for it."""
+        ...
+
+    async def finished(self, owner: str) -> None:
+        """Wait until no call of ``owner``'s is being finished."""
         ...
 
 
@@ -176,44 +205,70 @@ class AsyncRLock(LockBase):
         sleep: float = 0.0,
         requested_at: float | None = None,
     ) -> float | None:
-        """One acquire script call, shielded: None when granted, else seconds to wait.
+        """One acquire script call: None when granted, else seconds to wait at most.
 
-        If the caller is cancelled while the call is in flight, the call still
-        completes, and a grant it brings is given back at once.
+        If the caller is cancelled while the call is on its way, the call
+        still lands, and a grant it brings is given back at once.
         """
-        call = self.client.spawn(
-            self._acquire_script(
-                owner, lease, waiter_id, sleep, asyncio.current_task(), requested_at=requested_at
-            )
-        )
-        try:
-            return await asyncio.shield(call)
-        except asyncio.CancelledError:
-            call.add_done_callback(lambda done: self._give_back_if_granted(done, owner))
-            raise
-
-    async def _acquire_script(
-        self,
-        owner: str,
-        lease: float | None,
-        waiter_id: str,
-        sleep: float,
-        caller: asyncio.Task[Any] | None,
-        *,
-        requested_at: float | None = None,
-    ) -> float | None:
+        client = self.client
+        if client.unfinished:
+            await client.finished(owner)  # nothing is sent before: a cancellation leaves nothing
         call = self._acquire_call(owner, lease, waiter_id, sleep)
         sent_at = clock.monotonic()
+        flight = client.send(self._acquire_sender(), call)
+        caller = asyncio.current_task()
         try:
-            reply = await _resend_once(
-                lambda: self._acquire_sender()(keys=call.keys, args=call.args)
+            reply = await flight.waiter
+        except asyncio.CancelledError:
+            landed = flight.hand_over()
+            client.finish_for(
+                owner,
+                self._give_back(landed, owner, lease, call=call, sent_at=sent_at, caller=caller),
             )
+            raise
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
+        return self._acquire_landed(
+            reply, owner, lease, sent_at, requested_at=requested_at, caller=caller
+        )
+
+    def _acquire_landed(
+        self,
+        reply: Any,
+        owner: str,
+        lease: float | None,
+        sent_at: float,
+        *,
+        requested_at: float | None,
+        caller: asyncio.Task[Any] | None,
+    ) -> float | None:
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None and caller is not None:
             self._lost_tasks.pop(caller, None)
         return wait
+
+    async def _give_back(
+        self,
+        landed: asyncio.Future[Any],
+        owner: str,
+        lease: float | None,
+        *,
+        call: ScriptCall,
+        sent_at: float,
+        caller: asyncio.Task[Any] | None,
+    ) -> None:
+        """The end of an acquire whose caller was cancelled on its way: a grant goes back."""
+        try:
+            reply = await landed
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            with contextlib.suppress(Exception):
+                self._acquire_failed(error, owner, call)  # noted: the next acquire asks again
+            return
+        if (
+            self._acquire_landed(reply, owner, lease, sent_at, requested_at=None, caller=caller)
+            is None
+        ):
+            await self._release_as(owner)
 
     def _kind_scripts(self) -> KindScripts:
         return KindScripts.of(self.client.scripts[LockScripts])
@@ -221,11 +276,6 @@ class AsyncRLock(LockBase):
     def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
         return _AsyncWaiting(self, owner, lease, plan.started)
-
-    def _give_back_if_granted(self, call: asyncio.Future[float | None], owner: str) -> None:
-        if call.cancelled() or call.exception() is not None or call.result() is not None:
-            return
-        self.client.spawn(self._release_as(owner))
 
     async def _abandon(self, waiter_id: str) -> None:
         call = self._abandon_call(waiter_id)
@@ -249,12 +299,11 @@ class AsyncRLock(LockBase):
     async def release(self) -> None:
         """Give back one hold, as :meth:`RLock.release` does.
 
-        Shielded: if the caller is cancelled meanwhile, the release completes
-        anyway (and the cancellation still propagates).
+        If the caller is cancelled meanwhile, the release completes anyway
+        (and the cancellation still propagates).
         """
-        call = self.client.spawn(self._release_as(task_owner(), asyncio.current_task()))
         with self._reachable("release"):
-            await asyncio.shield(call)
+            await self._release_as(task_owner(), asyncio.current_task())
 
     async def extend(self, seconds: float) -> None:
         """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
@@ -285,20 +334,51 @@ class AsyncRLock(LockBase):
         self.client.spawn(release_all())
 
     async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
+        """Release one hold of ``owner``'s; finished by the client if the caller is cancelled."""
+        client = self.client
+        if client.unfinished:
+            try:
+                await client.finished(owner)
+            except asyncio.CancelledError:
+                # Not begun: it is made all the same, after the owner's unfinished call.
+                client.finish_for(owner, self._release_as(owner, caller))
+                raise
+
         def remember_lost() -> None:
             if caller is not None:
                 self._lost_tasks[caller] = True
 
         hold = self._release_prepare(owner, remember_lost)
         call = self._release_call(owner)
+        flight = client.send(self._release_sender(), call)
         try:
-            left = int(
-                await _resend_once(lambda: self._release_sender()(keys=call.keys, args=call.args))
-            )
+            reply = await flight.waiter
+        except asyncio.CancelledError:
+            landed = flight.hand_over()
+            client.finish_for(owner, self._release_landed(landed, hold, owner, call, remember_lost))
+            raise
         except BaseException as error:
             self._release_failed(hold, error, owner, call)
             raise
-        self._release_settle(hold, left, "task", remember_lost)
+        self._release_settle(hold, int(reply), "task", remember_lost)
+
+    async def _release_landed(
+        self,
+        landed: asyncio.Future[Any],
+        hold: Hold | None,
+        owner: str,
+        call: ScriptCall,
+        remember_lost: Callable[[], None],
+    ) -> None:
+        """The end of a release whose caller was cancelled on its way."""
+        try:
+            reply = await landed
+        except Exception as error:  # noqa: BLE001 -- nobody to tell but the hold registry
+            self._release_failed(hold, error, owner, call)
+            return
+        # The caller is gone: what it would have been told (not its holder, or lost) is moot.
+        with contextlib.suppress(LockNotOwnedError):
+            self._release_settle(hold, int(reply), "task", remember_lost)
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
@@ -357,14 +437,6 @@ class AsyncRLock(LockBase):
             loop.call_soon_threadsafe(_run, callback, self)
 
         self.lost_callbacks.append(on_loop)
-
-
-async def _resend_once(call: Callable[[], Awaitable[Any]]) -> Any:
-    """:func:`django_rlock.core._protocol.lock.resend_once` for coroutines."""
-    try:
-        return await call()
-    except LOST_REPLY:
-        return await call()
 
 
 class _AsyncWaiting:

@@ -1,0 +1,375 @@
+"""The asyncio engine's lean command path: acquire and release on one pipelined connection.
+
+Acquire and release are almost all an asyncio lock sends, and redis-py's
+command path costs more than the scripts themselves (a pool checkout per call,
+argument encoding, a parser behind a stream reader, one task wake-up per
+layer). So each client keeps one connection of its own for those two calls:
+a call is packed in one ``bytes`` (:func:`~django_rlock.core._protocol.resp.evalsha`)
+and written at once, with no await before it; hiredis parses each reply as it
+arrives, and the reply goes straight to the caller's future. Calls of many
+tasks share the connection, pipelined: Redis answers in the order the calls
+were written, so a queue of the calls on their way says whose reply is next.
+
+What stays with redis-py:
+
+* making the connection: redis-py's own connection class connects (TCP or
+  unix socket, TLS, AUTH/ACL, HELLO, SELECT, client name), then its socket is
+  taken over (:meth:`Wire._open`);
+* a script the server does not know (NOSCRIPT: after a restart or SCRIPT
+  FLUSH), loaded and run by redis-py's ``Script``, with its ``allow-oom``
+  variant chosen there (:mod:`~django_rlock.core._sync.scripts`);
+* a call whose connection broke before its reply: sent once more, with the
+  same request id, the way ``resend_once`` does (the request latch makes a
+  resend of a call Redis already ran a report, not a second run);
+* every call of a client whose connections this cannot take over: a
+  connection class of its own, an encoding other than UTF-8, RESP3 with a
+  hiredis that cannot tell push messages from replies. Those run each call in
+  a task of the client's (:meth:`Wire.send`), as the engine did before.
+
+A reply that does not come within the connection's ``socket_timeout`` fails
+its call with redis-py's ``TimeoutError`` (not resent: the call may have run)
+and closes the connection, as redis-py does.
+
+Cancellation. A call is written before its caller first awaits, and its reply
+is read by the connection, not by the caller: a caller cancelled while its
+call is on the way leaves nothing half-done on the wire, and the call is never
+sent again on its behalf. Its :class:`Flight` still lands; whoever finishes
+the call for the cancelled caller takes the outcome with :meth:`Flight.hand_over`
+(see ``AsyncRLock`` for what a lock does with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import hiredis
+import redis.asyncio
+from redis._parsers import BaseParser
+from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_rlock.core._aio.connection import lean_connection
+from django_rlock.core._protocol import resp
+from django_rlock.core._protocol.calls import ScriptCall
+from django_rlock.core._protocol.lock import LOST_REPLY
+from django_rlock.core._sync.scripts import permission_error
+
+logger = logging.getLogger("django_rlock.lock")
+
+
+#: hiredis's type for RESP3 push messages (hiredis >= 3.2), which are no replies.
+_PUSH: type[Any] | None = getattr(hiredis, "PushNotification", None)
+
+
+class WireScript(Protocol):
+    """What the wire needs of a script: its SHA now, and redis-py's way to run it."""
+
+    @property
+    def sha(self) -> str:
+        """The SHA1 of the body to send (an ``allow-oom`` script: of its current variant)."""
+        ...
+
+    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        """Run the script through redis-py (EVALSHA, loading it on NOSCRIPT)."""
+        ...
+
+
+class Flight:
+    """One script call on its way; its outcome lands whether or not its caller still waits.
+
+    The caller awaits :attr:`waiter`. If the caller is cancelled meanwhile,
+    the waiter is cancelled with it, but the call goes on: its outcome lands
+    in the future :meth:`hand_over` returns.
+    """
+
+    __slots__ = ("_heir", "_landed", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        #: The reply, or the call's error; what the caller awaits.
+        self.waiter: asyncio.Future[Any] = loop.create_future()
+        self._heir: asyncio.Future[Any] | None = None
+        self._landed: tuple[Any, BaseException | None] | None = None
+
+    def land(self, reply: Any = None, error: BaseException | None = None) -> None:
+        """The call's outcome: its reply, or ``error``."""
+        waiter = self.waiter
+        if not waiter.done():
+            _resolve(waiter, reply, error)
+        elif self._heir is not None:
+            _resolve(self._heir, reply, error)
+        else:  # the caller was cancelled and has not handed the call over yet
+            self._landed = (reply, error)
+
+    def hand_over(self) -> asyncio.Future[Any]:
+        """For whoever finishes the call of a cancelled caller: a future of its outcome.
+
+        Also when the outcome had landed already (in the waiter, as the
+        cancellation came, or kept here).
+        """
+        waiter = self.waiter
+        heir: asyncio.Future[Any] = waiter.get_loop().create_future()
+        if waiter.done() and not waiter.cancelled():
+            error = waiter.exception()
+            _resolve(heir, None if error is not None else waiter.result(), error)
+        elif self._landed is not None:
+            _resolve(heir, *self._landed)
+        else:
+            self._heir = heir
+        return heir
+
+
+def _resolve(future: asyncio.Future[Any], reply: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(reply)
+    elif isinstance(error, asyncio.CancelledError):
+        future.cancel()
+    else:
+        future.set_exception(error)
+
+
+class _Call(NamedTuple):
+    """A call as the wire keeps it: its flight, its script and what it sends."""
+
+    flight: Flight
+    script: WireScript
+    call: ScriptCall
+
+
+class Wire:
+    """One client's lean connection for its lock calls (see the module's docstring).
+
+    ``spawn`` runs a coroutine as a task the client keeps until it is done
+    (``AsyncLockClient.spawn``): connecting, and the calls redis-py finishes.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+    ) -> None:
+        self._client = client
+        self._spawn = spawn
+        #: False once its connections are found not fit to take over (see
+        #: ``lean_connection``): from then on every call goes through redis-py.
+        self.lean = True
+        self._protocol: _WireProtocol | None = None
+        self._backlog: list[_Call] = []
+        self._connecting = False
+        self._closed = False
+
+    def send(self, script: Any, call: ScriptCall) -> Flight:
+        """Send ``call`` of ``script`` (a :class:`WireScript`) now, with no await."""
+        loop = asyncio.get_running_loop()
+        flight = Flight(loop)
+        protocol = self._protocol
+        if protocol is not None and protocol.loop is loop and protocol.open:
+            protocol.send(_Call(flight, script, call))
+        else:
+            self._send_later(loop, _Call(flight, script, call))
+        return flight
+
+    def close(self) -> None:
+        """Close the connection; calls on their way still land (through redis-py)."""
+        self._closed = True
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            protocol.close()
+
+    # -- connecting -----------------------------------------------------------------
+
+    def _send_later(self, loop: asyncio.AbstractEventLoop, call: _Call) -> None:
+        if not self.lean or self._closed:
+            self._spawn(self._through_redis_py(call, resend=True))
+            return
+        protocol = self._protocol
+        if protocol is not None and protocol.loop is not loop:
+            # The client is used from another event loop now: the old
+            # connection belongs to the old loop, which may be closed.
+            self._protocol = None
+            protocol.abandon()
+        self._backlog.append(call)
+        if not self._connecting:
+            self._connecting = True
+            self._spawn(self._connect(loop))
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            protocol: _WireProtocol | None = await self._open(loop)
+        except Exception as error:  # noqa: BLE001 -- redis-py reports it: each call goes its way
+            logger.debug("lock call connection failed: %s", error)
+            protocol = None
+        finally:
+            self._connecting = False
+        backlog, self._backlog = self._backlog, []
+        if protocol is None or self._closed:
+            if protocol is not None:
+                protocol.close()
+            for call in backlog:
+                self._spawn(self._through_redis_py(call, resend=True))
+            return
+        self._protocol = protocol
+        for call in backlog:
+            protocol.send(call)
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _WireProtocol | None:
+        """A connection made by redis-py, its socket taken over; None if it cannot be."""
+        connection = lean_connection(self._client)
+        if connection is None:
+            self.lean = False
+            return None
+        if int(connection.protocol or 2) >= 3 and _PUSH is None:
+            self.lean = False  # hiredis < 3.2 cannot tell a push message from a reply
+            return None
+        await connection.connect()
+        reader: Any = getattr(connection, "_reader", None)
+        writer: Any = getattr(connection, "_writer", None)
+        transport = getattr(writer, "transport", None)
+        unread: Any = getattr(reader, "_buffer", None)
+        if transport is None or unread is None or len(unread):
+            # Not the stream-based connection this knows (another redis-py), or
+            # bytes already read past the handshake: leave it to redis-py.
+            self.lean = False
+            await connection.disconnect()
+            return None
+        protocol = _WireProtocol(self, loop, transport, (connection, writer), connection)
+        transport.set_protocol(protocol)
+        if not transport.is_reading():
+            transport.resume_reading()
+        return protocol
+
+    # -- calls redis-py finishes ------------------------------------------------------
+
+    async def _through_redis_py(self, call: _Call, *, resend: bool) -> None:
+        """Run ``call`` through redis-py, once more if its connection broke (``resend``)."""
+        script, sent = call.script, call.call
+        try:
+            try:
+                reply = await script(keys=sent.keys, args=sent.args)
+            except LOST_REPLY:
+                if not resend:
+                    raise
+                reply = await script(keys=sent.keys, args=sent.args)
+        except BaseException as error:
+            call.flight.land(error=error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        call.flight.land(reply)
+
+    def _refused(self, call: _Call, error: ResponseError) -> None:
+        """An error reply: a script the server does not know is run by redis-py."""
+        if isinstance(error, NoScriptError):
+            # Not run: redis-py loads the script (choosing its variant) and runs it.
+            self._spawn(self._through_redis_py(call, resend=True))
+            return
+        call.flight.land(error=permission_error(error) or error)
+
+    def _lost(self, protocol: _WireProtocol, calls: Sequence[_Call], timed_out: str) -> None:
+        """``protocol``'s connection ended with ``calls`` unanswered."""
+        if self._protocol is protocol:
+            self._protocol = None
+        for call in calls:
+            if timed_out:
+                call.flight.land(error=RedisTimeoutError(timed_out))
+            else:
+                # It may or may not have run: sent once more, with its request id.
+                self._spawn(self._through_redis_py(call, resend=False))
+
+
+class _WireProtocol(asyncio.Protocol):
+    """The taken-over socket: writes calls, parses replies, hands each to its call."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        loop: asyncio.AbstractEventLoop,
+        transport: Any,
+        keep: object,
+        connection: Any,
+    ) -> None:
+        self.loop = loop
+        #: True until the connection is closed or lost: calls may be written.
+        self.open = True
+        self._wire = wire
+        self._transport = transport
+        # The redis-py connection and stream writer that opened the socket:
+        # dropped, they would close it.
+        self._keep = keep
+        self._where = repr(connection)
+        timeout = connection.socket_timeout
+        self._timeout: float | None = float(timeout) if timeout else None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timed_out = ""
+        self._calls: collections.deque[tuple[_Call, float]] = collections.deque()
+        self._reader = hiredis.Reader(
+            protocolError=InvalidResponse, replyError=BaseParser.parse_error
+        )
+
+    def send(self, call: _Call) -> None:
+        sent = call.call
+        self._transport.write(resp.evalsha(call.script.sha, sent.keys, sent.args, sent.rid))
+        self._calls.append((call, self.loop.time()))
+        if self._timeout is not None and self._timer is None:
+            self._timer = self.loop.call_later(self._timeout, self._check_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        calls = self._calls
+        try:
+            while (reply := reader.gets()) is not False:
+                if _PUSH is not None and type(reply) is _PUSH:
+                    continue  # a RESP3 push message (none is asked for): not a reply
+                call = calls.popleft()[0]
+                if isinstance(reply, ResponseError):
+                    self._wire._refused(call, reply)
+                else:
+                    call.flight.land(reply)
+        except (InvalidResponse, IndexError) as error:
+            # Garbled, or a reply nobody asked for: the stream cannot be trusted.
+            logger.warning("lock call connection out of step, reconnecting: %r", error)
+            self._end()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        calls = [call for call, _ in self._calls]
+        self._calls.clear()
+        self._wire._lost(self, calls, self._timed_out)
+        self._keep = None
+
+    def close(self) -> None:
+        """Close after the calls written so far are flushed."""
+        self.open = False
+        self._transport.close()
+
+    def abandon(self) -> None:
+        """Drop a connection of another (possibly closed) event loop."""
+        self.open = False
+        try:
+            self._transport.abort()
+        except RuntimeError:  # its loop is closed: nothing more can be done there
+            self._keep = None
+
+    def _end(self) -> None:
+        self.open = False
+        self._transport.abort()
+
+    def _check_timeout(self) -> None:
+        self._timer = None
+        if not self._calls or not self.open:
+            return
+        left = self._calls[0][1] + self._timeout - self.loop.time()  # type: ignore[operator]  # set when armed
+        if left > 0:
+            self._timer = self.loop.call_later(left, self._check_timeout)
+            return
+        self._timed_out = f"Timeout reading from {self._where}"
+        self._end()
