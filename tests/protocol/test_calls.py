@@ -32,6 +32,12 @@ from django_rlock.core._protocol.fairlock import (
     fair_release_call,
 )
 from django_rlock.core._protocol.names import MAX_NAME_BYTES, LockKeys, check_name
+from django_rlock.core._protocol.redisson import (
+    acquire_on,
+    force_release_on,
+    redisson_keys,
+    release_on,
+)
 from django_rlock.core._protocol.rwlock import (
     RWKeys,
     read_acquire_call,
@@ -67,6 +73,7 @@ def calls(prefix: str, name: str, owner: str) -> dict[str, ScriptCall]:
     fair = fair_keys(prefix, name)
     rw = RWKeys.build(prefix, name)
     sem = semaphore_keys(prefix, name)
+    shared = redisson_keys(prefix, name)  # layout="redisson" (tests/protocol/test_redisson.py)
     attempt: dict[str, Any] = {"ttl": 30.0, "waiter_id": WAITER, "sleep": 2.5, "rid": RID}
     write_latch = rw.for_write().latch(owner)
     read_latch = rw.for_read().latch(owner)
@@ -98,6 +105,13 @@ def calls(prefix: str, name: str, owner: str) -> dict[str, ScriptCall]:
         "semaphore.abandon": semaphore_abandon_call(sem, WAITER, "publish", 3),
         "semaphore.state": semaphore_state_call(sem),
         "semaphore.force_release": semaphore_force_release_call(sem, "publish"),
+        "redisson-lock.acquire": acquire_on(
+            shared, owner, acquire_call(shared, owner, **attempt, lost=(7, 2), holder="h")
+        ),
+        "redisson-lock.release": release_on(
+            shared, owner, release_call(shared, owner, "publish", RID)
+        ),
+        "redisson-lock.force_release": force_release_on(shared, "publish"),
     }
 
 
@@ -153,6 +167,8 @@ def test_every_key_every_call_sends_is_in_the_names_slot(name: str, prefix: str)
     expected = key_slot(LockKeys.build(prefix, name).hash.encode())
     owner = "0123abcd:7"
     for script, call in calls(prefix, name, owner).items():
+        if script.startswith("redisson-lock."):
+            continue  # keyed by the name itself: tests/protocol/test_redisson.py
         slots = {key_slot(key.encode()) for key in call.keys}
         assert slots == {expected}, (script, call.keys)
 

@@ -1,8 +1,12 @@
 """Owner identity: who a hold belongs to.
 
-An owner id is ``<process id>:<thread number>``. The process id is 128 random
-bits, made anew in every forked child, so a child never passes for its parent
-(it cannot release the parent's locks, and the parent's holds are not its own).
+An owner id is ``<process id>:<thread number>``. The process id is a random
+UUID (122 random bits), made anew in every forked child, so a child never
+passes for its parent (it cannot release the parent's locks, and the parent's
+holds are not its own). A thread's owner id thus has the shape of a Redisson
+lock owner, ``<client UUID>:<Java thread id>`` (a decimal number), in every
+layout: a Java tool that reads a lock hash's fields reads ours too
+(``layout="redisson"``, docs/redisson.md).
 The thread number is given to each thread on first use and never given again in
 this process: ``threading.get_ident()`` values are reused once a thread ends,
 and a new thread must not inherit a dead thread's holds.
@@ -21,8 +25,8 @@ import asyncio
 import functools
 import itertools
 import logging
-import secrets
 import threading
+import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +36,7 @@ from django_rlock.core._process import forking
 logger = logging.getLogger("django_rlock.lock")
 
 
-_process_id = secrets.token_hex(16)
+_process_id = str(uuid.uuid4())
 
 
 _thread_numbers = itertools.count(1)  # next() is atomic under the GIL
@@ -138,5 +142,5 @@ def _task_ended(owner: str, _task: asyncio.Task[Any]) -> None:
 @forking.after_fork_in_child
 def _regenerate_after_fork() -> None:
     global _process_id  # noqa: PLW0603 -- the id is process state by definition
-    _process_id = secrets.token_hex(16)
+    _process_id = str(uuid.uuid4())
     _subjects.clear()  # the parent's threads and tasks are not this process's

@@ -196,7 +196,10 @@ class ChannelTable(Generic[W]):
         kind, name, payload = reply[0], reply[1], reply[2]
         channel = self.channels.get(name)
         if kind in (b"message", b"smessage"):
-            if payload:
+            # A number is Redisson's (layout="redisson": '0' on every release,
+            # ours and Java's): like '' it wakes every waiter of the channel.
+            # Waiter ids always hold a ':', so no id reads as a number.
+            if payload and not payload.isdigit():
                 # A message naming another process's waiter is not for us. A
                 # fair lock's handoff says more after the name (a space).
                 name_of, _, grant = payload.partition(b" ")

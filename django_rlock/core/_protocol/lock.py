@@ -48,7 +48,17 @@ import itertools
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, Unpack
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    NamedTuple,
+    NoReturn,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 import redis.exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
@@ -65,6 +75,7 @@ from django_rlock.core._protocol.calls import (
     force_release_call,
     release_call,
 )
+from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
     drop_lost_grant,
@@ -436,6 +447,8 @@ class LockEngine(Protocol):
     """
 
     key_prefix: str
+    #: ``"rlock"`` or ``"redisson"`` (:mod:`~django_rlock.core._protocol.layouts`).
+    layout: str
     watchdog_timeout: float
     min_replicas: int
     #: ``"publish"``, or ``"spublish"`` on a cluster with sharded pub/sub.
@@ -454,10 +467,18 @@ class LockBase:
     this process's holds (an asyncio client's sync engine for ``AsyncRLock``).
     """
 
+    #: The key layout this class speaks (:mod:`~django_rlock.core._protocol.layouts`),
+    #: and the client factory that makes its kind: a lock is refused on a
+    #: client of another layout, saying what that layout offers instead.
+    layout: ClassVar[str] = RLOCK
+    kind: ClassVar[str] = "lock"
+
     def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
         unknown = sorted(set(options) - set(LockOptions.__annotations__))
         if unknown:
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
+        if engine.layout != self.layout:
+            raise refusal(self.kind, self.layout, engine.layout, name)
         self._engine = engine
         self._registry: HoldRegistry = engine.holds
         self.keys = LockKeys.build(engine.key_prefix, name)

@@ -29,6 +29,12 @@ from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
+from django_rlock.core._protocol.layouts import (
+    REDISSON,
+    RLOCK,
+    check_layout,
+    check_sharded_subscription,
+)
 from django_rlock.core._protocol.lock import ACQUIRE, LockBase, LockScripts, ScriptRegistry
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -54,6 +60,7 @@ from django_rlock.core._sync.connection import (
 from django_rlock.core._sync.leader import Leadership
 from django_rlock.core._sync.locks import FairLock, ReadWriteLock, RLock, Semaphore
 from django_rlock.core._sync.multilock import MultiLock, RedLock
+from django_rlock.core._sync.redisson import RedissonRLock
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.waiting import Listener, ReleaseListener
@@ -99,6 +106,15 @@ class LockClient:
     wait, with WAIT, until that many replicas have the grant, at most
     ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
     and :class:`LockNotReplicatedError` is raised.
+
+    ``layout="redisson"`` shares :meth:`lock` with Java services running
+    Redisson (their ``RLock`` of the same name; the name is the key, and
+    ``key_prefix`` only namespaces this library's own keys beside it); the
+    fair lock, read-write lock and semaphore are then refused, and so is
+    ``min_replicas``. ``sharded_subscription`` (Redisson's
+    ``ShardedSubscriptionMode``): ``"auto"`` announces releases with SPUBLISH
+    on a Redis >= 7 cluster and PUBLISH elsewhere, ``"on"`` always with
+    SPUBLISH, ``"off"`` never. See docs/redisson.md.
     """
 
     def __init__(
@@ -110,8 +126,19 @@ class LockClient:
         min_replicas: int = 0,
         replica_sync_timeout: float = DEFAULT_REPLICA_SYNC_TIMEOUT,
         server: str | None = None,
+        layout: str = RLOCK,
+        sharded_subscription: str = "auto",
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
+        #: ``"rlock"`` or ``"redisson"``: whose keys the locks use (see :meth:`lock`).
+        self.layout = check_layout(layout)
+        self.sharded_subscription = check_sharded_subscription(sharded_subscription)
+        if layout == REDISSON and min_replicas:
+            raise ValueError(
+                f"min_replicas={min_replicas!r} is not offered with layout='redisson': a grant "
+                "undone for want of replicas would have to wake Redisson's waiters and give its "
+                "token back; use min_replicas=0 (or layout='rlock')"
+            )
         self.watchdog_timeout = check_watchdog_timeout(watchdog_timeout)
         if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
             raise ValueError(f"min_replicas must be an int >= 0, got {min_replicas!r}")
@@ -140,10 +167,14 @@ class LockClient:
         self.slot_of: Callable[[str], int] | None = None
         if self.cluster is not None:
             self.slot_of = slot_of
-            with reported_unavailable(self.server, "connect to the cluster"):
-                sharded = self._sharded_pubsub(self.cluster)
+            sharded = self.sharded_subscription == "on"
+            if self.sharded_subscription == "auto":
+                with reported_unavailable(self.server, "connect to the cluster"):
+                    sharded = self._sharded_pubsub(self.cluster)
             if sharded:
                 self.publish_command = "spublish"
+        elif self.sharded_subscription == "on":
+            self.publish_command = "spublish"  # one Redis >= 7 server takes it too
         #: Every kind's scripts on this client's connection, made on first use.
         self.scripts = ScriptRegistry(
             functools.partial(LockScript, self.redis), functools.partial(OomSafeScript, self.redis)
@@ -170,7 +201,11 @@ class LockClient:
         _clients.add(self)
 
     def __repr__(self) -> str:
-        return f"<LockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}>"
+        layout = "" if self.layout == RLOCK else f" layout={self.layout!r}"
+        return (
+            f"<LockClient prefix={self.key_prefix!r} watchdog_timeout={self.watchdog_timeout}"
+            f"{layout}>"
+        )
 
     def __enter__(self) -> LockClient:
         return self
@@ -192,8 +227,11 @@ class LockClient:
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
         ``with lock:``; :meth:`RLock.acquire` takes its own. ``max_hold``
         bounds every watchdog hold taken through it (see :class:`LockOptions`).
+        With ``layout="redisson"`` it is shared with Redisson's ``RLock`` of the
+        same name (a :class:`~django_rlock.core._sync.redisson.RedissonRLock`).
         """
-        return RLock(
+        kind = RedissonRLock if self.layout == REDISSON else RLock
+        return kind(
             self,
             check_name(name),
             timeout=timeout,
@@ -382,7 +420,7 @@ class LockClient:
     def _make_listener(self) -> Listener:
         cluster = self.cluster
         if cluster is None:
-            return ReleaseListener(self.redis)
+            return ReleaseListener(self.redis, sharded=self.publish_command == "spublish")
         if self.publish_command == "spublish":
             return ShardedReleaseListener(cluster)
         # Before Redis 7 a PUBLISH reaches every node: any one node will do.

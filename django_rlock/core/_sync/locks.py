@@ -557,6 +557,8 @@ class FairBase(LockBase):
     it turns the plain calls into the fair scripts' (see :func:`with_queue`).
     """
 
+    kind = "fair_lock"  # its factory, named when a client's layout refuses it
+
     #: The fair lock's keys (also :attr:`keys`), with its queue.
     fair_keys: FairKeys
 
@@ -798,6 +800,8 @@ class _Side(LockBase):
     send this side's scripts through the sender hooks.
     """
 
+    kind = "read_write_lock"  # its factory, named when a client's layout refuses it
+
     rw_keys: RWKeys
 
     def __init__(
@@ -1036,6 +1040,8 @@ class SemaphoreBase(LockBase):
     owner's permit hash as the key its holds are counted and renewed in, and
     the script calls.
     """
+
+    kind = "semaphore"  # its factory, named when a client's layout refuses it
 
     def __init__(
         self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
