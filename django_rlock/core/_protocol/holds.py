@@ -351,9 +351,9 @@ class HoldRegistry:
                     acquired_at=sent_at,
                     waited=clock.monotonic() - (sent_at if requested_at is None else requested_at),
                     max_hold=lock.max_hold,
+                    locks=[lock],
                 )
                 stack.append(hold)
-                hold.add_lock(lock)
                 new = True
             start_watch = hold.watchdog and not self._watched
             self._watched = self._watched or hold.watchdog
@@ -361,7 +361,7 @@ class HoldRegistry:
             self.declare_lost(stale, "it expired before this re-entry")
         if start_watch:
             self._watch()
-        if new:
+        if new and self._acquired:
             _notify(self._acquired, hold)
         return hold
 
@@ -405,7 +405,7 @@ class HoldRegistry:
                 self._forget(hold)
         if done and left > 0:
             self._left_on_server(hold, left)
-        if done:
+        if done and self._released:
             _notify(self._released, hold)
 
     def release_failed(self, hold: Hold) -> bool:
