@@ -148,6 +148,10 @@ def run_suite(
     django = next((pin for pin in pins if pin.startswith("Django")), None)
     session.install(f"{wheel}[{EXTRAS}]", *pins, *extra, *beat_schedulers_for(django))
     env = {"RLOCK_SOURCE_TREE": str(ROOT)}
+    # tests/interop's Java peer lives outside the repository (see its conftest.py).
+    emulator = Path(os.environ.get("REDISSON_EMULATOR_DIR") or ROOT.parent / "shared" / "redisson")
+    if (emulator / "redisson_emulator.py").is_file():
+        env["REDISSON_EMULATOR_DIR"] = str(emulator)
     if server:
         env["RLOCK_TEST_SERVER_BINARY"] = server_binary(session, server)
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)

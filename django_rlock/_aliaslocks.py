@@ -20,7 +20,9 @@ Django face knows:
   the current task, and yields that.
 
 :class:`AsyncAliasLock` is the same over the asyncio engine's
-:class:`~django_rlock.core.aio.AsyncRLock`.
+:class:`~django_rlock.core.aio.AsyncRLock`. An alias with ``"LAYOUT": "redisson"``
+hands out :class:`RedissonAliasLock` and :class:`AsyncRedissonAliasLock`: the
+same, on Redisson's keys (docs/redisson.md).
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from django_rlock._callsite import caller_location
 from django_rlock._transactions import end_block
 from django_rlock.core._aio.client import AsyncLockClient
 from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.locks import RLock
+from django_rlock.core._sync.redisson import RedissonRLock
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo
@@ -211,3 +215,11 @@ class AsyncAliasLock(AliasAttached, AsyncRLock):
     ) -> None:
         super().__init__(client, name, **options)
         self._attach(backend)
+
+
+class RedissonAliasLock(AliasLock, RedissonRLock):
+    """An :class:`AliasLock` of an alias with ``"LAYOUT": "redisson"`` (Redisson's RLock)."""
+
+
+class AsyncRedissonAliasLock(AsyncAliasLock, AsyncRedissonRLock):
+    """An :class:`AsyncAliasLock` of an alias with ``"LAYOUT": "redisson"``."""

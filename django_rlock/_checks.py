@@ -17,6 +17,9 @@
                        or prometheus_client is not installed.
 ``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``, or
                        ``LEAKED`` not ``"release"``/``"warn"``.
+``django_rlock.E010``  ``LAYOUT`` is not ``"rlock"``/``"redisson"``,
+                       ``SHARDED_SUBSCRIPTION`` not ``"auto"``/``"on"``/``"off"``,
+                       or ``"redisson"`` is combined with ``CACHE`` or ``MIN_REPLICAS``.
 ``django_rlock.W001``  The LocMem backend is used with ``DEBUG = False``: it
                        does not lock across processes.
 ``django_rlock.W003``  (deploy) Redis's ``maxmemory-policy`` can evict keys with

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core._protocol.layouts import LAYOUTS, RLOCK, SHARDED_SUBSCRIPTION_MODES
 from django_rlock.core._protocol.names import (
     check_key_prefix,
     check_max_hold,
@@ -67,6 +68,8 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "TRANSACTION": "auto",
     "LEAKED": "release",
     "MAX_HOLD": None,
+    "LAYOUT": RLOCK,
+    "SHARDED_SUBSCRIPTION": "auto",
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
@@ -327,6 +330,26 @@ def key_prefix(alias: str = DEFAULT_LOCK_ALIAS) -> str:
         return check_key_prefix(value)
     except ValueError as error:
         raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E005") from None
+
+
+def layout(alias: str = DEFAULT_LOCK_ALIAS) -> str:
+    """``LAYOUT``: ``"rlock"`` (default, this library's keys) or ``"redisson"``.
+
+    ``"redisson"`` shares the alias's locks with Java services running
+    Redisson (their RLock of the same name): see docs/redisson.md.
+    """
+    return _choice("LAYOUT", alias, UNSET, LAYOUTS, "django_rlock.E010")
+
+
+def sharded_subscription(alias: str = DEFAULT_LOCK_ALIAS) -> str:
+    """``SHARDED_SUBSCRIPTION``: ``"auto"`` (default), ``"on"`` or ``"off"``.
+
+    Redisson's ``ShardedSubscriptionMode``: whether releases are announced
+    with SPUBLISH (``"auto"``: on a Redis >= 7 cluster) or PUBLISH.
+    """
+    return _choice(
+        "SHARDED_SUBSCRIPTION", alias, UNSET, SHARDED_SUBSCRIPTION_MODES, "django_rlock.E010"
+    )
 
 
 def busy_response(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> BusyResponse:

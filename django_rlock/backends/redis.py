@@ -23,6 +23,7 @@ first use and shared by every thread of the process.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from fnmatch import fnmatchcase
 from typing import Any, Unpack
 
 import redis
@@ -35,7 +36,12 @@ from django_rlock._aliasfamily import (
     AsyncAliasFairLock,
     AsyncAliasReadWriteLock,
 )
-from django_rlock._aliaslocks import AliasLock, AsyncAliasLock
+from django_rlock._aliaslocks import (
+    AliasLock,
+    AsyncAliasLock,
+    AsyncRedissonAliasLock,
+    RedissonAliasLock,
+)
 from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock._eviction import maxmemory_policy as read_maxmemory_policy
 from django_rlock._eviction import report_eviction_policy
@@ -49,8 +55,10 @@ from django_rlock.backends.base import (
 )
 from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
+from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.connection import (
@@ -97,6 +105,10 @@ class RedisLockBackend(BaseLockBackend):
         self.location = self._check_location(params)
         self.min_replicas = conf.min_replicas(alias)
         self.replica_sync_timeout = conf.replica_sync_timeout(alias)
+        #: ``"rlock"``, or ``"redisson"``: locks shared with Redisson (docs/redisson.md).
+        self.layout = conf.layout(alias)
+        self.sharded_subscription = conf.sharded_subscription(alias)
+        self._check_layout()
         if self.cache_alias is not None:
             self._check_options({}, "an alias using CACHE (the cache's own OPTIONS apply)")
         else:
@@ -131,6 +143,23 @@ class RedisLockBackend(BaseLockBackend):
                 check_id="django_rlock.E003",
             ) from None
         return location
+
+    def _check_layout(self) -> None:
+        if self.layout != REDISSON:
+            return
+        where = f"RLOCKS[{self.alias!r}] has LAYOUT 'redisson'"
+        if self.cache_alias is not None:
+            raise LockSettingError(
+                f"{where} and CACHE: a cache's lock client keeps this library's layout; "
+                "give the alias its own LOCATION",
+                check_id="django_rlock.E010",
+            )
+        if self.min_replicas:
+            raise LockSettingError(
+                f"{where} and MIN_REPLICAS {self.min_replicas}: replica-synced grants are "
+                "not offered in that layout; set MIN_REPLICAS to 0",
+                check_id="django_rlock.E010",
+            )
 
     def _accepted_options(self) -> tuple[Mapping[str, object], str]:
         """The OPTIONS this alias's client takes, with defaults, and what takes them."""
@@ -173,6 +202,8 @@ class RedisLockBackend(BaseLockBackend):
             min_replicas=self.min_replicas,
             replica_sync_timeout=self.replica_sync_timeout,
             server=self.server_label(),
+            layout=self.layout,
+            sharded_subscription=self.sharded_subscription,
         )
         self.reporter.attach(client.holds)
         return client
@@ -183,13 +214,15 @@ class RedisLockBackend(BaseLockBackend):
 
     def lock(self, name: str, **options: Unpack[LockOptions]) -> AliasLock:
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
-        return AliasLock(self.client, check_name(name), self, **options)
+        kind = RedissonAliasLock if self.layout == REDISSON else AliasLock
+        return kind(self.client, check_name(name), self, **options)
 
     def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_lock(name, **options)
-        return AsyncAliasLock(self._async_client(), check_name(name), self, **options)
+        kind = AsyncRedissonAliasLock if self.layout == REDISSON else AsyncAliasLock
+        return kind(self._async_client(), check_name(name), self, **options)
 
     def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AliasSemaphore:
         """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
@@ -233,10 +266,12 @@ class RedisLockBackend(BaseLockBackend):
         """Whether this alias has the asyncio engine (if not: a lock on a worker thread)."""
         # A cache alias shares the cache's sync pool, which asyncio cannot use;
         # Sentinel, Cluster and replica-synced grants have no asyncio engine yet.
+        # The asyncio listener has no SSUBSCRIBE (SHARDED_SUBSCRIPTION "on").
         return (
             self.cache_alias is None
             and not self.min_replicas
             and self.location.startswith(_ASYNC_SCHEMES)
+            and self.sharded_subscription != "on"
         )
 
     def _async_client(self) -> AsyncLockClient:
@@ -262,13 +297,22 @@ class RedisLockBackend(BaseLockBackend):
             key_prefix=self.key_prefix,
             watchdog_timeout=self.watchdog_timeout,
             server=self.server_label(),
+            layout=self.layout,
+            sharded_subscription=self.sharded_subscription,
         )
         self.reporter.attach(client.engine.holds)
         return client
 
     def names(self, pattern: str = "*") -> Iterator[str]:
-        """Held lock names matching ``pattern``, found with SCAN (never KEYS)."""
+        """Held lock names matching ``pattern``, found with SCAN (never KEYS).
+
+        With ``LAYOUT`` ``"redisson"`` a name is its own key, so only the names
+        this library's processes hold are found (by their holder descriptions).
+        """
         client = self.client
+        if self.layout == REDISSON:
+            yield from self._redisson_names(pattern)
+            return
         prefix = client.key_prefix
         head = f"{_glob_escape(prefix)}:" if prefix else ""
         match = f"{head}{{{escape(pattern)}}}"
@@ -281,9 +325,32 @@ class RedisLockBackend(BaseLockBackend):
                     seen.add(name)  # SCAN may return a key twice
                     yield name
 
+    def _redisson_names(self, pattern: str) -> Iterator[str]:
+        client = self.client
+        prefix = client.key_prefix
+        head = f"{prefix}:redisson:" if prefix else "redisson:"
+        tail = ":holder"
+        seen: set[str] = set()
+        with reported_unavailable(client.server, "list locks"):
+            for raw in client.redis.scan_iter(
+                match=f"{_glob_escape(head)}*{tail}", count=_SCAN_BATCH, _type="hash"
+            ):
+                own = _text(raw)[len(head) : -len(tail)]
+                if own.startswith("tag:"):
+                    name = own[len("tag:") :]
+                elif own.startswith("{") and own.endswith("}"):
+                    name = own[1:-1]
+                else:
+                    continue
+                if name not in seen and fnmatchcase(name, pattern):
+                    seen.add(name)  # SCAN may return a key twice
+                    yield name
+
     def inspect(self, name: str) -> LockInfo | None:
         """Holders, TTL and last fencing token of lock ``name``, read in one round trip."""
         client = self.client
+        if self.layout == REDISSON:
+            return self._inspect_redisson(name)
         keys = LockKeys.build(client.key_prefix, check_name(name))
         pipe = client.redis.pipeline(transaction=False)
         pipe.hgetall(keys.hash)
@@ -308,6 +375,30 @@ class RedisLockBackend(BaseLockBackend):
             token=None if fence is None else int(fence),
             waiters=int(waiters),
             holder=read_holder(fields),
+        )
+
+    def _inspect_redisson(self, name: str) -> LockInfo | None:
+        """:meth:`inspect` in Redisson's layout: either side's holders; no waiters are known."""
+        client = self.client
+        keys = redisson_keys(client.key_prefix, check_redisson_name(check_name(name)))
+        pipe = client.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.hash)
+        pipe.pttl(keys.hash)
+        pipe.get(keys.token)
+        pipe.hgetall(keys.holder)
+        with reported_unavailable(client.server, "inspect", keys.name):
+            owners, pttl, token, description = pipe.execute()
+        holders = {display_owner(_text(owner)): int(count) for owner, count in owners.items()}
+        if not holders:
+            return None
+        ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
+        return LockInfo(
+            name=name,
+            holders=holders,
+            ttl=ttl,
+            token=None if token is None else int(token),
+            waiters=0,  # Redisson's waiters register nowhere
+            holder=read_holder({_text(k): _text(v) for k, v in description.items()}),
         )
 
     def maxmemory_policy(self) -> str | None:

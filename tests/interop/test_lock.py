@@ -8,6 +8,7 @@ the thread. Watchdog timeouts are short (1.5 to 3 s) to keep this quick.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -20,6 +21,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockLostError
+from django_rlock.core.aio import AsyncLockClient
 from tests.children import python_module, read_answer
 from tests.interop.conftest import skip_without_sharded_pubsub
 
@@ -301,3 +303,43 @@ def test_mixed_contention_never_overlaps_nor_loses_an_update(
     assert not any(thread.is_alive() for thread in threads)
     assert state["overlaps"] == 0
     assert state["counter"] == 2 * per_side * rounds
+
+
+def test_an_asyncio_lock_is_shared_the_same_way(
+    redisson: Any, redis_url: str, java_thread: Any
+) -> None:
+    java = redisson().get_lock("async:1")
+
+    def on_java(call: Callable[..., Any], *args: Any) -> Any:
+        return asyncio.to_thread(lambda: java_thread(call, *args).result(10))
+
+    async def main() -> None:
+        async with AsyncLockClient(redis_url, layout="redisson", watchdog_timeout=3) as client:
+            lock = client.lock("async:1")
+            assert await lock.acquire(lease=20)
+            assert await on_java(java.is_locked) and not await on_java(java.try_lock_once)
+            waiter = java_thread(java.try_lock, 8000, 20000)
+            await asyncio.sleep(0.3)
+            released = time.monotonic()
+            await lock.release()
+            assert await asyncio.to_thread(waiter.result, 10)
+            assert time.monotonic() - released < WOKEN
+            # Java holds (the waiter's grant); an asyncio waiter is woken by its unlock.
+
+            async def take_and_release() -> tuple[bool, float]:  # a task: its own owner
+                granted = await lock.acquire(timeout=8)
+                at = time.monotonic()
+                if granted:
+                    assert await lock.owned()
+                    await lock.release()
+                return granted, at
+
+            waiting = asyncio.ensure_future(take_and_release())
+            await asyncio.sleep(0.3)
+            released = time.monotonic()
+            await on_java(java.unlock)
+            granted, at = await waiting
+            assert granted and at - released < WOKEN
+            assert not await lock.locked()
+
+    asyncio.run(main())
