@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 from redis.connection import Connection
 
 from django_rlock.core._protocol import resp
-from django_rlock.core._protocol.calls import acquire_call, release_call
+from django_rlock.core._protocol.calls import (
+    acquire_call,
+    acquire_template,
+    release_call,
+    release_template,
+)
 from django_rlock.core._protocol.names import LockKeys
 
 pytestmark = pytest.mark.pure
@@ -73,3 +78,28 @@ def test_the_memo_is_bounded() -> None:
     for index in range(resp.MEMO_LIMIT + 10):
         resp.evalsha("s", [f"key:{index}"], [])
     assert len(resp._memo) <= resp.MEMO_LIMIT
+
+
+@given(st.text(min_size=1), st.text(), st.text(), st.integers(0, 10**6), st.integers(0, 9))
+def test_the_lock_templates_pack_what_the_calls_say(
+    name: str, owner: str, waiter: str, sleep_ms: int, holds: int
+) -> None:
+    keys = LockKeys.build("shop", name)
+    sha = "c" * 40
+    for rid, token in (("1", 0), ("123456", 99)):
+        call = acquire_call(
+            keys,
+            owner,
+            ttl=12.5,
+            waiter_id=waiter,
+            sleep=sleep_ms / 1000,
+            rid=rid,
+            lost=(token, holds) if holds else None,
+            holder='{"host":"h"}',
+        )
+        packed = acquire_template(keys, owner, 12.5).pack(sha, *call.args[2:])
+        assert packed == resp.evalsha(sha, call.keys, call.args)
+        free = release_call(keys, owner, "spublish", rid)
+        assert release_template(keys, owner, "spublish").pack(sha, rid) == resp.evalsha(
+            sha, free.keys, free.args
+        )

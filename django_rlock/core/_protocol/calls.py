@@ -12,6 +12,7 @@ import math
 from typing import Any, NamedTuple
 
 from django_rlock.core._protocol.names import LockKeys, milliseconds
+from django_rlock.core._protocol.resp import Template
 
 
 class ScriptCall(NamedTuple):
@@ -85,6 +86,23 @@ def acquire_call(
         ),
         rid=rid,
     )
+
+
+def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
+    """:func:`acquire_call`'s fixed parts for one owner and life, encoded once.
+
+    :meth:`Template.pack` then takes the script's SHA and the rest of the
+    arguments in order: waiter id, sleep in ms, request id, the lost holds'
+    count and token (str), the holder (see :func:`acquire_args`).
+    """
+    latch = keys.latch(owner)
+    return Template([keys.hash, keys.fence, keys.waiters, latch], [owner, milliseconds(ttl)], 6)
+
+
+def release_template(keys: LockKeys, owner: str, publish: str) -> Template:
+    """:func:`release_call`'s fixed parts for one owner: ``pack(sha, rid)`` makes a call."""
+    latch = keys.latch(owner)
+    return Template([keys.hash, keys.channel, keys.waiters, latch], [owner, publish], 1)
 
 
 def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:

@@ -15,7 +15,7 @@ one packing serves both. Strings are encoded as UTF-8, as redis-py's default
 encoder does; ``bytes`` go as they are.
 
 This API is kept stable for both engines: :func:`bulk`, :func:`command`,
-:func:`evalsha`.
+:func:`evalsha`, :class:`Template`.
 """
 
 from __future__ import annotations
@@ -105,3 +105,34 @@ def evalsha(
         else:
             append(bulk(part))
     return b"".join(parts)
+
+
+class Template:
+    """EVALSHA calls whose keys and first arguments are fixed, encoded once.
+
+    ``Template(keys, fixed, rest)`` packs ``EVALSHA sha len(keys) *keys
+    *fixed *rest_values`` with :meth:`pack`, where ``rest`` is how many
+    arguments each call adds. A lock keeps one per owner for its hot calls:
+    packing one is a join of a few bytes objects.
+    """
+
+    __slots__ = ("_body", "_head")
+
+    def __init__(self, keys: Sequence[Part], fixed: Sequence[Part], rest: int) -> None:
+        self._head = b"*%d\r\n" % (3 + len(keys) + len(fixed) + rest) + _EVALSHA
+        self._body = bulk(len(keys)) + b"".join(bulk(part) for part in (*keys, *fixed))
+
+    def pack(self, sha: str, *rest: Part) -> bytes:
+        """One call of the script ``sha`` with the remaining arguments ``rest``."""
+        memo, ints = _memo, _ints
+        parts = [self._head, memo.get(sha) or _remember(sha), self._body]
+        append = parts.append
+        for part in rest:
+            kind = type(part)
+            if kind is str:
+                append(memo.get(part) or _remember(part))  # type: ignore[arg-type]
+            elif kind is int:
+                append(ints.get(part) or _remember_int(part))  # type: ignore[arg-type]
+            else:
+                append(bulk(part))
+        return b"".join(parts)

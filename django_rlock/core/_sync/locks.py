@@ -108,7 +108,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
 from redis.exceptions import OutOfMemoryError
 
@@ -118,8 +118,12 @@ from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
+    acquire_call,
+    acquire_template,
     extend_call,
     hold_count_reply,
+    release_call,
+    release_template,
     ttl_reply,
 )
 from django_rlock.core._protocol.fairlock import (
@@ -147,6 +151,7 @@ from django_rlock.core._protocol.names import (
     milliseconds,
 )
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
+from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.rwlock import (
     UPGRADE_REFUSED,
     RWKeys,
@@ -171,6 +176,8 @@ from django_rlock.core._protocol.semaphore import (
     semaphore_release_call,
     semaphore_state_call,
 )
+from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
+from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     LockLostError,
@@ -236,6 +243,16 @@ class RLock(LockBase):
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
+        # (owner, lease) -> the owner's acquire and release templates (_templates).
+        self._packed: dict[tuple[str, float | None], tuple[Template, Template]] = {}
+        kind = type(self)
+        self._packs_calls = (
+            client.min_replicas == 0
+            and kind._acquire_call is LockBase._acquire_call
+            and kind._release_call is LockBase._release_call
+            and kind.hold_keys is LockBase.hold_keys
+            and kind._kind_scripts is RLock._kind_scripts
+        )
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
@@ -288,6 +305,12 @@ class RLock(LockBase):
         uses one with a short timeout); ``requested_at`` is when the caller's
         acquire began.
         """
+        if via is None and self._packs_calls:
+            held = self.client.held()
+            if isinstance(held, HeldClient):
+                return self._attempt_packed(
+                    held, owner, lease, waiter_id=waiter_id, sleep=sleep, requested_at=requested_at
+                )
         call = self._acquire_call(owner, lease, waiter_id, sleep)
         send_acquire = self._acquire_sender()
         sent_at = clock.monotonic()
@@ -307,6 +330,69 @@ class RLock(LockBase):
         if wait is None:
             self._local.lost = False
         return wait
+
+    def _attempt_packed(
+        self,
+        held: HeldClient,
+        owner: str,
+        lease: float | None,
+        *,
+        waiter_id: str,
+        sleep: float,
+        requested_at: float | None,
+    ) -> float | None:
+        """:meth:`_attempt` on the thread's held connection, the call packed from its template.
+
+        The same call as :meth:`_acquire_call` makes (see :attr:`_packs_calls`),
+        with the same request id, lost holds and holder; only its encoding is
+        kept from call to call (:meth:`_templates`).
+        """
+        rid = self._request_id("acquire", owner)
+        lost = lostholds.lost_on_server(self.keys.hash, owner)
+        holder = describe()
+        token, holds = lost or (0, 0)
+        script = cast("LockScript", self._scripts_row().acquire)
+        packed = self._templates(owner, lease)[0].pack(
+            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder
+        )
+
+        def call() -> ScriptCall:
+            ttl = self._ttl_of(lease)
+            return acquire_call(
+                self.keys, owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid,
+                lost=lost, holder=holder,
+            )  # fmt: skip
+
+        sent_at = clock.monotonic()
+        try:
+            try:
+                reply = run_packed(script, held, packed, call)
+            except LOST_REPLY:  # see resend_once: same call, same request id
+                reply = run_packed(script, held, packed, call)
+        except (OutOfMemoryError, *UNANSWERED) as error:
+            self._acquire_failed(error, owner, call())
+        wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
+        if wait is None:
+            self._local.lost = False
+        return wait
+
+    #: Whether this lock's acquire and release calls are the plain lock's, whose
+    #: templates :meth:`_templates` makes: a sibling kind with calls of its own
+    #: (fair, read-write, semaphore, another layout) and a client whose acquire
+    #: waits for replicas send theirs by :meth:`_acquire_call` and :meth:`_release_call`.
+    _packs_calls = False
+
+    def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
+        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
+        made = self._packed.get((owner, lease))
+        if made is None:
+            if len(self._packed) >= _TEMPLATES_KEPT:
+                self._packed.clear()  # many threads came and went: keep the current ones
+            made = self._packed[(owner, lease)] = (
+                acquire_template(self.keys, owner, self._ttl_of(lease)),
+                release_template(self.keys, owner, self._engine.publish_command),
+            )
+        return made
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[LockScripts]
@@ -380,19 +466,41 @@ class RLock(LockBase):
         """Give back one hold of ``owner`` (the calling thread, or a leaked hold's owner)."""
         client = self.client
         hold = self._release_prepare(owner, self._remember_lost)
-        call = self._release_call(owner)
+        held = client.held()
+        if self._packs_calls and isinstance(held, HeldClient):
+            left = self._release_packed(held, hold, owner)
+        else:
+            call = self._release_call(owner)
+            with self._reachable("release"):
+                try:
+                    release = self._release_sender()
+                    try:
+                        left = int(release(keys=call.keys, args=call.args, client=held))
+                    except LOST_REPLY:  # see resend_once: same call, same request id
+                        left = int(release(keys=call.keys, args=call.args, client=held))
+                except BaseException as error:
+                    self._release_failed(hold, error, owner, call)
+                    raise
+        self._release_settle(hold, left, "thread", self._remember_lost)
+
+    def _release_packed(self, held: HeldClient, hold: Hold | None, owner: str) -> int:
+        """:meth:`_release_owned`'s call, packed from its template (as :meth:`_attempt_packed`)."""
+        rid = self._request_id("release", owner)
+        script = cast("OomSafeScript", self._scripts_row().release)
+        packed = self._templates(owner, None)[1].pack(script.sha, rid)
+
+        def call() -> ScriptCall:
+            return release_call(self.keys, owner, self._engine.publish_command, rid)
+
         with self._reachable("release"):
             try:
-                release = self._release_sender()
-                held = client.held()
                 try:
-                    left = int(release(keys=call.keys, args=call.args, client=held))
+                    return int(run_packed(script, held, packed, call))
                 except LOST_REPLY:  # see resend_once: same call, same request id
-                    left = int(release(keys=call.keys, args=call.args, client=held))
+                    return int(run_packed(script, held, packed, call))
             except BaseException as error:
-                self._release_failed(hold, error, owner, call)
+                self._release_failed(hold, error, owner, call())
                 raise
-        self._release_settle(hold, left, "thread", self._remember_lost)
 
     def _remember_lost(self) -> None:
         self._local.lost = True
@@ -521,6 +629,10 @@ class _Waiting:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
+
+
+#: How many (owner, lease) templates one lock keeps before it starts afresh.
+_TEMPLATES_KEPT = 64
 
 
 #: The shortest sleep a queued waiter announces, in seconds (its deadline is near).

@@ -18,6 +18,7 @@ from typing import Any
 from redis.commands.core import Script
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
+from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import ALLOW_OOM, SCRIPT_COMMANDS
 from django_rlock.core._sync.wire import HeldClient
 
@@ -109,6 +110,30 @@ class LockScript(Script):
             raise
 
 
+def run_packed(
+    script: LockScript | OomSafeScript,
+    client: HeldClient,
+    packed: bytes,
+    call: Callable[[], ScriptCall],
+) -> Any:
+    """Run ``script``'s call ``packed`` (with ``script.sha``) on a thread's held connection.
+
+    The lean path of a lock's hot calls (:mod:`~django_rlock.core._sync.wire`),
+    with the pre-encoded parts of :class:`~django_rlock.core._protocol.resp.Template`.
+    A NOSCRIPT reply sends ``call()`` (the same call as keys and arguments) by
+    redis-py's path, which loads the script (and picks the variant a server
+    compiles); an ACL refusal says what is missing, as :class:`LockScript` does.
+    """
+    try:
+        return client.run_packed(packed)
+    except NoScriptError:
+        made = call()
+        return script(keys=made.keys, args=made.args, client=client)
+    except ResponseError as error:
+        raise_if_refused(error)
+        raise
+
+
 class OomSafeBase:
     """What the sync and asyncio ``allow-oom`` scripts share: both variants and the policy."""
 
@@ -121,6 +146,11 @@ class OomSafeBase:
     def flagged(self) -> bool:
         """True while the ``allow-oom`` variant is in use."""
         return self._policy.flagged
+
+    @property
+    def sha(self) -> str:
+        """The SHA of the variant in use (what a packed call names)."""
+        return self._variants[self._policy.flagged].sha  # type: ignore[no-any-return]
 
     def _choose(self) -> tuple[bool, Any]:
         flagged = self._policy.flagged

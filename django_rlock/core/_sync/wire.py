@@ -58,13 +58,17 @@ class HeldClient(redis.Redis):
         script's error replies as ``ResponseError`` (``NoScriptError`` when
         the server does not have it), after the connection's retry policy.
         """
+        return self.run_packed(resp.evalsha(sha, keys, args))
+
+    def run_packed(self, packed: bytes) -> Any:
+        """Send one packed command, return its reply (see :meth:`run_script`)."""
         connection: Any = self.connection  # Any: redis-py's Connection is untyped
         if connection is None:
             raise redis.ConnectionError("the lock client's held connection was given back")
-        packed = (resp.evalsha(sha, keys, args),)
+        command = (packed,)
 
         def round_trip() -> Any:
-            connection.send_packed_command(packed)
+            connection.send_packed_command(command)
             return connection.read_response()
 
         def failed(error: Exception) -> None:
