@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,18 @@ def test_rlock_holds_the_lock_java_takes(shared_alias: None, redisson: Any) -> N
         pass
     info = locks["default"].inspect("order:42")  # a Java holder, seen from Django
     assert info is not None and sum(info.holders.values()) == 1 and info.holder is None
+    java.unlock()
+
+
+def test_async_with_rlock_holds_the_lock_java_takes(shared_alias: None, redisson: Any) -> None:
+    java = redisson().get_lock("order:50")
+
+    async def main() -> bool:
+        async with rlock("order:50", timeout=1):
+            return await asyncio.to_thread(lambda: java.is_locked() and not java.try_lock_once())
+
+    assert asyncio.run(main())
+    assert java.try_lock_once()
     java.unlock()
 
 

@@ -111,6 +111,25 @@ def test_a_java_hold_keeps_python_out_and_python_sees_it(redisson: Any, client: 
     lock.release()
 
 
+def test_extend_leader_and_multilock_work_on_the_shared_lock(
+    redisson: Any, client: LockClient, java_thread: Any
+) -> None:
+    java = redisson().get_lock("order:45")
+    lock = client.lock("order:45")
+    assert lock.acquire(lease=2)
+    lock.extend(10)
+    assert 9000 < java.remain_time_to_live() <= 10000  # Java sees the new expiry
+    lock.release()
+    with client.leader("order:45") as term:  # a leader's term is the shared lock
+        assert term.token and not java_thread(java.try_lock_once).result()
+    group = client.multi_lock(client.lock("order:45"), client.lock("order:46"))
+    assert java_thread(java.try_lock_once).result()
+    assert not group.acquire(timeout=0.2)  # Java holds a member: all or nothing
+    java_thread(java.unlock).result()
+    with group:
+        assert java.is_locked() and not java_thread(java.try_lock_once).result()
+
+
 def test_each_side_reenters_its_own_hold_and_keeps_the_other_out(
     redisson: Any, client: LockClient, java_thread: Any
 ) -> None:
