@@ -243,8 +243,6 @@ class RLock(LockBase):
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
-        # (owner, lease) -> the owner's acquire and release templates (_templates).
-        self._packed: dict[tuple[str, float | None], tuple[Template, Template]] = {}
         kind = type(self)
         self._packs_calls = (
             client.min_replicas == 0
@@ -353,7 +351,7 @@ class RLock(LockBase):
         token, holds = lost or (0, 0)
         script = cast("LockScript", self._scripts_row().acquire)
         packed = self._templates(owner, lease)[0].pack(
-            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder
+            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder, fresh=rid
         )
 
         def call() -> ScriptCall:
@@ -383,14 +381,21 @@ class RLock(LockBase):
     _packs_calls = False
 
     def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
-        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
-        made = self._packed.get((owner, lease))
+        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock.
+
+        Kept per lock name, not per lock object: the Django face makes a lock
+        object per ``with rlock(...)``.
+        """
+        publish = self._engine.publish_command
+        ttl = self._ttl_of(lease)
+        key = (self.keys.hash, owner, ttl, publish)
+        made = _templates.get(key)
         if made is None:
-            if len(self._packed) >= _TEMPLATES_KEPT:
-                self._packed.clear()  # many threads came and went: keep the current ones
-            made = self._packed[(owner, lease)] = (
-                acquire_template(self.keys, owner, self._ttl_of(lease)),
-                release_template(self.keys, owner, self._engine.publish_command),
+            if len(_templates) >= _TEMPLATES_KEPT:
+                _templates.clear()  # many names or threads came and went: keep the current ones
+            made = _templates[key] = (
+                acquire_template(self.keys, owner, ttl),
+                release_template(self.keys, owner, publish),
             )
         return made
 
@@ -487,7 +492,7 @@ class RLock(LockBase):
         """:meth:`_release_owned`'s call, packed from its template (as :meth:`_attempt_packed`)."""
         rid = self._request_id("release", owner)
         script = cast("OomSafeScript", self._scripts_row().release)
-        packed = self._templates(owner, None)[1].pack(script.sha, rid)
+        packed = self._templates(owner, None)[1].pack(script.sha, rid, fresh=rid)
 
         def call() -> ScriptCall:
             return release_call(self.keys, owner, self._engine.publish_command, rid)
@@ -631,8 +636,12 @@ class _Waiting:
             listening.__exit__(None, None, None)
 
 
-#: How many (owner, lease) templates one lock keeps before it starts afresh.
-_TEMPLATES_KEPT = 64
+#: How many templates (lock, owner, life) the process keeps before it starts afresh.
+_TEMPLATES_KEPT = 4096
+
+
+# (lock hash key, owner, life, publish command) -> acquire and release templates.
+_templates: dict[tuple[str, str, float, str], tuple[Template, Template]] = {}
 
 
 #: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
