@@ -32,6 +32,7 @@ from django_rlock.core._aio.locks import (
     AsyncRLock,
     AsyncSemaphore,
 )
+from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._aio.waiting import AsyncReleaseListener
 from django_rlock.core._aio.wire import Flight, Wire
@@ -136,6 +137,10 @@ class AsyncLockClient:
         candidate, and the leader while the block runs.
         """
         return AsyncLeadership(name, lambda: self.lock(name), timeout=timeout)
+
+    def rate_limiter(self, name: str, rate: str, *, burst: int | None = None) -> AsyncRateLimiter:
+        """A global rate limit called ``name`` for asyncio; see :meth:`LockClient.rate_limiter`."""
+        return AsyncRateLimiter(self, check_name(name), rate, burst=burst)
 
     async def __aenter__(self) -> AsyncLockClient:
         return self

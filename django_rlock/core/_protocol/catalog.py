@@ -15,6 +15,7 @@ import sys
 
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import LockScripts, ScriptSet
+from django_rlock.core._protocol.ratelimit import RateLimiterScripts
 from django_rlock.core._protocol.redisson import RedissonScripts
 from django_rlock.core._protocol.rwlock import RWScripts
 from django_rlock.core._protocol.semaphore import SemaphoreScripts
@@ -27,6 +28,7 @@ KINDS: dict[str, type[ScriptSet]] = {
     "semaphore": SemaphoreScripts,
     # layout="redisson": the plain lock on Redisson's keys (RENEW is the lock's own)
     "redisson-lock": RedissonScripts,
+    "ratelimit": RateLimiterScripts,
 }
 
 

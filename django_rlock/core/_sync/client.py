@@ -60,6 +60,7 @@ from django_rlock.core._sync.connection import (
 from django_rlock.core._sync.leader import Leadership
 from django_rlock.core._sync.locks import FairLock, ReadWriteLock, RLock, Semaphore
 from django_rlock.core._sync.multilock import MultiLock, RedLock
+from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core._sync.redisson import RedissonRLock
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
@@ -305,6 +306,14 @@ class LockClient:
         ``term.on_lost`` tell it to step down. See :mod:`django_rlock.core._sync.leader`.
         """
         return Leadership(name, lambda: self.lock(name), timeout=timeout)
+
+    def rate_limiter(self, name: str, rate: str, *, burst: int | None = None) -> RateLimiter:
+        """A global rate limit called ``name``: ``rate`` permits per period (``"100/m"``).
+
+        ``burst`` (default: the rate's count) is how many may be taken at once
+        after idling; see :class:`~django_rlock.core._sync.ratelimiter.RateLimiter`.
+        """
+        return RateLimiter(self, check_name(name), rate, burst=burst)
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lock)`` whenever any hold taken through this client is lost."""

@@ -1,0 +1,384 @@
+"""The rate limiter's whole protocol: its key, its Lua, its calls and replies, its rates.
+
+A rate limiter lets ``rate`` permits through per period, shared by every
+process using the same server and name, with bursts of at most ``burst``
+after idling. It is GCRA (the generic cell rate algorithm, the token bucket
+written as one timestamp): the limiter keeps the *theoretical arrival time*
+(TAT) of its next permit on the server's clock, and one atomic script per
+call decides, so clients' clocks never matter. With the interval ``T`` (the
+period over ``rate``'s count, one permit per ``T``) and ``debt = max(0, TAT -
+now)`` (permits taken and not refilled yet, in time), ``p`` permits are due
+after ``debt + (p - burst) x T`` (at once when that is <= 0); taking them moves
+the TAT to ``now + debt + p x T``. Over any window of length ``W``, the grants
+are then at most ``burst + W / T`` (the TAT moves by ``T`` per permit and never
+runs more than ``burst x T`` ahead of a grant), and a caller that asks as soon
+as it may gets exactly ``1 / T`` per second once its burst is spent.
+
+One HASH per name, in the name's hash slot (the library owns the hash tag, as
+for locks; no other kind uses the ``:rate`` suffix)::
+
+    <prefix>:{<escaped name>}:rate   HASH   tat (µs, server clock), interval (µs), burst
+
+The key expires when the TAT is reached: then the bucket is full, which is
+exactly what a missing key means, so a name costs memory only while its
+permits are refilling. ``interval`` and ``burst`` are kept for operators
+(``manage.py rlock inspect``) and to carry the debt across a rate change:
+a caller whose interval differs rescales the debt first, so the permits
+already taken stay taken (counted at the new rate), never forgiven nor
+doubled. A new ``burst`` applies at once, as it is the caller's.
+
+Waiting is a reservation, not a retry loop: ``reserve(p, within=w)`` takes the
+permits when they are due within ``w`` seconds (None: whenever) and answers
+how long to wait, so ``acquire()`` sleeps exactly that long and returns, and
+callers queue in arrival order without waking each other. Permits reserved by
+a caller that then gives up (cancelled in its sleep) stay used: the limiter
+errs on the side of fewer grants.
+
+Times are whole microseconds (the server's ``TIME``), exact in Lua's doubles
+until the year 2255; the TAT is rounded up, so rounding only ever delays.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from string import Template
+from typing import Any, Final, NamedTuple
+
+from django_rlock.core._protocol.calls import ScriptCall
+from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.names import LockKeys, check_timeout
+from django_rlock.core.exceptions import LockOutOfMemoryError
+
+#: Seconds in each period a rate may name.
+PERIODS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+#: The most permits per second a rate may give: one per microsecond, the clock's unit.
+MAX_PER_SECOND: Final = 1_000_000
+
+#: The longest a full burst may take to refill, in seconds (about 31 years): the
+#: TAT must stay an exact integer in Lua's doubles.
+MAX_REFILL_SECONDS: Final = 1e9
+
+_RATE = re.compile(r"\A([0-9]+)/([smhd])\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A parsed rate: ``count`` permits per ``period`` seconds (``"100/m"``: 100, 60)."""
+
+    count: int
+    period: int
+
+    def __str__(self) -> str:
+        unit = next(unit for unit, seconds in PERIODS.items() if seconds == self.period)
+        return f"{self.count}/{unit}"
+
+    @property
+    def interval_us(self) -> float:
+        """Microseconds between two permits at this rate (the GCRA emission interval)."""
+        return self.period * 1_000_000 / self.count
+
+    @property
+    def per_second(self) -> float:
+        """Permits per second."""
+        return self.count / self.period
+
+
+def parse_rate(rate: object) -> Rate:
+    """``rate`` as a :class:`Rate`: ``"N/s"``, ``"N/m"``, ``"N/h"`` or ``"N/d"``, N >= 1.
+
+    A :class:`Rate` is returned as it is. Anything else is a ValueError naming the rule.
+    """
+    if isinstance(rate, Rate):
+        return rate
+    if not isinstance(rate, str):
+        raise ValueError(
+            f"rate must be a str like '100/m' (N per s, m, h or d), not {type(rate).__name__}"
+        )
+    found = _RATE.match(rate)
+    if found is None:
+        raise ValueError(
+            f"rate must be 'N/s', 'N/m', 'N/h' or 'N/d' with N a whole number >= 1, got {rate!r}"
+        )
+    count, period = int(found[1]), PERIODS[found[2]]
+    if count < 1:
+        raise ValueError(f"rate must let at least 1 permit through per period, got {rate!r}")
+    if count > MAX_PER_SECOND * period:
+        raise ValueError(
+            f"rate must be at most {MAX_PER_SECOND}/s (one permit per microsecond), got {rate!r}"
+        )
+    return Rate(count, period)
+
+
+def check_burst(burst: object, rate: Rate) -> int:
+    """``burst``: an int >= 1, or None for the default: ``rate``'s count ("100/m": 100 at once).
+
+    Its refill, ``burst`` intervals, may last at most :data:`MAX_REFILL_SECONDS`.
+    """
+    if burst is None:
+        burst = rate.count
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise ValueError(f"burst must be an int >= 1 or None, not {type(burst).__name__}")
+    if burst < 1:
+        raise ValueError(f"burst must be an int >= 1 (permits taken at once), got {burst!r}")
+    if burst * rate.interval_us / 1_000_000 > MAX_REFILL_SECONDS:
+        raise ValueError(
+            f"burst {burst} at {rate} takes more than {MAX_REFILL_SECONDS:g} seconds to refill"
+        )
+    return burst
+
+
+def check_take(permits: object, burst: int) -> int:
+    """``permits`` one call asks for: an int from 1 to ``burst`` (more could never be granted)."""
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise ValueError(f"permits must be an int >= 1, not {type(permits).__name__}")
+    if permits < 1:
+        raise ValueError(f"permits must be an int >= 1, got {permits!r}")
+    if permits > burst:
+        raise ValueError(
+            f"permits must be at most the burst ({burst}): {permits} could never be granted at once"
+        )
+    return permits
+
+
+def limiter_key(prefix: str, name: str) -> str:
+    """The HASH of rate limiter ``name`` under ``prefix`` (both checked): in the name's slot."""
+    return LockKeys.build(prefix, name).hash + ":rate"
+
+
+def limiter_name(prefix: str, key: str) -> str | None:
+    """The name of the limiter whose key is ``key`` (under ``prefix``), or None."""
+    if not key.endswith(":rate"):
+        return None
+    return LockKeys.name_of(prefix, key.removesuffix(":rate"))
+
+
+# Expects the limiter's hash $key and the caller's interval $interval (µs per
+# permit, as a Lua expression). Defines `now` (the server's clock in µs), `tat`
+# (the stored TAT, false when none) and `debt`: how far the TAT runs ahead of
+# now, in µs at the caller's interval (0 when the bucket is full or the key is
+# gone). Taken at another interval, the debt is rescaled: the permits it
+# stands for stay taken.
+_DEBT = Template("""
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local interval = tonumber($interval)
+local tat = redis.call('hget', $key, 'tat')
+local debt = 0
+if tat then
+    debt = tonumber(tat) - now
+    if debt < 0 then
+        debt = 0
+    else
+        local was = tonumber(redis.call('hget', $key, 'interval'))
+        if was and was ~= interval then
+            debt = debt / was * interval
+        end
+    end
+end
+""")
+
+
+def debt(*, key: str = "KEYS[1]", interval: str = "ARGV[1]") -> str:
+    """Define ``now`` and ``debt`` for the limiter hash ``key`` at the interval ``interval``."""
+    return _DEBT.substitute(key=key, interval=interval)
+
+
+# Expects `debt`, `interval`, and $burst and $permits (Lua expressions).
+# Defines `wait`: whole µs until the permits are due (0: now).
+_WAIT = Template("""
+local wait = math.ceil(debt + ($permits - $burst) * interval)
+if wait < 0 then
+    wait = 0
+end
+""")
+
+
+def wait_until_due(*, burst: str = "ARGV[2]", permits: str = "ARGV[3]") -> str:
+    """Define ``wait``: microseconds until ``permits`` are due with ``burst``."""
+    return _WAIT.substitute(burst=f"tonumber({burst})", permits=f"tonumber({permits})")
+
+
+# KEYS[1] the limiter's hash
+# ARGV[1] the interval in µs (one permit per interval; a decimal, maybe fractional),
+# ARGV[2] burst, ARGV[3] permits (1 <= permits <= burst),
+# ARGV[4] the longest the caller will wait for them, in µs (-1: as long as it takes)
+# Returns {1, wait} when the permits are the caller's from `wait` µs on (0:
+#   now): they are taken, the TAT moves by permits x interval, and the key
+#   lives until the TAT (when the bucket is full again). Returns {0, wait}
+#   when they would be due only after the caller's longest wait: nothing is
+#   taken. O(1).
+RATE_RESERVE = (
+    debt()
+    + wait_until_due()
+    + """
+local longest = tonumber(ARGV[4])
+if longest >= 0 and wait > longest then
+    return {0, wait}
+end
+tat = math.ceil(now + debt + tonumber(ARGV[3]) * interval)
+redis.call('hset', KEYS[1], 'tat', string.format('%.0f', tat),
+    'interval', ARGV[1], 'burst', ARGV[2])
+redis.call('pexpire', KEYS[1], math.ceil((tat - now) / 1000))
+return {1, wait}
+"""
+)
+
+
+# KEYS[1] the limiter's hash
+# ARGV[1] the interval in µs, ARGV[2] burst, ARGV[3] permits
+# Returns the µs until the permits would be due (0: now). Read-only.
+RATE_WAIT = (
+    debt()
+    + wait_until_due()
+    + """
+return wait
+"""
+)
+
+
+# KEYS[1] the limiter's hash
+# Returns nil when the bucket is full (the key is gone), else {the debt in µs
+#   at the interval it was taken at, that interval, the burst}, the last two
+#   as the last caller gave them. Read-only.
+RATE_STATE = """
+local tat = redis.call('hget', KEYS[1], 'tat')
+if not tat then
+    return nil
+end
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local debt = tonumber(tat) - now
+if debt < 0 then
+    debt = 0
+end
+return {string.format('%.0f', debt), redis.call('hget', KEYS[1], 'interval'),
+    redis.call('hget', KEYS[1], 'burst')}
+"""
+
+
+class RateLimiterScripts(ScriptSet):
+    """The rate limiter's scripts: reserve writes (plain), the others only read."""
+
+    def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
+        """Make the rate limiter's scripts."""
+        self.reserve = plain(RATE_RESERVE)
+        self.wait = plain(RATE_WAIT)
+        self.state = plain(RATE_STATE)
+
+
+class Reservation(NamedTuple):
+    """A reserve call's answer: ``granted`` (the permits are the caller's) and ``wait``.
+
+    Granted: the permits are the caller's from ``wait`` seconds on (0.0: now).
+    Refused: they would be due in ``wait`` seconds, past the caller's longest
+    wait, and nothing was taken.
+    """
+
+    granted: bool
+    wait: float
+
+
+def reservation(reply: Any) -> Reservation:
+    """Read a :data:`RATE_RESERVE` reply."""
+    return Reservation(int(reply[0]) == 1, int(reply[1]) / 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterState:
+    """What an operator sees of one rate limiter whose permits are refilling.
+
+    ``debt`` is how far its next permit's theoretical time runs ahead of now
+    (seconds), at ``interval`` seconds per permit, with ``burst``, as the last
+    caller set them.
+    """
+
+    name: str
+    debt: float
+    interval: float
+    burst: int
+
+    @property
+    def rate(self) -> str:
+        """The rate, as ``"N/unit"`` when a whole number of permits fits a period."""
+        for unit, seconds in PERIODS.items():
+            count = seconds / self.interval
+            if abs(count - round(count)) < 1e-6 * count and round(count) >= 1:
+                return f"{round(count)}/{unit}"
+        return f"{1 / self.interval:.6g}/s"
+
+    @property
+    def available(self) -> int:
+        """Permits that may be taken now."""
+        return max(0, math.floor(self.burst - self.debt / self.interval + 1e-9))
+
+    @property
+    def next_in(self) -> float:
+        """Seconds until one more permit is due (0.0: one is available now)."""
+        return max(0.0, self.debt + (1 - self.burst) * self.interval)
+
+    @property
+    def full_in(self) -> float:
+        """Seconds until the whole burst is available again (when the key expires)."""
+        return self.debt
+
+
+def limiter_state(name: str, reply: Any) -> LimiterState | None:
+    """Read a :data:`RATE_STATE` reply for limiter ``name`` (None: its bucket is full)."""
+    if reply is None:
+        return None
+    debt_us, interval_us, burst = (
+        value.decode() if isinstance(value, bytes) else str(value) for value in reply
+    )
+    return LimiterState(
+        name=name,
+        debt=int(debt_us) / 1_000_000,
+        interval=float(interval_us) / 1_000_000,
+        burst=int(burst),
+    )
+
+
+class RateLimiterBase:
+    """What the threaded ``RateLimiter`` and the asyncio ``AsyncRateLimiter`` share.
+
+    The checked rate and burst, the key, and every call's KEYS and ARGV; the
+    shells send them (sync or awaited) and sleep for a reservation's wait.
+    """
+
+    def __init__(self, key_prefix: str, name: str, rate: object, burst: object = None) -> None:
+        self.name = name
+        #: The rate (``str(limiter.rate)`` is ``"100/m"``).
+        self.rate = parse_rate(rate)
+        #: Permits that may be taken at once after idling.
+        self.burst = check_burst(burst, self.rate)
+        self.key = limiter_key(key_prefix, name)
+        self._keys = [self.key]
+        self._interval = repr(self.rate.interval_us)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.rate} burst={self.burst}>"
+
+    def _reserve_call(self, permits: object, within: object) -> ScriptCall:
+        """The :data:`RATE_RESERVE` call of ``permits`` due within ``within`` s (None: ever)."""
+        taken = check_take(permits, self.burst)
+        longest = check_timeout(within)
+        longest_us = -1 if longest is None else math.floor(longest * 1_000_000)
+        return ScriptCall(self._keys, [self._interval, self.burst, taken, longest_us])
+
+    def _wait_call(self, permits: object) -> ScriptCall:
+        """The :data:`RATE_WAIT` call for ``permits``."""
+        taken = check_take(permits, self.burst)
+        return ScriptCall(self._keys, [self._interval, self.burst, taken])
+
+    def _action(self) -> str:
+        """How an unreachable server's error names what was asked."""
+        return f"use rate limiter {self.name!r}"
+
+    def _out_of_memory_error(self, error: Exception) -> LockOutOfMemoryError:
+        return LockOutOfMemoryError(
+            f"cannot take permits of rate limiter {self.name!r}: Redis is out of memory "
+            f"(maxmemory reached and nothing may be evicted): {error}",
+            name=self.name,
+        )

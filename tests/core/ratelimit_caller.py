@@ -1,0 +1,60 @@
+"""A process of callers of one rate limiter, for the accuracy test (tests/core/test_ratelimiter.py).
+
+``python -m tests.core.ratelimit_caller URL NAME RATE BURST SECONDS`` connects,
+prints ``ready``, reads the start (a ``time.monotonic()`` reading: the clock is
+the machine's, shared by every process) from its input, then runs two threads
+until start + SECONDS: one calling ``acquire(timeout=<what is left>)`` (it
+sleeps until its permit is due), one calling ``try_acquire()`` every 2 ms. It
+prints the ``time.monotonic()`` of every grant, as one JSON list.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+from django_rlock.core import LockClient
+
+
+def main() -> None:
+    url, name, rate, burst, seconds = sys.argv[1:6]
+    client = LockClient(url, key_prefix="acc")
+    limiter = client.rate_limiter(name, rate, burst=int(burst))
+    limiter.wait_time()  # connected, script loaded
+    print("ready", flush=True)
+    start = float(sys.stdin.readline())
+    deadline = start + float(seconds)
+    grants: list[float] = []
+    mutex = threading.Lock()
+
+    def waiting() -> None:
+        while (left := deadline - time.monotonic()) > 0:
+            if limiter.acquire(timeout=left):
+                now = time.monotonic()
+                with mutex:
+                    grants.append(now)
+
+    def trying() -> None:
+        while time.monotonic() < deadline:
+            if limiter.try_acquire():
+                now = time.monotonic()
+                with mutex:
+                    grants.append(now)
+            else:
+                time.sleep(0.002)
+
+    threads = [threading.Thread(target=waiting), threading.Thread(target=trying)]
+    while time.monotonic() < start:
+        time.sleep(max(0.0, min(0.05, start - time.monotonic())))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    client.close()
+    print(json.dumps(grants), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The rate limiter (LockClient.rate_limiter, AsyncLockClient.rate_limiter) on a real server.
+
+The accuracy test is the issue's outcome, measured: 4 processes x 2 threads on
+one name for 6 s, every grant's time recorded and the bound checked over the
+whole run and over every sliding 1 s window. The other tests bound their waits
+generously and assert what the server holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+import redis
+
+from django_rlock.core import InvalidLockNameError, LockClient, LockUnavailableError
+from django_rlock.core._protocol.ratelimit import limiter_key
+from django_rlock.core.aio import AsyncLockClient
+from tests.children import python_module
+from tests.servers import free_port
+
+PREFIX = "rl"
+
+
+@pytest.fixture
+def client(r: redis.Redis, redis_url: str) -> Iterator[LockClient]:
+    with LockClient(redis_url, key_prefix=PREFIX) as made:
+        yield made
+
+
+def key(name: str) -> str:
+    return limiter_key(PREFIX, name)
+
+
+# -- the bound, measured -------------------------------------------------------------
+
+RATE, PER_SECOND, BURST, SECONDS = "50/s", 50, 10, 6.0
+PROCESSES = 4
+
+
+def most_in_a_window(grants: list[float], window: float) -> int:
+    """The most grants in any closed window [t, t + window] starting at a grant."""
+    most, end = 0, 0
+    for start, at in enumerate(grants):
+        end = max(end, start)
+        while end < len(grants) and grants[end] <= at + window:
+            end += 1
+        most = max(most, end - start)
+    return most
+
+
+def test_most_in_a_window_counts_both_ends() -> None:
+    assert most_in_a_window([0.0, 0.5, 1.0, 1.01], 1.0) == 3
+    assert most_in_a_window([], 1.0) == 0
+
+
+@pytest.mark.slow
+def test_many_processes_share_one_rate_within_two_percent_and_never_over(
+    r: redis.Redis, redis_url: str
+) -> None:
+    with ExitStack() as stack:
+        processes = [
+            stack.enter_context(
+                python_module(
+                    "tests.core.ratelimit_caller",
+                    *(redis_url, "partner", RATE, str(BURST), str(SECONDS)),
+                    stdin=True,
+                )
+            )
+            for _ in range(PROCESSES)
+        ]
+        pipes = [(process.stdin, process.stdout) for process in processes]
+        for _, answers in pipes:
+            assert answers is not None and answers.readline().strip() == "ready"
+        start = time.monotonic() + 0.2  # the clock every process of the machine shares
+        for orders, _ in pipes:
+            assert orders is not None
+            orders.write(f"{start!r}\n")
+            orders.flush()
+        grants = sorted(at for _, answers in pipes for at in json.loads(answers.readline()))
+
+    first, last, end = grants[0], grants[-1], start + SECONDS
+    # Over the run after the first grant: never over, and within 2% under.
+    bound = BURST + PER_SECOND * (last - first) + 1
+    steady = BURST + PER_SECOND * (end - first)
+    worst_second = most_in_a_window(grants, 1.0)
+    print(
+        f"\n{len(grants)} grants in {end - first:.3f}s after the first "
+        f"(bound {bound:.1f} to the last grant, {steady:.1f} to the end: "
+        f"{len(grants) / steady:.2%}); most in a sliding 1 s window: {worst_second} "
+        f"(bound {BURST + PER_SECOND + 1})"
+    )
+    assert len(grants) <= bound
+    assert len(grants) >= 0.98 * steady
+    # In every sliding window of 1 s, too.
+    assert worst_second <= BURST + PER_SECOND * 1 + 1
+    # Every grant falls inside the run.
+    assert start - 0.05 <= first and last <= end + 0.05
+
+
+def test_acquire_paces_a_steady_caller_at_the_rate(client: LockClient) -> None:
+    limiter = client.rate_limiter("paced", "20/s", burst=1)
+    grants = []
+    for _ in range(15):
+        assert limiter.acquire(timeout=5)
+        grants.append(time.monotonic())
+    measured = (len(grants) - 1) / (grants[-1] - grants[0])
+    print(f"\nacquire() paced at {measured:.2f}/s for 20/s ({measured / 20 - 1:+.2%})")
+    assert abs(measured - 20) <= 0.15 * 20
+
+
+# -- semantics ---------------------------------------------------------------------
+
+
+def test_the_burst_goes_at_once_then_nothing_until_due(client: LockClient) -> None:
+    limiter = client.rate_limiter("burst", "2/m", burst=3)
+    assert [limiter.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert 29 < limiter.wait_time() <= 30  # one permit per 30 s
+    assert 59 < limiter.wait_time(2) <= 60
+    assert limiter.acquire(timeout=1) is False  # due in 30 s: refused at once, nothing taken
+    assert 29 < limiter.wait_time() <= 30
+    assert not limiter.try_acquire(2)
+
+
+def test_a_fresh_name_takes_its_whole_burst_and_permits_at_once(client: LockClient) -> None:
+    limiter = client.rate_limiter("many", "10/h")  # burst: the rate's count
+    assert limiter.burst == 10
+    assert limiter.wait_time(10) == 0.0
+    assert limiter.try_acquire(10)
+    assert not limiter.try_acquire()
+
+
+def test_two_names_are_independent(client: LockClient) -> None:
+    first, second = client.rate_limiter("a", "1/m"), client.rate_limiter("b", "1/m")
+    assert first.try_acquire()
+    assert not first.try_acquire()
+    assert second.try_acquire()
+    assert not second.try_acquire()
+
+
+def test_a_new_rate_applies_at_once_and_keeps_what_was_taken(
+    client: LockClient, r: redis.Redis
+) -> None:
+    slow = client.rate_limiter("retuned", "1/s", burst=5)
+    assert slow.try_acquire(5)  # 5 s of refill at 1/s
+    fast = client.rate_limiter("retuned", "100/s", burst=5)
+    # The 5 permits stay taken, counted at 100/s: one is due in about 10 ms,
+    # not 1 s (the old rate), nor now (a reset).
+    assert not fast.try_acquire()
+    assert 0 < fast.wait_time() <= 0.011
+    assert fast.acquire(timeout=1)
+    assert r.hget(key("retuned"), "interval") == b"10000.0"
+    # A bigger burst applies at once too: with about 6 permits outstanding, a
+    # burst of 20 lets 10 more through now, not 10 after that.
+    wider = client.rate_limiter("retuned", "100/s", burst=20)
+    assert wider.try_acquire(10)
+    assert not wider.try_acquire(10)
+
+
+def test_an_idle_name_leaves_nothing_behind(client: LockClient, r: redis.Redis) -> None:
+    limiter = client.rate_limiter("idle", "10/s", burst=3)
+    assert limiter.wait_time() == 0.0
+    assert r.exists(key("idle")) == 0  # reading writes nothing
+    assert limiter.try_acquire(3)
+    assert not limiter.try_acquire()  # a refusal writes nothing either
+    assert 0 < r.pttl(key("idle")) <= 300  # it lives until the burst has refilled
+    deadline = time.monotonic() + 5
+    while r.exists(key("idle")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.exists(key("idle")) == 0
+    assert limiter.try_acquire(3)  # and the whole burst is back
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "rule"),
+    [
+        ("0/s", None, "at least 1 permit"),
+        ("-1/m", None, "'N/s', 'N/m'"),
+        ("abc", None, "'N/s', 'N/m'"),
+        ("5/s", 0, "burst must be an int >= 1"),
+        ("5/s", -1, "burst must be an int >= 1"),
+    ],
+)
+def test_bad_rates_and_bursts_are_refused_when_made(
+    client: LockClient, rate: str, burst: int | None, rule: str
+) -> None:
+    with pytest.raises(ValueError, match=rule):
+        client.rate_limiter("bad", rate, burst=burst)
+
+
+def test_bad_calls_are_refused_and_take_nothing(client: LockClient, r: redis.Redis) -> None:
+    limiter = client.rate_limiter("calls", "5/s", burst=2)
+    for call in (
+        lambda: limiter.try_acquire(0),
+        lambda: limiter.try_acquire(-1),
+        lambda: limiter.try_acquire(3),
+        lambda: limiter.acquire(3),
+        lambda: limiter.acquire(1, timeout=-1),
+        lambda: limiter.wait_time(3),
+    ):
+        with pytest.raises(ValueError, match=r"permits must be|timeout must be"):
+            call()
+    assert r.exists(key("calls")) == 0
+    with pytest.raises(InvalidLockNameError):
+        client.rate_limiter("", "5/s")
+
+
+def test_an_unreachable_server_is_lock_unavailable_naming_the_limiter() -> None:
+    with LockClient(f"redis://127.0.0.1:{free_port()}/0") as unreachable:
+        limiter = unreachable.rate_limiter("down", "5/s")
+        for call in (limiter.try_acquire, limiter.acquire, limiter.wait_time):
+            with pytest.raises(LockUnavailableError, match="rate limiter 'down'"):
+                call()
+
+
+# -- asyncio -----------------------------------------------------------------------
+
+
+def test_the_asyncio_twin_shares_the_limit(client: LockClient, redis_url: str) -> None:
+    async def scenario() -> list[float]:
+        async with AsyncLockClient(redis_url, key_prefix=PREFIX) as aio:
+            limiter = aio.rate_limiter("shared", "20/s", burst=2)
+            assert client.rate_limiter("shared", "20/s", burst=2).try_acquire(2)
+            assert not await limiter.try_acquire()
+            assert 0 < await limiter.wait_time() <= 0.05
+            grants = []
+            for _ in range(6):
+                assert await limiter.acquire(timeout=5)
+                grants.append(time.monotonic())
+            assert await limiter.acquire(2, timeout=0.01) is False
+            with pytest.raises(ValueError, match="at most the burst"):
+                await limiter.try_acquire(3)
+            return grants
+
+    grants = asyncio.run(scenario())
+    measured = (len(grants) - 1) / (grants[-1] - grants[0])
+    assert abs(measured - 20) <= 0.15 * 20
