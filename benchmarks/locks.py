@@ -13,7 +13,10 @@ from pair to pair; a pair gives one ratio (ours / peer), and the result is the
 median of those ratios. A neighbour's burst of work then lands in one pair and
 moves one ratio, not the result; no library is credited with its luckiest round.
 
-Prints a markdown table (ratios ours / peer, and each library's absolute median)
+Prints a markdown table (ratios ours / peer, and each library's absolute median;
+contended at 4 and 8 processes; the server's CPU per uncontended cycle, paired
+like the rest; and the protocol's limit, the library's own scripts on a raw
+socket, :mod:`benchmarks.protocol_limit`, against the same peers in the same run)
 and where the time goes (round trips and the server's own cost per cycle, from
 INFO commandstats), and writes a chart of the ratios (SVG) to ``--chart``.
 """
@@ -38,6 +41,7 @@ import redis
 import redis.asyncio
 import redis_lock
 
+from benchmarks.protocol_limit import our_protocol
 from django_rlock.core import LockClient
 from django_rlock.core.aio import AsyncLockClient
 from tests.servers import RedisServer
@@ -161,6 +165,24 @@ def uncontended(url: str, pairs: int, cycles: int) -> dict[str, Paired]:
     }
 
 
+def protocol_limit(url: str, pairs: int, cycles: int) -> dict[str, Paired]:
+    """The library's own scripts on a raw socket (benchmarks/protocol_limit.py) against each peer.
+
+    The limit of the protocol: what :func:`uncontended` would measure with no
+    Python around the two script calls but the loop.
+    """
+    mutexes = {library: make(url, f"limit:{library}") for library, make in LIBRARIES.items()}
+    for mutex in mutexes.values():
+        uncontended_block(mutex, 20)
+
+    def run(library: str) -> float:
+        if library == OURS:
+            return our_protocol(url, cycles)
+        return uncontended_block(mutexes[library], cycles)
+
+    return {peer: paired(run, peer, pairs) for peer in PEERS}
+
+
 async def async_uncontended_block(lock: AsyncMutex, cycles: int) -> float:
     started = time.perf_counter()
     for _ in range(cycles):
@@ -220,7 +242,7 @@ class Contended:
         barrier = context.Barrier(self.processes + 1)
         done: Synchronized[int] = context.Value("l", 0)
         self._blocks += 1
-        counter = f"bench:count:{self._blocks}"
+        counter = f"bench:count:{self.processes}:{self._blocks}"
         workers = [
             context.Process(
                 target=_contend,
@@ -341,6 +363,26 @@ def server_cost(url: str, library: str, cycles: int) -> ServerCost:
     )
 
 
+class ServerCpu:
+    """The server's CPU time per uncontended cycle (INFO cpu), block by block, to pair."""
+
+    def __init__(self, url: str, cycles: int = 1000) -> None:
+        self.url = url
+        self.admin = redis.Redis.from_url(url)
+        self.cycles = cycles
+        self.mutexes: dict[str, Mutex] = {}
+
+    def block(self, library: str) -> float:
+        """µs of server CPU (user + system, socket I/O included) per cycle over one block."""
+        mutex = self.mutexes.get(library)
+        if mutex is None:
+            mutex = self.mutexes[library] = LIBRARIES[library](self.url, f"cpu:{library}")
+            uncontended_block(mutex, 20)
+        before = _server_cpu(self.admin)
+        uncontended_block(mutex, self.cycles)
+        return (_server_cpu(self.admin) - before) * 1e6 / self.cycles
+
+
 def round_trip_us(url: str, calls: int) -> dict[str, float]:
     """The floor: one round trip of PING and of a trivial EVALSHA through redis-py, in µs."""
     client = redis.Redis.from_url(url)
@@ -363,10 +405,15 @@ def round_trip_us(url: str, calls: int) -> dict[str, float]:
 @dataclass
 class Results:
     uncontended: dict[str, Paired]
+    limit: dict[str, Paired]
     asyncio: dict[str, Paired]
-    contended: dict[str, Paired]
+    #: Per number of contending processes.
+    contended: dict[int, dict[str, Paired]]
     wake: dict[str, Paired]
-    lost: dict[str, int]
+    #: Per number of contending processes, per library.
+    lost: dict[int, dict[str, int]]
+    #: Per library: the server's CPU µs per uncontended cycle, one per pair of blocks.
+    server_cpu: dict[str, Paired]
     costs: dict[str, ServerCost]
     floor: dict[str, float]
 
@@ -376,17 +423,25 @@ def run(args: argparse.Namespace) -> Results:
         url = server.url
         floor = round_trip_us(url, 2000)
         unc = uncontended(url, args.pairs, args.cycles)
+        limit = protocol_limit(url, args.limit_pairs, args.cycles)
         aio = asyncio.run(async_uncontended(url, args.pairs, args.cycles))
-        contention = Contended(url, args.processes, args.seconds)
-        contended = {peer: paired(contention.block, peer, args.contended_pairs) for peer in PEERS}
+        contended, lost = {}, {}
+        for processes in args.processes:
+            contention = Contended(url, processes, args.seconds)
+            contended[processes] = {
+                peer: paired(contention.block, peer, args.contended_pairs) for peer in PEERS
+            }
+            lost[processes] = contention.lost
         wake = {
             peer: paired(
                 lambda library: wake_block(library, url, args.rounds), peer, args.wake_pairs
             )
             for peer in PEERS
         }
+        cpu = ServerCpu(url)
+        server_cpu = {peer: paired(cpu.block, peer, args.cpu_pairs) for peer in PEERS}
         costs = {library: server_cost(url, library, 1000) for library in LIBRARIES}
-    return Results(unc, aio, contended, wake, contention.lost, costs, floor)
+    return Results(unc, limit, aio, contended, wake, lost, server_cpu, costs, floor)
 
 
 def _ours(results: dict[str, Paired]) -> float:
@@ -402,16 +457,22 @@ def table(results: Results, args: argparse.Namespace) -> str:
     ]
 
     def row(
-        label: str, data: dict[str, Paired], unit: Callable[[float], str], extra: str = ""
+        label: str,
+        data: dict[str, Paired],
+        unit: Callable[[float], str],
+        lost: dict[str, int] | None = None,
     ) -> None:
-        cells = [unit(_ours(data)) + extra.format(lost=results.lost.get(OURS, 0))]
+        def losses(library: str) -> str:
+            return "" if lost is None else f", {lost.get(library, 0)} lost"
+
+        cells = [unit(_ours(data)) + losses(OURS)]
         for peer in peers:
             pair = data.get(peer)
             if pair is None:
                 cells.append("n/a")
                 continue
-            lost = extra.format(lost=results.lost.get(peer, 0))
-            cells.append(f"**{pair.ratio:.2f}x** ({unit(statistics.median(pair.peer))}{lost})")
+            peer_value = unit(statistics.median(pair.peer))
+            cells.append(f"**{pair.ratio:.2f}x** ({peer_value}{losses(peer)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
     def rate(value: float) -> str:
@@ -420,14 +481,16 @@ def table(results: Results, args: argparse.Namespace) -> str:
     def millis(value: float) -> str:
         return f"{value:.2f} ms"
 
+    def micros(value: float) -> str:
+        return f"{value:.0f} µs"
+
     row("uncontended acquire+release", results.uncontended, rate)
-    row(
-        f"{args.processes}-process contended, read-modify-write inside",
-        results.contended,
-        rate,
-        ", {lost} lost",
-    )
+    row("protocol limit: our scripts on a raw socket (hiredis)", results.limit, rate)
+    for processes, contended in results.contended.items():
+        label = f"{processes}-process contended, read-modify-write inside"
+        row(label, contended, rate, results.lost[processes])
     row("wake-up p50, release -> waiter holds (lower is better)", results.wake, millis)
+    row("server CPU per uncontended cycle (lower is better)", results.server_cpu, micros)
     row("asyncio uncontended (each library's asyncio lock)", results.asyncio, rate)
     return "\n".join(lines)
 
@@ -458,18 +521,22 @@ def chart(results: Results, args: argparse.Namespace, path: Path) -> None:
 
     groups = [
         ("uncontended", results.uncontended, False),
-        (f"{args.processes}-process\ncontended", results.contended, False),
+        *(
+            (f"{processes}-process\ncontended", contended, False)
+            for processes, contended in results.contended.items()
+        ),
         ("wake-up p50\n(latency)", results.wake, True),
+        ("server CPU\nper cycle", results.server_cpu, True),
         ("asyncio\nuncontended", results.asyncio, False),
     ]
-    figure, axes = plt.subplots(figsize=(9, 4.8))
+    figure, axes = plt.subplots(figsize=(11, 4.8))
     width = 0.8 / len(PEERS)
     for offset, peer in enumerate(PEERS):
         xs, heights = [], []
         for index, (_, data, latency) in enumerate(groups):
             if peer in data:
                 xs.append(index + (offset - (len(PEERS) - 1) / 2) * width)
-                # Higher is better on every bar: a latency ratio is turned over.
+                # Higher is better on every bar: a latency or cost ratio is turned over.
                 ratio = data[peer].ratio
                 heights.append(1 / ratio if latency else ratio)
         bars = axes.bar(xs, heights, width, label=f"vs {peer}")
@@ -493,7 +560,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=15, help="uncontended pairs per peer")
     parser.add_argument("--cycles", type=int, default=300, help="cycles per uncontended block")
-    parser.add_argument("--processes", type=int, default=4, help="contending processes")
+    parser.add_argument(
+        "--processes",
+        type=lambda text: [int(count) for count in text.split(",")],
+        default=[4, 8],
+        help="contending processes, one row each (comma-separated)",
+    )
+    parser.add_argument("--limit-pairs", type=int, default=9, help="protocol-limit pairs per peer")
+    parser.add_argument("--cpu-pairs", type=int, default=5, help="server CPU pairs per peer")
     parser.add_argument("--seconds", type=float, default=1.5, help="length of a contended block")
     parser.add_argument("--contended-pairs", type=int, default=3, help="contended pairs per peer")
     parser.add_argument("--rounds", type=int, default=15, help="wake-ups per latency block")
@@ -509,8 +583,9 @@ def main() -> None:
     print(cost_table(results))
     chart(results, args, args.chart)
     print(f"\nChart: {args.chart}; the run took {time.monotonic() - started:.0f} s.")
-    if results.lost.get(OURS, 0):
-        raise SystemExit(f"django-rlock lost {results.lost[OURS]} updates under contention")
+    lost = sum(by_library.get(OURS, 0) for by_library in results.lost.values())
+    if lost:
+        raise SystemExit(f"django-rlock lost {lost} updates under contention")
 
 
 if __name__ == "__main__":
