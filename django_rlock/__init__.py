@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from django_rlock._decorators import locked
     from django_rlock._handler import locks
     from django_rlock._leaders import leader
+    from django_rlock._ratelimits import rate_limited
     from django_rlock._shortcuts import rlock, semaphore
     from django_rlock.exceptions import (
         InvalidLockBackendError,
@@ -58,6 +59,7 @@ __all__ = [
     "leader",
     "locked",
     "locks",
+    "rate_limited",
     "rlock",
     "semaphore",
 ]
@@ -76,6 +78,7 @@ _LAZY = {
     "leader": "django_rlock._leaders",
     "locked": "django_rlock._decorators",
     "locks": "django_rlock._handler",
+    "rate_limited": "django_rlock._ratelimits",
     "rlock": "django_rlock._shortcuts",
     "LockUpgradeError": "django_rlock.exceptions",
     "semaphore": "django_rlock._shortcuts",

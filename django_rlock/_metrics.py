@@ -15,6 +15,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 ``django_rlock_duplicates_total``           counter    ``alias``, ``lock``, ``found``
 ``django_rlock_renewals_total``             counter    ``outcome``
 ``django_rlock_held``                       gauge      ``alias``, ``lock``
+``django_rlock_throttled_total``            counter    ``alias``, ``limiter``, ``outcome``
 ==========================================  =========  ==============================
 
 * ``outcome`` of an acquire call: ``acquired``; ``timeout`` (its wait ran
@@ -32,6 +33,12 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
   lock) or ``finished`` (one had ended).
 * ``django_rlock_held``: the holds this process has now (one per owner and
   lock, however often re-entered).
+* ``django_rlock_throttled_total``: calls a rate limiter of the alias held
+  back; ``outcome`` ``refused`` (nothing taken: a view answered 429, a
+  ``try_acquire`` said False, an ``acquire`` gave up) or ``delayed`` (the
+  permits were reserved for later: an ``acquire`` slept, a Celery task was
+  re-queued until its permit is due). ``limiter`` is the key template, as
+  ``lock`` is for locks. Calls let through at once are not counted.
 * ``lock`` is the key template the name was built from (``order:{order_id}``
   for ``@locked("order:{order_id}")`` and Celery's ``lock="order:{order_id}"``;
   ``module.qualname`` for a callable template), never the name itself: one
@@ -109,6 +116,7 @@ class _Series:
     duplicates: Counter
     renewals: Counter
     held: Gauge
+    throttled: Counter
 
 
 _series: _Series | None = None
@@ -169,6 +177,12 @@ def _create_series() -> _Series:
             "Locks held by this process now.",
             per_lock,
             multiprocess_mode="livesum",
+        ),
+        throttled=Counter(
+            "django_rlock_throttled",
+            "Calls a rate limiter held back, by outcome: refused (nothing taken), "
+            "delayed (permits reserved for later).",
+            ["alias", "limiter", "outcome"],
         ),
     )
 
@@ -255,6 +269,10 @@ class LockMetrics:
         ours = self._ours(lock)
         if ours is not None:
             self._series.duplicates.labels(self.backend.alias, _label(ours), found).inc()
+
+    def count_throttled(self, template: str | None, outcome: str) -> None:
+        """Count a call held back by a rate limiter built from ``template`` (``outcome``)."""
+        self._series.throttled.labels(self.backend.alias, template or NO_TEMPLATE, outcome).inc()
 
     def _lost(self, hold: Hold) -> None:
         lock = self._ours(hold.locks[0]) if hold.locks else None

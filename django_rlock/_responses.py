@@ -1,4 +1,4 @@
-"""What a view answers instead of a 500 when its lock gives up: 409, 503 or 400.
+"""What a view answers instead of a 500 when its lock gives up: 409, 503 or 400 (429: a rate limit).
 
 ``@locked`` and :class:`~django_rlock.middleware.LockErrorMiddleware` both
 answer with these. No body names the lock or the server: lock names may
@@ -36,6 +36,23 @@ def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
         status=status,
         content_type="text/plain; charset=utf-8",
     )
+    response["Retry-After"] = str(max(1, math.ceil(seconds)))
+    return response
+
+
+def rate_limited_response(wait: float) -> HttpResponse:
+    """What a ``@rate_limited`` view answers over its limit: 429 and an honest Retry-After.
+
+    ``wait`` is the seconds until its permit is due, from the limiter's own
+    script; Retry-After is that in whole seconds, rounded up, at least 1. The
+    body names neither the limit nor its key (a key may carry a user's id).
+    """
+    response = HttpResponse(
+        "Too many requests; retry later.\n",
+        status=429,
+        content_type="text/plain; charset=utf-8",
+    )
+    seconds = wait if math.isfinite(wait) else float(UNAVAILABLE_RETRY_AFTER)
     response["Retry-After"] = str(max(1, math.ceil(seconds)))
     return response
 

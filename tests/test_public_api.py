@@ -32,7 +32,7 @@ DOCUMENTED: dict[str, list[str]] = {
         "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
         "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
-        "leader", "locked", "locks", "rlock", "semaphore",
+        "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
         "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",

@@ -15,6 +15,7 @@ from typing import Any, Unpack
 
 from django_rlock import _conf as conf
 from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
+from django_rlock._aliaslimiters import AliasRateLimiter, AsyncLimiter, ThreadRateLimiter
 from django_rlock._aliaslocks import AliasLock
 from django_rlock._aliassemaphores import AliasSemaphore
 from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo, display_owner
@@ -23,6 +24,7 @@ from django_rlock._reporting import Reporter
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core._process import forking
 from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
@@ -150,6 +152,29 @@ class BaseLockBackend(ABC):
         asyncio engine return that instead.
         """
         return ThreadOwnedReadWriteLock(self.read_write_lock(name, **options))
+
+    def rate_limiter(self, name: str, rate: str, burst: int | None = None) -> AliasRateLimiter:
+        """A global rate limit called ``name`` (:meth:`LockClient.rate_limiter`).
+
+        ``rate`` is ``"N/s"``, ``"N/m"``, ``"N/h"`` or ``"N/d"``; ``burst`` (default
+        N) how many may be taken at once after idling. A backend with no rate
+        limiters raises NotImplementedError saying so.
+        """
+        raise NotImplementedError(
+            f"the {type(self).__name__} of RLOCKS[{self.alias!r}] has no rate limiters"
+        )
+
+    def async_rate_limiter(self, name: str, rate: str, burst: int | None = None) -> AsyncLimiter:
+        """The rate limiter ``name`` for asyncio code (every call awaited).
+
+        This default runs :meth:`rate_limiter`'s calls on worker threads;
+        backends with a native asyncio engine return that instead.
+        """
+        return ThreadRateLimiter(self.rate_limiter(name, rate, burst))
+
+    def inspect_rate_limiter(self, name: str) -> LimiterState | None:
+        """What rate limiter ``name`` has left; None when its whole burst is available."""
+        return None
 
     @abstractmethod
     def names(self, pattern: str = "*") -> Iterator[str]:

@@ -36,6 +36,7 @@ from django_rlock._aliasfamily import (
     AsyncAliasFairLock,
     AsyncAliasReadWriteLock,
 )
+from django_rlock._aliaslimiters import AliasRateLimiter, AsyncAliasRateLimiter, AsyncLimiter
 from django_rlock._aliaslocks import (
     AliasLock,
     AsyncAliasLock,
@@ -58,6 +59,7 @@ from django_rlock.core._process.holder import is_holder_field, read_holder
 from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
+from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core._sync.client import LockClient
@@ -71,6 +73,7 @@ from django_rlock.core._sync.connection import (
     from_url,
     redact_url,
 )
+from django_rlock.core._sync.ratelimiter import read_limiter_state
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.exceptions import LockSettingError
 
@@ -261,6 +264,22 @@ class RedisLockBackend(BaseLockBackend):
         if not self._native_async():
             return super().async_read_write_lock(name, **options)
         return AsyncAliasReadWriteLock(self._async_client(), check_name(name), self, **options)
+
+    def rate_limiter(self, name: str, rate: str, burst: int | None = None) -> AliasRateLimiter:
+        """A Redis rate limiter called ``name`` (see :meth:`BaseLockBackend.rate_limiter`)."""
+        return AliasRateLimiter(self.client, check_name(name), rate, self, burst=burst)
+
+    def async_rate_limiter(self, name: str, rate: str, burst: int | None = None) -> AsyncLimiter:
+        """The asyncio twin of :meth:`rate_limiter` (no thread hop where the alias allows)."""
+        if not self._native_async():
+            return super().async_rate_limiter(name, rate, burst)
+        return AsyncAliasRateLimiter(
+            self._async_client(), check_name(name), rate, self, burst=burst
+        )
+
+    def inspect_rate_limiter(self, name: str) -> LimiterState | None:
+        """Rate limiter ``name``'s debt, interval and burst, read in one script call."""
+        return read_limiter_state(self.client, check_name(name))
 
     def _native_async(self) -> bool:
         """Whether this alias has the asyncio engine (if not: a lock on a worker thread)."""

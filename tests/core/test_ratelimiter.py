@@ -73,12 +73,14 @@ def test_many_processes_share_one_rate_within_two_percent_and_never_over(
             )
             for _ in range(PROCESSES)
         ]
-        pipes = [(process.stdin, process.stdout) for process in processes]
+        pipes = []
+        for process in processes:
+            assert process.stdin is not None and process.stdout is not None
+            pipes.append((process.stdin, process.stdout))
         for _, answers in pipes:
-            assert answers is not None and answers.readline().strip() == "ready"
+            assert answers.readline().strip() == "ready"
         start = time.monotonic() + 0.2  # the clock every process of the machine shares
         for orders, _ in pipes:
-            assert orders is not None
             orders.write(f"{start!r}\n")
             orders.flush()
         grants = sorted(at for _, answers in pipes for at in json.loads(answers.readline()))

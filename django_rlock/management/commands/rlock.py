@@ -4,6 +4,7 @@
 
     manage.py rlock list [PATTERN]         # held locks whose name matches the glob
     manage.py rlock inspect NAME           # holders, hold counts, TTL, fencing token
+                                           # (and the rate limiter NAME's state, if any)
     manage.py rlock release NAME --force   # delete it whoever holds it (asks first)
 
 Every action takes ``--using ALIAS`` (default ``default``) and ``--json``.
@@ -24,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rlock._handler import locks
 from django_rlock.backends.base import BaseLockBackend, LockInfo
+from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.exceptions import LockSettingError, LockUnavailableError
 
@@ -47,6 +49,16 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
         "token": info.token,
         "waiters": info.waiters,
         "holder": info.holder,
+    }
+
+
+def _limiter_json(state: LimiterState) -> dict[str, Any]:
+    return {
+        "rate": state.rate,
+        "burst": state.burst,
+        "available": state.available,
+        "next_in": round(state.next_in, 3),
+        "full_in": round(state.full_in, 3),
     }
 
 
@@ -105,7 +117,11 @@ class Command(BaseCommand):
 
         listing = action("list", "List held locks (SCAN, never KEYS).")
         listing.add_argument("pattern", nargs="?", default="*", help="glob over lock names")
-        inspecting = action("inspect", "Show one lock's holders, hold counts, TTL and token.")
+        inspecting = action(
+            "inspect",
+            "Show one lock's holders, hold counts, TTL and token, and the rate limiter "
+            "of that name while its permits refill.",
+        )
         inspecting.add_argument("name", help="the lock name")
         releasing = action("release", "Delete a lock whoever holds it (needs --force).")
         releasing.add_argument("name", help="the lock name")
@@ -160,9 +176,21 @@ class Command(BaseCommand):
     def _inspect(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
         name = options["name"]
         info = backend.inspect(name)
+        limiter = backend.inspect_rate_limiter(name)
         if options["json"]:
-            self._emit({"name": name, "held": False} if info is None else _as_json(info))
+            data = {"name": name, "held": False} if info is None else _as_json(info)
+            if limiter is not None:
+                data["rate_limiter"] = _limiter_json(limiter)
+            self._emit(data)
             return
+        self._show_lock(name, info)
+        if limiter is not None:
+            self.stdout.write(f"Rate limiter {name!r}: {limiter.rate}, burst {limiter.burst}.")
+            self.stdout.write(f"  available: {limiter.available} of {limiter.burst}")
+            self.stdout.write(f"  next in:   {limiter.next_in:.3f}s")
+            self.stdout.write(f"  full in:   {limiter.full_in:.3f}s")
+
+    def _show_lock(self, name: str, info: LockInfo | None) -> None:
         if info is None:
             self.stdout.write(f"Lock {name!r} is free.")
             return
