@@ -193,23 +193,33 @@ class AsyncLockClient:
         one of them was cancelled on its way (a resend of that one can then
         never come after the owner's next call, and undo it).
         """
-        previous = self.unfinished.get(owner)
-        task = self.spawn(coroutine if previous is None else _after(previous, coroutine))
-        self.unfinished[owner] = task
+        self.unfinished[owner] = self.spawn(
+            self._finish(owner, self.unfinished.get(owner), coroutine)
+        )
 
-        def done(_: asyncio.Task[Any]) -> None:
-            if self.unfinished.get(owner) is task:
+    async def _finish(
+        self,
+        owner: str,
+        previous: asyncio.Task[Any] | None,
+        coroutine: Coroutine[Any, Any, object],
+    ) -> None:
+        try:
+            if previous is not None:
+                await asyncio.wait([previous])
+            await coroutine
+        finally:
+            coroutine.close()  # if it never ran
+            # Gone as it ends (not by a done callback, a loop iteration later).
+            if self.unfinished.get(owner) is asyncio.current_task():
                 del self.unfinished[owner]
-
-        task.add_done_callback(done)
 
     async def finished(self, owner: str) -> None:
         """Wait until no call of ``owner``'s is being finished (see :meth:`finish_for`).
 
-        Called by a task that finishes one, it does not wait for itself.
+        Not for the finishing work itself: each waits for the one before it,
+        and one made later would wait for it in turn.
         """
-        current = asyncio.current_task()
-        while (task := self.unfinished.get(owner)) is not None and task is not current:
+        while (task := self.unfinished.get(owner)) is not None:
             # Not cancelled with its waiter: that work must finish.
             await asyncio.wait([task])
 
@@ -220,16 +230,6 @@ class AsyncLockClient:
         are both sides' defaults for ``async with``.
         """
         return AsyncReadWriteLock(self, check_name(name), self.scripts[RWScripts], **options)
-
-
-async def _after(previous: asyncio.Task[Any], coroutine: Coroutine[Any, Any, object]) -> None:
-    """Run ``coroutine`` once ``previous`` is done (see ``AsyncLockClient.finish_for``)."""
-    try:
-        await asyncio.wait([previous])
-    except BaseException:
-        coroutine.close()
-        raise
-    await coroutine
 
 
 def _forget_task(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:

@@ -264,11 +264,9 @@ class AsyncRLock(LockBase):
             with contextlib.suppress(Exception):
                 self._acquire_failed(error, owner, call)  # noted: the next acquire asks again
             return
-        if (
-            self._acquire_landed(reply, owner, lease, sent_at, requested_at=None, caller=caller)
-            is None
-        ):
-            await self._release_as(owner)
+        wait = self._acquire_landed(reply, owner, lease, sent_at, requested_at=None, caller=caller)
+        if wait is None:
+            await self._release_as(owner, ordered=False)
 
     def _kind_scripts(self) -> KindScripts:
         return KindScripts.of(self.client.scripts[LockScripts])
@@ -333,15 +331,21 @@ class AsyncRLock(LockBase):
 
         self.client.spawn(release_all())
 
-    async def _release_as(self, owner: str, caller: asyncio.Task[Any] | None = None) -> None:
-        """Release one hold of ``owner``'s; finished by the client if the caller is cancelled."""
+    async def _release_as(
+        self, owner: str, caller: asyncio.Task[Any] | None = None, *, ordered: bool = True
+    ) -> None:
+        """Release one hold of ``owner``'s; finished by the client if the caller is cancelled.
+
+        ``ordered``: first wait for the owner's unfinished call (False only in
+        the client's finishing work, which runs after it already).
+        """
         client = self.client
-        if client.unfinished:
+        if ordered and client.unfinished:
             try:
                 await client.finished(owner)
             except asyncio.CancelledError:
                 # Not begun: it is made all the same, after the owner's unfinished call.
-                client.finish_for(owner, self._release_as(owner, caller))
+                client.finish_for(owner, self._release_as(owner, caller, ordered=False))
                 raise
 
         def remember_lost() -> None:

@@ -18,9 +18,10 @@ What stays with redis-py:
 * a script the server does not know (NOSCRIPT: after a restart or SCRIPT
   FLUSH), loaded and run by redis-py's ``Script``, with its ``allow-oom``
   variant chosen there (:mod:`~django_rlock.core._sync.scripts`);
-* a call whose connection broke before its reply: sent once more, with the
-  same request id, the way ``resend_once`` does (the request latch makes a
-  resend of a call Redis already ran a report, not a second run);
+* a call whose connection broke before its reply is sent once more, with
+  the same request id, the way ``resend_once`` does (the request latch makes
+  a resend of a call Redis already ran a report, not a second run): on the
+  next connection, made for it, or through redis-py if none can be made;
 * every call of a client whose connections this cannot take over: a
   connection class of its own, an encoding other than UTF-8, RESP3 with a
   hiredis that cannot tell push messages from replies. Those run each call in
@@ -49,6 +50,7 @@ from typing import Any, NamedTuple, Protocol
 import hiredis
 import redis.asyncio
 from redis._parsers import BaseParser
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -139,6 +141,8 @@ class _Call(NamedTuple):
     flight: Flight
     script: WireScript
     call: ScriptCall
+    #: Sent before, on a connection that broke before the reply: not sent a third time.
+    resent: bool = False
 
 
 class Wire:
@@ -211,7 +215,7 @@ class Wire:
             if protocol is not None:
                 protocol.close()
             for call in backlog:
-                self._spawn(self._through_redis_py(call, resend=True))
+                self._spawn(self._through_redis_py(call, resend=not call.resent))
             return
         self._protocol = protocol
         for call in backlog:
@@ -270,16 +274,21 @@ class Wire:
             return
         call.flight.land(error=permission_error(error) or error)
 
-    def _lost(self, protocol: _WireProtocol, calls: Sequence[_Call], timed_out: str) -> None:
+    def _lost(
+        self, protocol: _WireProtocol, calls: Sequence[_Call], timed_out: str, lost: str
+    ) -> None:
         """``protocol``'s connection ended with ``calls`` unanswered."""
         if self._protocol is protocol:
             self._protocol = None
         for call in calls:
             if timed_out:
                 call.flight.land(error=RedisTimeoutError(timed_out))
+            elif call.resent:
+                call.flight.land(error=RedisConnectionError(lost))
             else:
-                # It may or may not have run: sent once more, with its request id.
-                self._spawn(self._through_redis_py(call, resend=False))
+                # It may or may not have run: sent once more, with its request id,
+                # on a new connection (a pooled one of redis-py may be as dead).
+                self._send_later(protocol.loop, call._replace(resent=True))
 
 
 class _WireProtocol(asyncio.Protocol):
@@ -343,7 +352,8 @@ class _WireProtocol(asyncio.Protocol):
             self._timer = None
         calls = [call for call, _ in self._calls]
         self._calls.clear()
-        self._wire._lost(self, calls, self._timed_out)
+        lost = f"Connection to {self._where} lost: {exc or 'closed by server'}"
+        self._wire._lost(self, calls, self._timed_out, lost)
         self._keep = None
 
     def close(self) -> None:
