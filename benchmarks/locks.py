@@ -207,6 +207,62 @@ async def async_uncontended(url: str, pairs: int, cycles: int) -> dict[str, Pair
     }
 
 
+class AsyncContended:
+    """Blocks of ``tasks`` asyncio tasks on one event loop contending for one lock.
+
+    Each task takes the lock in a loop, through a lock object of its own (a
+    redis-py Lock keeps one token per object), and does a deliberately
+    non-atomic read-modify-write of a counter inside it, through a plain
+    ``redis.asyncio`` client shared by every library; cycles counted by the
+    tasks minus the counter's value are the updates lost.
+    """
+
+    def __init__(self, url: str, tasks: int, seconds: float) -> None:
+        self.url, self.tasks, self.seconds = url, tasks, seconds
+        self.lost: dict[str, int] = {}
+        self._makers = {library: make(url) for library, make in ASYNC_LIBRARIES.items()}
+        self._blocks = 0
+
+    async def block(self, library: str) -> float:
+        """Cycles per second of all tasks together over one block."""
+        make = self._makers[library]
+        self._blocks += 1
+        counter = f"bench:async-count:{self._blocks}"
+        raw = redis.asyncio.Redis.from_url(self.url)
+        cycles = 0
+
+        async def work() -> None:
+            nonlocal cycles
+            lock = make(f"async-contended:{library}")
+            while time.monotonic() < stop_at:
+                async with lock:
+                    value = int(await raw.get(counter) or 0)  # the lock must protect it
+                    await raw.set(counter, value + 1)
+                cycles += 1
+
+        started = time.monotonic()
+        stop_at = started + self.seconds
+        await asyncio.gather(*(work() for _ in range(self.tasks)))
+        elapsed = time.monotonic() - started
+        stored = int(await raw.get(counter) or 0)
+        await raw.aclose()
+        self.lost[library] = self.lost.get(library, 0) + cycles - stored
+        return cycles / elapsed
+
+
+async def async_contended(
+    url: str, tasks: int, seconds: float, pairs: int
+) -> tuple[dict[str, Paired], dict[str, int]]:
+    """:class:`AsyncContended` blocks paired against each asyncio peer, and the updates lost."""
+    contention = AsyncContended(url, tasks, seconds)
+    results = {
+        peer: await paired_async(contention.block, peer, pairs)
+        for peer in ASYNC_LIBRARIES
+        if peer != OURS
+    }
+    return results, contention.lost
+
+
 # -- contended ------------------------------------------------------------------------
 
 
@@ -399,6 +455,78 @@ def round_trip_us(url: str, calls: int) -> dict[str, float]:
     return {"PING": ping * 1e6, "EVALSHA of `return 1`": evalsha * 1e6}
 
 
+# -- the rate limiter's cost, next to a lock cycle ------------------------------------
+
+
+def call_cost(url: str, call: Callable[[], object], calls: int, blocks: int = 5) -> ServerCost:
+    """What one ``call()`` costs: the server's commands and CPU, and the client's median µs.
+
+    ``blocks`` blocks of ``calls`` calls; the client's time is the median block's.
+    """
+    admin = redis.Redis.from_url(url)
+    for _ in range(20):
+        call()  # connected, scripts loaded
+    admin.config_resetstat()
+    cpu_before = _server_cpu(admin)
+    per_call = []
+    for _ in range(blocks):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter() - started) / calls)
+    cpu = _server_cpu(admin) - cpu_before
+    stats = admin.info("commandstats")
+    admin.close()
+    ran = sum(
+        int(stat["calls"])
+        for name, stat in stats.items()
+        if not name.startswith(("cmdstat_info", "cmdstat_config"))
+    )
+    evalsha = stats.get("cmdstat_evalsha", {})
+    return ServerCost(
+        commands=ran / (calls * blocks),
+        server_cpu_us=cpu * 1e6 / (calls * blocks),
+        evalsha_us=float(evalsha.get("usec_per_call", 0.0)),
+        cycle_us=statistics.median(per_call) * 1e6,
+    )
+
+
+def limiter_costs(calls: int) -> dict[str, ServerCost]:
+    """The rate limiter's calls and a plain lock's cycle, on a server of their own."""
+    with RedisServer() as server, LockClient(server.url, key_prefix="bench") as client:
+        lock = client.lock("cost:lock")
+        granted = client.rate_limiter("cost:granted", "1000000/s")  # never short of permits
+        refused = client.rate_limiter("cost:refused", "1/d", burst=1)
+        refused.try_acquire()  # and none left here for a day
+
+        def cycle() -> None:
+            lock.acquire()
+            lock.release()
+
+        rows: dict[str, Callable[[], object]] = {
+            "lock cycle: acquire + release": cycle,
+            "rate limiter: try_acquire(), granted": granted.try_acquire,
+            "rate limiter: try_acquire(), refused": refused.try_acquire,
+            "rate limiter: wait_time()": granted.wait_time,
+        }
+        return {label: call_cost(server.url, call, calls) for label, call in rows.items()}
+
+
+def limiter_table(costs: dict[str, ServerCost]) -> str:
+    """The rate limiter's cost per call next to a lock cycle's (the same columns as cost_table)."""
+    lines = [
+        "| django-rlock, one call | commands run (scripts' included) "
+        "| EVALSHA µs/call | server CPU µs | µs at the client |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, cost in costs.items():
+        lines.append(
+            f"| {label} | {cost.commands:.1f} | {cost.evalsha_us:.1f} "
+            f"| {cost.server_cpu_us:.0f} | {cost.cycle_us:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 # -- the run --------------------------------------------------------------------------
 
 
@@ -407,6 +535,9 @@ class Results:
     uncontended: dict[str, Paired]
     limit: dict[str, Paired]
     asyncio: dict[str, Paired]
+    #: ``--tasks`` asyncio tasks on one loop, and the updates each library lost there.
+    async_contended: dict[str, Paired]
+    async_lost: dict[str, int]
     #: Per number of contending processes.
     contended: dict[int, dict[str, Paired]]
     wake: dict[str, Paired]
@@ -425,6 +556,9 @@ def run(args: argparse.Namespace) -> Results:
         unc = uncontended(url, args.pairs, args.cycles)
         limit = protocol_limit(url, args.limit_pairs, args.cycles)
         aio = asyncio.run(async_uncontended(url, args.pairs, args.cycles))
+        aio_contended, aio_lost = asyncio.run(
+            async_contended(url, args.tasks, args.seconds, args.contended_pairs)
+        )
         contended, lost = {}, {}
         for processes in args.processes:
             contention = Contended(url, processes, args.seconds)
@@ -441,7 +575,9 @@ def run(args: argparse.Namespace) -> Results:
         cpu = ServerCpu(url)
         server_cpu = {peer: paired(cpu.block, peer, args.cpu_pairs) for peer in PEERS}
         costs = {library: server_cost(url, library, 1000) for library in LIBRARIES}
-    return Results(unc, limit, aio, contended, wake, lost, server_cpu, costs, floor)
+    return Results(
+        unc, limit, aio, aio_contended, aio_lost, contended, wake, lost, server_cpu, costs, floor
+    )
 
 
 def _ours(results: dict[str, Paired]) -> float:
@@ -492,6 +628,8 @@ def table(results: Results, args: argparse.Namespace) -> str:
     row("wake-up p50, release -> waiter holds (lower is better)", results.wake, millis)
     row("server CPU per uncontended cycle (lower is better)", results.server_cpu, micros)
     row("asyncio uncontended (each library's asyncio lock)", results.asyncio, rate)
+    label = f"asyncio {args.tasks}-task contended, read-modify-write inside"
+    row(label, results.async_contended, rate, results.async_lost)
     return "\n".join(lines)
 
 
@@ -528,6 +666,7 @@ def chart(results: Results, args: argparse.Namespace, path: Path) -> None:
         ("wake-up p50\n(latency)", results.wake, True),
         ("server CPU\nper cycle", results.server_cpu, True),
         ("asyncio\nuncontended", results.asyncio, False),
+        (f"asyncio {args.tasks}-task\ncontended", results.async_contended, False),
     ]
     figure, axes = plt.subplots(figsize=(11, 4.8))
     width = 0.8 / len(PEERS)
@@ -570,6 +709,7 @@ def main() -> None:
     parser.add_argument("--cpu-pairs", type=int, default=5, help="server CPU pairs per peer")
     parser.add_argument("--seconds", type=float, default=1.5, help="length of a contended block")
     parser.add_argument("--contended-pairs", type=int, default=3, help="contended pairs per peer")
+    parser.add_argument("--tasks", type=int, default=100, help="contending asyncio tasks")
     parser.add_argument("--rounds", type=int, default=15, help="wake-ups per latency block")
     parser.add_argument("--wake-pairs", type=int, default=4, help="wake-up pairs per peer")
     parser.add_argument(
@@ -581,9 +721,12 @@ def main() -> None:
     print(table(results, args))
     print()
     print(cost_table(results))
+    print()
+    print(limiter_table(limiter_costs(1000)))
     chart(results, args, args.chart)
     print(f"\nChart: {args.chart}; the run took {time.monotonic() - started:.0f} s.")
     lost = sum(by_library.get(OURS, 0) for by_library in results.lost.values())
+    lost += results.async_lost.get(OURS, 0)
     if lost:
         raise SystemExit(f"django-rlock lost {lost} updates under contention")
 
