@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 from django_rlock.core import LockClient, RLock
 from django_rlock.core._process import forking
 from django_rlock.core._protocol.names import check_key_prefix, check_name, check_watchdog_timeout
+from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_ALIAS,
@@ -209,6 +210,19 @@ def get_lock(
     if permits is not None:
         return lock_client(app).semaphore(name, permits, lease=lease, max_hold=max_hold)
     return lock_client(app).lock(name, lease=lease, max_hold=max_hold)
+
+
+def get_rate_limiter(app: Celery, using: str, name: str, rate: str) -> RateLimiter:
+    """The rate limiter called ``name`` for a task of ``app``, from the source chosen above."""
+    if uses_django(app):
+        limiter: RateLimiter = _django_locks()[using].rate_limiter(name, rate)
+        return limiter
+    if using != DEFAULT_LOCK_ALIAS:
+        raise ConfigurationError(
+            f"lock_using={using!r}: without Django settings, celery_rlock has only the "
+            f"{DEFAULT_LOCK_ALIAS!r} lock server (rlock_url)"
+        )
+    return lock_client(app).rate_limiter(name, rate)
 
 
 def check_configuration(app: Celery, aliases: set[str]) -> None:

@@ -45,6 +45,7 @@ from celery_rlock._guard import (
     run_locked,
 )
 from celery_rlock._once import AlreadyQueued, OnceMarker
+from celery_rlock._ratelimit import RateOptions, name_template, pass_rate_limit
 from celery_rlock._worker import install
 from django_rlock._keys import KeyTemplate, build_key
 from django_rlock.core._protocol.names import check_lease
@@ -109,6 +110,16 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         hour) bounds how long a marker can outlive a lost message;
         ``once_on_duplicate`` is ``"raise"`` (:class:`AlreadyQueued`, default)
         or ``"return"`` (the queued task's AsyncResult).
+    ``lock_rate``
+        A global rate limit, ``"N/s"``, ``"N/m"``, ``"N/h"`` or ``"N/d"``
+        (default None: none): runs per period across every worker, per
+        ``lock_rate_key``, with bursts of up to N after idling. A run over the
+        limit is re-queued with the exact countdown until its permit is due,
+        within ``max_retries`` (see :mod:`celery_rlock._ratelimit`). Works with
+        or without ``lock``.
+    ``lock_rate_key``
+        The key template of the limit (default: the ``lock`` template, else
+        the task's name: one limit for the task).
 
     While a run holds its lock, ``self.request.rlock`` is its
     :class:`~celery_rlock._guard.TaskLock` (name, fencing token, wait time,
@@ -130,10 +141,14 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     once: bool | Literal["queued"] = False
     once_lease: float = DEFAULT_ONCE_LEASE
     once_on_duplicate: OnDuplicate = "raise"
+    lock_rate: str | None = None
+    lock_rate_key: KeyTemplate | None = None
 
     #: The checked options, built by on_bound; None when ``lock`` is None.
     #: Immutable and per task class, so sharing it between runs is safe.
     lock_options: ClassVar[LockOptions | None] = None
+    #: The checked rate limit, built by on_bound; None when ``lock_rate`` is None.
+    rate_options: ClassVar[RateOptions | None] = None
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -146,6 +161,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         # attribute must not turn into a bound method.
         template = cls.__dict__.get("lock", cls.lock)
         template = getattr(template, "__func__", template)
+        cls.rate_options = cls._rate_options(template)
         if template is None:
             if once:
                 raise ValueError(f"{cls.name}: once={once!r} needs a lock key template (lock=...)")
@@ -178,24 +194,52 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
                 )
         install(app)
 
+    @classmethod
+    def _rate_options(cls, lock_template: KeyTemplate | None) -> RateOptions | None:
+        """The checked ``lock_rate`` options (None: no rate limit)."""
+        key = cls.__dict__.get("lock_rate_key", cls.lock_rate_key)
+        key = getattr(key, "__func__", key)
+        if cls.lock_rate is None:
+            if key is not None:
+                raise ValueError(f"{cls.name}: lock_rate_key needs a lock_rate (e.g. '100/m')")
+            return None
+        if key is None:
+            key = lock_template if lock_template is not None else name_template(cls.name)
+        if not isinstance(cls.lock_using, str) or not cls.lock_using:
+            raise ValueError(
+                f"lock_using must be a lock alias (a non-empty str), got {cls.lock_using!r}"
+            )
+        return RateOptions.build(
+            cls.lock_rate, key, cls.run, using=cls.lock_using, on_unavailable=cls.on_unavailable
+        )
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the task body holding its lock; release it however the body ends."""
-        options = self.lock_options
-        if options is None:
+        """Run the task body within its rate limit, holding its lock (released however it ends)."""
+        if self.lock_options is None and self.rate_options is None:
             return super().__call__(*args, **kwargs)
         top = self.request_stack.top
         if top is not None and not top.called_directly:
             # A worker (or eager) run: the tracer pushed this run's request.
-            return self._run_locked(options, args, kwargs)
+            return self._run_guarded(args, kwargs)
         # Called directly, ``task(...)``: push a request of its own first, as
         # Task.__call__ does, so the run's state has a per-call home.
         _task_stack.push(self)
         self.push_request(args=args, kwargs=kwargs)
         try:
-            return self._run_locked(options, args, kwargs)
+            return self._run_guarded(args, kwargs)
         finally:
             self.pop_request()
             _task_stack.pop()
+
+    def _run_guarded(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Pass the rate limit, if any, then run the body under the lock, if any."""
+        rate = self.rate_options
+        if rate is not None:
+            pass_rate_limit(rate, self, args, kwargs, app=self._get_app())
+        options = self.lock_options
+        if options is None:
+            return self.run(*args, **kwargs)
+        return self._run_locked(options, args, kwargs)
 
     def _run_locked(
         self, options: LockOptions, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -489,3 +489,18 @@ def record_dropped(sender: Any = None, request: Any = None, found: str = "", **r
             f"ctest:dropped:{run}",
             json.dumps({"id": request.id, "found": found, "retries": request.retries}),
         )
+
+
+# -- rate limits -------------------------------------------------------------------------
+
+
+@app.task(bind=True, base=LockedTask, lock_rate="4/s", lock_rate_key="rate:{run}", max_retries=5)
+def rate_limited(self: Task, run: str) -> Any:
+    """4 runs a second per ``run`` across the workers (burst 4); records each start."""
+    return work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, base=LockedTask, lock="rate:{run}", lock_rate="1/m", max_retries=0)
+def rate_limited_once(self: Task, run: str) -> Any:
+    """One run a minute per ``run``, no retry: a second run fails at once."""
+    return work(self, run, 0.0, gate=False)
