@@ -161,6 +161,14 @@ class Client(Protocol):
         ...
 
 
+class AsyncShell(WaitingShell, Protocol):
+    """An asyncio shell of an acquire plan: its attempts are awaited."""
+
+    def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
+        """One acquire call: None when granted, else the seconds to wait at most."""
+        ...
+
+
 class AsyncRLock(LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
@@ -189,7 +197,9 @@ class AsyncRLock(LockBase):
         owner = task_owner()
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            granted = await drive_async(plan, shell)
+            # The plan's first step, one attempt that does not wait, is sent
+            # here: an uncontended grant (the common case) drives no generator.
+            granted = await drive_async(plan, shell, await shell.attempt(False, 0.0))
         finally:
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
@@ -271,7 +281,23 @@ class AsyncRLock(LockBase):
     def _kind_scripts(self) -> KindScripts:
         return KindScripts.of(self.client.scripts[LockScripts])
 
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+    #: This lock's row of scripts, looked up on its first call: every kind's
+    #: row is fixed once its client is built.
+    _row: KindScripts | None = None
+
+    def _scripts_row(self) -> KindScripts:
+        row = self._row
+        if row is None:
+            row = self._row = self._kind_scripts()
+        return row
+
+    def _acquire_sender(self) -> Callable[..., Any]:
+        return self._scripts_row().acquire
+
+    def _release_sender(self) -> Callable[..., Any]:
+        return self._scripts_row().release
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> AsyncShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
         return _AsyncWaiting(self, owner, lease, plan.started)
 
@@ -484,7 +510,7 @@ class AsyncFairLock(FairBase, AsyncRLock):
     async def __aenter__(self) -> Self:
         return await super().__aenter__()
 
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> WaitingShell:
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> AsyncShell:
         # The caller queues: every attempt of a blocking call carries its queue id.
         queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
         return _AsyncFairWaiting(self, owner, lease, plan, queue_id)

@@ -120,9 +120,14 @@ def drive(plan: AcquirePlan, shell: Any, first: Any = NOT_SENT) -> bool:
         return bool(done.value)
 
 
-async def drive_async(plan: AcquirePlan, shell: Any) -> bool:
-    """Run ``plan`` with an asyncio shell; its calls may be coroutines."""
-    steps = plan.steps()
+async def drive_async(plan: AcquirePlan, shell: Any, first: Any = NOT_SENT) -> bool:
+    """Run ``plan`` with an asyncio shell; its calls may be coroutines.
+
+    ``first``: the result of the first attempt, when the shell sent it (as for :func:`drive`).
+    """
+    if first is None:
+        return True
+    steps = plan.steps(first)
     try:
         step = next(steps)
         while True:
