@@ -147,11 +147,11 @@ def test_two_names_are_independent(client: LockClient) -> None:
 def test_a_new_rate_applies_at_once_and_keeps_what_was_taken(
     client: LockClient, r: redis.Redis
 ) -> None:
-    slow = client.rate_limiter("retuned", "1/s", burst=5)
-    assert slow.try_acquire(5)  # 5 s of refill at 1/s
+    slow = client.rate_limiter("retuned", "1/m", burst=5)
+    assert slow.try_acquire(5)  # 5 minutes of refill at 1/m
     fast = client.rate_limiter("retuned", "100/s", burst=5)
     # The 5 permits stay taken, counted at 100/s: one is due in about 10 ms,
-    # not 1 s (the old rate), nor now (a reset).
+    # not in a minute (the old rate), nor now (a reset).
     assert not fast.try_acquire()
     assert 0 < fast.wait_time() <= 0.011
     assert fast.acquire(timeout=1)
@@ -225,10 +225,11 @@ def test_an_unreachable_server_is_lock_unavailable_naming_the_limiter() -> None:
 def test_the_asyncio_twin_shares_the_limit(client: LockClient, redis_url: str) -> None:
     async def scenario() -> list[float]:
         async with AsyncLockClient(redis_url, key_prefix=PREFIX) as aio:
-            limiter = aio.rate_limiter("shared", "20/s", burst=2)
-            assert client.rate_limiter("shared", "20/s", burst=2).try_acquire(2)
-            assert not await limiter.try_acquire()
-            assert 0 < await limiter.wait_time() <= 0.05
+            shared = aio.rate_limiter("shared", "1/m", burst=2)
+            assert client.rate_limiter("shared", "1/m", burst=2).try_acquire(2)
+            assert not await shared.try_acquire()
+            assert 59 < await shared.wait_time() <= 60
+            limiter = aio.rate_limiter("paced", "20/s", burst=2)
             grants = []
             for _ in range(6):
                 assert await limiter.acquire(timeout=5)

@@ -23,7 +23,7 @@ def login(request: HttpRequest, username: str) -> HttpResponse:
     return _ran(f"login {username}")
 
 
-@rate_limited("poll:{username}", "10/s", burst=1)
+@rate_limited("poll:{username}", "2/s", burst=1)
 def poll(request: HttpRequest, username: str) -> HttpResponse:
     return _ran(f"poll {username}")
 
