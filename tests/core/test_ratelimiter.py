@@ -230,6 +230,7 @@ def test_the_asyncio_twin_shares_the_limit(client: LockClient, redis_url: str) -
             assert not await shared.try_acquire()
             assert 59 < await shared.wait_time() <= 60
             limiter = aio.rate_limiter("paced", "20/s", burst=2)
+            assert await limiter.try_acquire(2)  # the burst: what follows is paced
             grants = []
             for _ in range(6):
                 assert await limiter.acquire(timeout=5)
