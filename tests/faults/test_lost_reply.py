@@ -11,7 +11,7 @@ exact. The control test shows the fault is real: the bare script double-counts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis
@@ -85,6 +85,49 @@ def test_resent_acquire_and_release_apply_once(
     direct.close()
     if isinstance(caller, redis.Redis):
         caller.close()
+
+
+def test_asyncio_calls_whose_replies_are_lost_apply_once(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """The asyncio twin: each call's connection is cut after Redis ran it, before its reply.
+
+    The client's lean connection sends the call once more, on a new connection,
+    with its request id: the latch reports what the first one did.
+    """
+    direct = private_server.client()
+
+    async def scenario() -> None:
+        async with AsyncLockClient(proxy.url, key_prefix="f") as client:
+            lock = client.lock("reply")
+            await lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
+            warm_up_token = lock.token
+            await lock.release()
+            key, owner = lock.keys.hash, task_owner()
+            steps: list[tuple[Callable[[], Awaitable[object]], int]] = [
+                (lock.acquire, 1),  # a new grant
+                (lock.acquire, 2),  # a re-entry
+                (lock.release, 1),  # a partial release
+            ]
+            tokens: set[int | None] = set()
+            for number, (call, holds) in enumerate(steps, start=1):
+                proxy.drop_reply_after(b"EVALSHA")
+                await call()
+                assert proxy.dropped_replies == number
+                assert int(direct.hget(key, owner) or 0) == holds
+                assert await lock.hold_count() == holds
+                tokens.add(lock.token)
+            (token,) = tokens  # one new grant since the warm-up, kept by the re-entry
+            assert token is not None and warm_up_token is not None and token > warm_up_token
+            proxy.drop_reply_after(b"EVALSHA")
+            await lock.release()  # the final release, resent: no LockLostError
+            assert not direct.exists(key) and not lock.lost
+            assert await lock.acquire(blocking=False) and lock.token is not None
+            assert lock.token > token
+            await lock.release()
+
+    asyncio.run(scenario())
+    direct.close()
 
 
 def test_without_the_latch_a_lost_reply_double_counts(

@@ -241,7 +241,7 @@ class Wire:
             self.lean = False
             await connection.disconnect()
             return None
-        protocol = _WireProtocol(self, loop, transport, (connection, writer), connection)
+        protocol = _WireProtocol(self, loop, transport, connection)
         transport.set_protocol(protocol)
         if not transport.is_reading():
             transport.resume_reading()
@@ -299,7 +299,6 @@ class _WireProtocol(asyncio.Protocol):
         wire: Wire,
         loop: asyncio.AbstractEventLoop,
         transport: Any,
-        keep: object,
         connection: Any,
     ) -> None:
         self.loop = loop
@@ -307,9 +306,9 @@ class _WireProtocol(asyncio.Protocol):
         self.open = True
         self._wire = wire
         self._transport = transport
-        # The redis-py connection and stream writer that opened the socket:
-        # dropped, they would close it.
-        self._keep = keep
+        # The redis-py connection that opened the socket, and its stream
+        # writer: dropped while the socket is in use, they would close it.
+        self._connection: Any = connection
         self._where = repr(connection)
         timeout = connection.socket_timeout
         self._timeout: float | None = float(timeout) if timeout else None
@@ -354,7 +353,7 @@ class _WireProtocol(asyncio.Protocol):
         self._calls.clear()
         lost = f"Connection to {self._where} lost: {exc or 'closed by server'}"
         self._wire._lost(self, calls, self._timed_out, lost)
-        self._keep = None
+        self._forget_connection()
 
     def close(self) -> None:
         """Close after the calls written so far are flushed."""
@@ -367,7 +366,14 @@ class _WireProtocol(asyncio.Protocol):
         try:
             self._transport.abort()
         except RuntimeError:  # its loop is closed: nothing more can be done there
-            self._keep = None
+            self._forget_connection()
+
+    def _forget_connection(self) -> None:
+        # The socket is closed: redis-py's connection is told it has no streams
+        # any more, or it would warn of an unclosed connection when collected.
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection._reader = connection._writer = None
 
     def _end(self) -> None:
         self.open = False
