@@ -32,6 +32,13 @@ from django_rlock.core._protocol.fairlock import (
     fair_release_call,
 )
 from django_rlock.core._protocol.names import MAX_NAME_BYTES, LockKeys, check_name
+from django_rlock.core._protocol.ratelimit import (
+    limiter_key,
+    parse_rate,
+    reserve_call,
+    state_call,
+    wait_call,
+)
 from django_rlock.core._protocol.redisson import (
     acquire_on,
     force_release_on,
@@ -74,6 +81,7 @@ def calls(prefix: str, name: str, owner: str) -> dict[str, ScriptCall]:
     rw = RWKeys.build(prefix, name)
     sem = semaphore_keys(prefix, name)
     shared = redisson_keys(prefix, name)  # layout="redisson" (tests/protocol/test_redisson.py)
+    limiter = limiter_key(prefix, name)
     attempt: dict[str, Any] = {"ttl": 30.0, "waiter_id": WAITER, "sleep": 2.5, "rid": RID}
     write_latch = rw.for_write().latch(owner)
     read_latch = rw.for_read().latch(owner)
@@ -112,6 +120,9 @@ def calls(prefix: str, name: str, owner: str) -> dict[str, ScriptCall]:
             shared, owner, release_call(shared, owner, "publish", RID)
         ),
         "redisson-lock.force_release": force_release_on(shared, "publish"),
+        "ratelimit.reserve": reserve_call(limiter, parse_rate("50/s"), 10, 2, 0.5),
+        "ratelimit.wait": wait_call(limiter, parse_rate("50/s"), 10, 2),
+        "ratelimit.state": state_call(limiter),
     }
 
 

@@ -269,6 +269,24 @@ class RateLimiterScripts(ScriptSet):
         self.state = plain(RATE_STATE)
 
 
+def reserve_call(
+    key: str, rate: Rate, burst: int, permits: int, longest: float | None
+) -> ScriptCall:
+    """The :data:`RATE_RESERVE` call of ``permits`` due within ``longest`` s (None: any)."""
+    longest_us = -1 if longest is None else math.floor(longest * 1_000_000)
+    return ScriptCall([key], [repr(rate.interval_us), burst, permits, longest_us])
+
+
+def wait_call(key: str, rate: Rate, burst: int, permits: int) -> ScriptCall:
+    """The :data:`RATE_WAIT` call for ``permits`` (checked)."""
+    return ScriptCall([key], [repr(rate.interval_us), burst, permits])
+
+
+def state_call(key: str) -> ScriptCall:
+    """The :data:`RATE_STATE` call of the limiter whose hash is ``key``."""
+    return ScriptCall([key], [])
+
+
 class Reservation(NamedTuple):
     """A reserve call's answer: ``granted`` (the permits are the caller's) and ``wait``.
 
@@ -354,8 +372,6 @@ class RateLimiterBase:
         #: Permits that may be taken at once after idling.
         self.burst = check_burst(burst, self.rate)
         self.key = limiter_key(key_prefix, name)
-        self._keys = [self.key]
-        self._interval = repr(self.rate.interval_us)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.rate} burst={self.burst}>"
@@ -363,14 +379,11 @@ class RateLimiterBase:
     def _reserve_call(self, permits: object, within: object) -> ScriptCall:
         """The :data:`RATE_RESERVE` call of ``permits`` due within ``within`` s (None: ever)."""
         taken = check_take(permits, self.burst)
-        longest = check_timeout(within)
-        longest_us = -1 if longest is None else math.floor(longest * 1_000_000)
-        return ScriptCall(self._keys, [self._interval, self.burst, taken, longest_us])
+        return reserve_call(self.key, self.rate, self.burst, taken, check_timeout(within))
 
     def _wait_call(self, permits: object) -> ScriptCall:
         """The :data:`RATE_WAIT` call for ``permits``."""
-        taken = check_take(permits, self.burst)
-        return ScriptCall(self._keys, [self._interval, self.burst, taken])
+        return wait_call(self.key, self.rate, self.burst, check_take(permits, self.burst))
 
     def _action(self) -> str:
         """How an unreachable server's error names what was asked."""

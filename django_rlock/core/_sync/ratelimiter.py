@@ -35,6 +35,7 @@ from django_rlock.core._protocol.ratelimit import (
     limiter_key,
     limiter_state,
     reservation,
+    state_call,
 )
 from django_rlock.core._protocol.unavailable import reported_unavailable
 
@@ -109,7 +110,7 @@ class RateLimiter(RateLimiterBase):
 
 def read_limiter_state(client: Client, name: str) -> LimiterState | None:
     """The state of rate limiter ``name`` (checked) on ``client``; None when its bucket is full."""
-    key = limiter_key(client.key_prefix, name)
+    call = state_call(limiter_key(client.key_prefix, name))
     with reported_unavailable(client.server, f"inspect rate limiter {name!r}"):
-        reply = client.scripts[RateLimiterScripts].state(keys=[key], args=[])
+        reply = client.scripts[RateLimiterScripts].state(keys=call.keys, args=call.args)
     return limiter_state(name, reply)
