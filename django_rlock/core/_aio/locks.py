@@ -488,7 +488,10 @@ class _AsyncWaiting:
             return
         self.lock.client.listener.unsubscribe(self.subscription)
         if registered:
-            self.lock.client.spawn(self.lock._abandon(self.subscription.waiter_id))
+            # After the owner's cancelled attempt, if any: an ABANDON that overtook
+            # it would leave the waiter it then registers in the set, to be woken in vain.
+            lock = self.lock
+            lock.client.finish_for(self.owner, lock._abandon(self.subscription.waiter_id))
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
@@ -533,11 +536,16 @@ class AsyncFairLock(FairBase, AsyncRLock):
             self._lost_tasks.pop(task, None)
         return True
 
-    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
-        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves."""
+    def _leave_queue(self, queue_id: str, *, abandon: bool, owner: str) -> None:
+        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves.
+
+        The abandon is sent after ``owner``'s cancelled attempt, if any (see
+        :meth:`AsyncLockClient.finish_for`): one that overtook it would leave
+        the queue entry that attempt then makes, a dead head for its lifetime.
+        """
         self._end_waiting(queue_id)
         if abandon:
-            self.client.spawn(self._abandon(queue_id))
+            self.client.finish_for(owner, self._abandon(queue_id))
 
 
 class _AsyncFairWaiting:
@@ -577,7 +585,7 @@ class _AsyncFairWaiting:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
         abandon = self.queued or (registered and bool(self.queue_id))
-        self.lock._leave_queue(self.queue_id, abandon=abandon)
+        self.lock._leave_queue(self.queue_id, abandon=abandon, owner=self.owner)
 
 
 class _AsyncHandoffSubscription:

@@ -20,8 +20,9 @@ What stays with redis-py:
   variant chosen there (:mod:`~django_rlock.core._sync.scripts`);
 * a call whose connection broke before its reply is sent once more, with
   the same request id, the way ``resend_once`` does (the request latch makes
-  a resend of a call Redis already ran a report, not a second run): on the
-  next connection, made for it, or through redis-py if none can be made;
+  a resend of a call Redis already ran a report, not a second run), on the
+  next connection, made for it; when no connection can be made, the call
+  goes through redis-py's path instead, under the caller's retry policy;
 * every call of a client whose connections this cannot take over: a
   connection class of its own, an encoding other than UTF-8, RESP3 with a
   hiredis that cannot tell push messages from replies. Those run each call in
@@ -203,11 +204,12 @@ class Wire:
             self._spawn(self._connect(loop))
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        failed = False
         try:
             protocol: _WireProtocol | None = await self._open(loop)
         except Exception as error:  # noqa: BLE001 -- redis-py reports it: each call goes its way
             logger.debug("lock call connection failed: %s", error)
-            protocol = None
+            protocol, failed = None, True
         finally:
             self._connecting = False
         backlog, self._backlog = self._backlog, []
@@ -215,7 +217,10 @@ class Wire:
             if protocol is not None:
                 protocol.close()
             for call in backlog:
-                self._spawn(self._through_redis_py(call, resend=not call.resent))
+                # After a failed connect, redis-py's try (under the caller's
+                # retry policy) is the call's second: not resent once more.
+                resend = not (failed or call.resent)
+                self._spawn(self._through_redis_py(call, resend=resend))
             return
         self._protocol = protocol
         for call in backlog:
