@@ -295,6 +295,7 @@ def test_package_exports_lazily_without_settings() -> None:
         "leader",
         "locked",
         "locks",
+        "rate_limited",
         "rlock",
         "semaphore",
     ]
