@@ -283,6 +283,15 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
     ("celery_rlock._decorators", "_get_app"): (
         "a Celery task's app, bound or not; Celery offers only the private accessor"
     ),
+    ("django_rlock.core._aio.wire", "_writer"): (
+        "redis-py's asyncio connection has no accessor of the streams it connected (TLS,"
+        " AUTH, HELLO, SELECT done): the lean path takes their socket over, and says when"
+        " it is closed (its _reader too, a name the wire's protocol also uses)"
+    ),
+    ("django_rlock.core._aio.wire", "_buffer"): (
+        "asyncio's StreamReader shows no unread bytes publicly: none may be left past the"
+        " handshake when its socket is taken over"
+    ),
 }
 
 

@@ -236,11 +236,13 @@ class Wire:
             self.lean = False  # hiredis < 3.2 cannot tell a push message from a reply
             return None
         await connection.connect()
-        reader: Any = getattr(connection, "_reader", None)
-        writer: Any = getattr(connection, "_writer", None)
-        transport = getattr(writer, "transport", None)
-        unread: Any = getattr(reader, "_buffer", None)
-        if transport is None or unread is None or len(unread):
+        try:
+            # redis-py keeps the streams it connected privately, with no accessor.
+            transport: Any = connection._writer.transport
+            unread = len(connection._reader._buffer)
+        except AttributeError:
+            transport, unread = None, 0
+        if transport is None or unread:
             # Not the stream-based connection this knows (another redis-py), or
             # bytes already read past the handshake: leave it to redis-py.
             self.lean = False
@@ -293,7 +295,7 @@ class Wire:
             else:
                 # It may or may not have run: sent once more, with its request id,
                 # on a new connection (a pooled one of redis-py may be as dead).
-                self._send_later(protocol.loop, call._replace(resent=True))
+                self._send_later(protocol.loop, _Call(call.flight, call.script, call.call, True))
 
 
 class _WireProtocol(asyncio.Protocol):
