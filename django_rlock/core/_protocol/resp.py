@@ -122,14 +122,17 @@ class Template:
         self._head = b"*%d\r\n" % (3 + len(keys) + len(fixed) + rest) + _EVALSHA
         self._body = bulk(len(keys)) + b"".join(bulk(part) for part in (*keys, *fixed))
 
-    def pack(self, sha: str, *rest: Part) -> bytes:
-        """One call of the script ``sha`` with the remaining arguments ``rest``."""
+    def pack(self, sha: str, *rest: Part, fresh: Part | None = None) -> bytes:
+        """One call of the script ``sha`` with the remaining arguments ``rest``.
+
+        ``fresh``: the one argument new on every call (a request id), not remembered.
+        """
         memo, ints = _memo, _ints
         parts = [self._head, memo.get(sha) or _remember(sha), self._body]
         append = parts.append
         for part in rest:
             kind = type(part)
-            if kind is str:
+            if kind is str and part is not fresh:
                 append(memo.get(part) or _remember(part))  # type: ignore[arg-type]
             elif kind is int:
                 append(ints.get(part) or _remember_int(part))  # type: ignore[arg-type]
