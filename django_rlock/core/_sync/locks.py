@@ -176,6 +176,7 @@ from django_rlock.core._protocol.semaphore import (
     semaphore_release_call,
     semaphore_state_call,
 )
+from django_rlock.core._protocol.unavailable import UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
@@ -268,9 +269,19 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        plan, lease_seconds = self._plan(blocking, timeout, lease)
-        with self._reachable("acquire"):
+        if blocking is True and timeout is None and lease is None:
+            # The defaults, nothing to check (the common call: ``with lock:``).
+            watchdog = self._engine.watchdog_timeout
+            plan, lease_seconds = (
+                AcquirePlan(blocking=True, wait=None, watchdog_timeout=watchdog),
+                None,
+            )
+        else:
+            plan, lease_seconds = self._plan(blocking, timeout, lease)
+        try:
             return self._acquire_waiting(plan, lease_seconds)
+        except UNREACHABLE as error:  # what _reachable does, without a context object
+            raise unavailable_error(self._engine.server, "acquire", self.name, error) from error
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = thread_owner()
@@ -349,7 +360,7 @@ class RLock(LockBase):
         lost = lostholds.lost_on_server(self.keys.hash, owner)
         holder = describe()
         token, holds = lost or (0, 0)
-        script = cast("LockScript", self._scripts_row().acquire)
+        script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
             script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder, fresh=rid
         )
@@ -491,21 +502,22 @@ class RLock(LockBase):
     def _release_packed(self, held: HeldClient, hold: Hold | None, owner: str) -> int:
         """:meth:`_release_owned`'s call, packed from its template (as :meth:`_attempt_packed`)."""
         rid = self._request_id("release", owner)
-        script = cast("OomSafeScript", self._scripts_row().release)
+        script = cast("OomSafeScript", (self._row or self._scripts_row()).release)
         packed = self._templates(owner, None)[1].pack(script.sha, rid, fresh=rid)
 
         def call() -> ScriptCall:
             return release_call(self.keys, owner, self._engine.publish_command, rid)
 
-        with self._reachable("release"):
+        try:
             try:
-                try:
-                    return int(run_packed(script, held, packed, call))
-                except LOST_REPLY:  # see resend_once: same call, same request id
-                    return int(run_packed(script, held, packed, call))
-            except BaseException as error:
-                self._release_failed(hold, error, owner, call())
-                raise
+                return int(run_packed(script, held, packed, call))
+            except LOST_REPLY:  # see resend_once: same call, same request id
+                return int(run_packed(script, held, packed, call))
+        except BaseException as error:
+            self._release_failed(hold, error, owner, call())
+            if isinstance(error, UNREACHABLE):  # what _reachable does
+                raise unavailable_error(self._engine.server, "release", self.name, error) from error
+            raise
 
     def _remember_lost(self) -> None:
         self._local.lost = True
