@@ -27,8 +27,15 @@ THREAD_OWNED = ["cached", "replicas"]
 
 @pytest.fixture(scope="module")
 def replicated() -> Iterator[RedisServer]:
-    """A master with one replica in sync (what MIN_REPLICAS=1 needs for a grant)."""
-    with RedisServer() as master, RedisServer("--replicaof", "127.0.0.1", str(master.port)):
+    """A master with one replica in sync (what MIN_REPLICAS=1 needs for a grant).
+
+    The master starts the replica's sync at once (Redis 7 waits 5 s by default
+    for more replicas, and the first grant's WAIT with it).
+    """
+    with (
+        RedisServer("--repl-diskless-sync-delay", "0") as master,
+        RedisServer("--replicaof", "127.0.0.1", str(master.port)),
+    ):
         client = master.client()
         deadline = time.monotonic() + 20
         while int(client.info("replication").get("connected_slaves", 0)) < 1:

@@ -216,8 +216,13 @@ class SentinelGroup:
 
     def __init__(self) -> None:
         master_port, replica_port, *self.sentinel_ports = distinct_ports(5)
-        self.master = RedisServer(port=master_port)
-        self.replica = RedisServer("--replicaof", "127.0.0.1", str(master_port), port=replica_port)
+        # A replica's first sync starts at once, not after Redis 7's default 5 s
+        # wait for other replicas (repl-diskless-sync-delay; either may be master).
+        at_once = ("--repl-diskless-sync-delay", "0")
+        self.master = RedisServer(*at_once, port=master_port)
+        self.replica = RedisServer(
+            *at_once, "--replicaof", "127.0.0.1", str(master_port), port=replica_port
+        )
         self.dir = tempfile.mkdtemp(prefix="rlock-sentinel-")
         self.sentinels: list[subprocess.Popen[bytes]] = []
 
