@@ -30,7 +30,9 @@ What stays with redis-py:
 
 A reply that does not come within the connection's ``socket_timeout`` fails
 its call with redis-py's ``TimeoutError`` (not resent: the call may have run)
-and closes the connection, as redis-py does.
+and closes the connection, as redis-py does; the calls written after it fail
+with it (a server that does not answer one O(1) script answers none), so no
+call waits longer than the timeout for a stalled server.
 
 Cancellation. A call is written before its caller first awaits, and its reply
 is read by the connection, not by the caller: a caller cancelled while its
