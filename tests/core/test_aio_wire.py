@@ -12,6 +12,7 @@ the same exceptions, the same holds.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -303,3 +304,54 @@ def test_connections_it_must_not_take_over_leave_every_call_to_redis_py(
         assert paths.lean == 0 and paths.redis_py >= 4
 
     run(scenario())
+
+
+def test_a_forked_child_connects_anew_and_leaves_the_parents_connection(redis_url: str) -> None:
+    client = AsyncLockClient(redis_url, key_prefix="test")
+    lock = client.lock("forked-wire")
+    loop = asyncio.new_event_loop()
+
+    async def take() -> tuple[asyncio.Task[None], asyncio.Event]:
+        holder_ready, release_now = asyncio.Event(), asyncio.Event()
+
+        async def holder() -> None:
+            async with lock:
+                holder_ready.set()
+                await release_now.wait()
+
+        task = asyncio.ensure_future(holder())
+        await holder_ready.wait()
+        return task, release_now
+
+    async def in_child() -> str:
+        async with asyncio.timeout(HANG):
+            return "granted" if await lock.acquire(blocking=False) else "refused"
+
+    try:
+        holding, release_now = loop.run_until_complete(take())  # the lean connection is open
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: a new loop, a new connection, an owner of its own
+            try:
+                report = asyncio.run(in_child())
+            except BaseException as error:  # noqa: BLE001 -- any error is reported to the parent
+                report = repr(error)
+            os.write(write_end, report.encode())
+            os._exit(0)
+        os.close(write_end)
+        _, status = os.waitpid(pid, 0)
+        report = os.read(read_end, 200).decode()
+        os.close(read_end)
+        assert status == 0
+        assert report == "refused"
+
+        async def release_in_parent() -> None:
+            release_now.set()  # the parent's connection still answers
+            async with asyncio.timeout(HANG):
+                await holding
+                assert not await lock.locked()
+
+        loop.run_until_complete(release_in_parent())
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()

@@ -58,6 +58,7 @@ from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rlock.core._aio.connection import lean_connection
+from django_rlock.core._process import forking
 from django_rlock.core._protocol import resp
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import LOST_REPLY
@@ -169,6 +170,11 @@ class Wire:
         self._backlog: list[_Call] = []
         self._connecting = False
         self._closed = False
+        # A forked child connects anew, and never touches its parent's socket
+        # (closing its transport would unregister it from the parent's epoll).
+        forking.renew_after_fork(self, "_protocol", lambda: None)
+        forking.renew_after_fork(self, "_backlog", list)
+        forking.renew_after_fork(self, "_connecting", bool)
 
     def send(self, script: Any, call: ScriptCall) -> Flight:
         """Send ``call`` of ``script`` (a :class:`WireScript`) now, with no await."""
