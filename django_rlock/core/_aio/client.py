@@ -100,7 +100,7 @@ class AsyncLockClient:
         #: Wakes waiters when a lock they wait for is released.
         self.listener = AsyncReleaseListener(self.redis)
         self._tasks: set[asyncio.Task[Any]] = set()
-        #: Owner id -> the task finishing its cancelled call (see finish_for).
+        #: Owner id -> the task doing what its last call left to do (see finish_for).
         self.unfinished: dict[str, asyncio.Task[Any]] = {}
         self._wire = Wire(self.redis, self.spawn)
 
@@ -187,11 +187,12 @@ class AsyncLockClient:
         return self._wire.send(script, call)
 
     def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
-        """Finish a cancelled call of ``owner``'s in a task; its next call waits for it.
+        """Run what ``owner``'s call leaves to do in a task; its next call waits for it.
 
-        So the owner's calls reach Redis in the order it made them, even when
-        one of them was cancelled on its way (a resend of that one can then
-        never come after the owner's next call, and undo it).
+        The end of a call whose caller was cancelled on its way (a grant to
+        give back, a release to settle), or the ABANDON of a waiter that gave
+        up: so the owner's calls reach Redis in the order it made them, and
+        none of them can come after the owner's next call and undo it.
         """
         self.unfinished[owner] = self.spawn(
             self._finish(owner, self.unfinished.get(owner), coroutine)

@@ -141,7 +141,7 @@ class Client(Protocol):
         """The sync engine whose hold registry and watchdog keep these locks' holds."""
         ...
 
-    #: Owner id -> the task finishing a cancelled call of that owner's.
+    #: Owner id -> the task doing what that owner's last call left to do.
     unfinished: dict[str, asyncio.Task[Any]]
 
     def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -153,7 +153,7 @@ class Client(Protocol):
         ...
 
     def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
-        """Finish a cancelled call of ``owner``'s in a task; its next call waits for it."""
+        """Run what ``owner``'s call leaves to do in a task; its next call waits for it."""
         ...
 
     async def finished(self, owner: str) -> None:
