@@ -36,10 +36,11 @@ call waits longer than the timeout for a stalled server.
 
 Cancellation. A call is written before its caller first awaits, and its reply
 is read by the connection, not by the caller: a caller cancelled while its
-call is on the way leaves nothing half-done on the wire, and the call is never
-sent again on its behalf. Its :class:`Flight` still lands; whoever finishes
-the call for the cancelled caller takes the outcome with :meth:`Flight.hand_over`
-(see ``AsyncRLock`` for what a lock does with it).
+call is on the way leaves nothing half-done on the wire. Its :class:`Flight`
+still lands (after its one resend, if its connection broke); whoever finishes
+the call for the cancelled caller takes the outcome with :meth:`Flight.hand_over`,
+and the caller's task sends its next call only after that (see ``AsyncRLock``
+and ``AsyncLockClient.finish_for``).
 """
 
 from __future__ import annotations
