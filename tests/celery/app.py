@@ -74,7 +74,10 @@ def store() -> redis.Redis:
     key = f"{os.getpid()}"
     client = _redis.get(key)
     if client is None:
-        client = _redis[key] = redis.Redis.from_url(app.conf.broker_url)
+        # Longer than the gate's BLPOP (redis-py 8's default socket timeout is 5 s).
+        client = _redis[key] = redis.Redis.from_url(
+            app.conf.broker_url, socket_timeout=GATE_TIMEOUT + 30
+        )
     return client
 
 

@@ -45,7 +45,9 @@ def worker(broker_url: str) -> Iterator[Worker]:
 
 @pytest.fixture
 def store(broker_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(broker_url)
+    # Longer than any BLPOP of the tests (wait_started: 20 s): redis-py 8 gives a
+    # client a 5 s socket timeout by default, which cut such waits short.
+    client = redis.Redis.from_url(broker_url, socket_timeout=60)
     yield client
     client.close()
 

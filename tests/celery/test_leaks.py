@@ -7,6 +7,7 @@ on that child (hold count 2, no wait), whose own release then left it held.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,9 @@ from tests.celery.conftest import lock_key
 from tests.celery.workers import Worker
 
 HANG = 30.0
+#: Seconds after the result within which the run's end gives the hold back: half the
+#: worker's watchdog timeout, so a hold left to expire instead is still told apart.
+GIVEN_BACK_WITHIN = 0.5
 
 
 @pytest.fixture
@@ -31,7 +35,12 @@ def test_a_leaked_hold_is_released_as_the_run_ends_and_never_reentered(
 ) -> None:
     queue = f"leaks-{run}"
     assert test_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
-    # Given back as the run ended: free now, not a watchdog timeout (or a child's life) later.
+    # Given back as the run ended, not a watchdog timeout (1 s: the key's life) or a
+    # child's life later. Celery stores the result before task_postrun, where the
+    # hold is given back, so the result may arrive a moment before the release.
+    deadline = time.monotonic() + GIVEN_BACK_WITHIN
+    while store.exists(lock_key(f"leak:{run}")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not store.exists(lock_key(f"leak:{run}"))
     seen = test_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
     assert seen == {"took": True, "hold_count": 1, "locked_after_release": False}

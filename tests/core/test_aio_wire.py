@@ -29,6 +29,13 @@ from tests.servers import RedisServer
 
 HANG = 10.0  # seconds: only ever reached when something hangs
 
+#: The lean path runs on redis-py >= 6 (_aio/connection.py: redis-py 5 keeps its
+#: own command path), so on the oldest supported line there is none to test.
+pytestmark = pytest.mark.skipif(
+    int(redis.__version__.split(".", maxsplit=1)[0]) < 6,
+    reason="the asyncio lean path runs on redis-py >= 6; redis-py 5 keeps its own path",
+)
+
 
 class Paths:
     """How many calls took each path: counts only, every call still runs for real."""
@@ -141,6 +148,10 @@ def test_out_of_memory_refuses_a_grant_and_still_lets_a_release_through(
     redis_url: str, r: redis.Redis
 ) -> None:
     major = int(str(r.info("server")["redis_version"]).split(".", maxsplit=1)[0])
+    if major < 7:
+        # As tests/faults/test_eviction.py: Redis 6.2 refuses a script under OOM
+        # with its own error text, and a release too (the documented limit).
+        pytest.skip("releasing under OOM needs allow-oom scripts (Redis >= 7)")
 
     async def scenario() -> None:
         async with AsyncLockClient(redis_url, key_prefix="test") as client:
