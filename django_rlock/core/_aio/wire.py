@@ -132,12 +132,15 @@ class Flight:
 def _resolve(future: asyncio.Future[Any], reply: Any, error: BaseException | None) -> None:
     if future.done():
         return
-    if error is None:
-        future.set_result(reply)
-    elif isinstance(error, asyncio.CancelledError):
-        future.cancel()
-    else:
-        future.set_exception(error)
+    try:
+        if error is None:
+            future.set_result(reply)
+        elif isinstance(error, asyncio.CancelledError):
+            future.cancel()
+        else:
+            future.set_exception(error)
+    except RuntimeError:  # its event loop is closed: nobody is left to tell
+        pass
 
 
 class _Call(NamedTuple):
@@ -275,6 +278,8 @@ class Wire:
                 if not resend:
                     raise
                 reply = await script(keys=sent.keys, args=sent.args)
+        except GeneratorExit:
+            raise  # collected with its closed event loop: nobody is left to tell
         except BaseException as error:
             call.flight.land(error=error)
             if not isinstance(error, Exception):
