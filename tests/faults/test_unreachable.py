@@ -8,6 +8,7 @@ and afterwards release must say the lock was lost.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -15,7 +16,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from django_rlock.core import LockClient, LockLostError, LockUnavailableError
+from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, LockUnavailableError
+from django_rlock.core._process.identity import thread_owner
 from tests.faults.conftest import TIMEOUT
 from tests.faults.proxy import FaultProxy
 from tests.faults.recorder import LockWatch, current_hold
@@ -143,6 +145,58 @@ def test_no_call_hangs_past_its_socket_timeout_during_a_partition(
         assert time.monotonic() - started < 0.05
         assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK
     finally:
+        proxy.heal()
+        client.close()
+        caller.close()
+
+
+def test_release_that_must_connect_first_is_unavailable_not_a_bare_redis_error(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """A thread holding no connection yet connects on release: a failure there is reported.
+
+    With a pool of 4, one thread at a time keeps a connection (a quarter of
+    the pool): the main thread acquires while another keeps it, so its release
+    is the first call to take one, and the server is unreachable by then.
+    """
+    caller = redis.Redis.from_url(
+        proxy.url, socket_timeout=0.3, retry_on_error=[], retry=None, max_connections=4
+    )
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    keeping, done = threading.Event(), threading.Event()
+
+    def keep_the_held_connection() -> None:
+        other = client.lock("other")
+        with other:
+            keeping.set()
+            done.wait(TIMEOUT)
+
+    try:
+        keeper = threading.Thread(target=keep_the_held_connection)
+        keeper.start()
+        assert keeping.wait(TIMEOUT)
+        lock = client.lock("connect-on-release")
+        assert lock.acquire()  # through the pool: the one held connection is the keeper's
+        done.set()
+        keeper.join(TIMEOUT)
+        assert not keeper.is_alive()
+        gc.collect()  # its held connection goes with it (a client is a cycle of objects)
+        caller.connection_pool.disconnect()  # so that the next connection is a new one
+        proxy.blackhole()
+        with pytest.raises(LockUnavailableError) as caught:
+            lock.release()
+        assert caught.value.server == f"127.0.0.1:{proxy.port}"
+        assert isinstance(caught.value.__cause__, redis.TimeoutError | redis.ConnectionError)
+        proxy.heal()
+        # Nothing is left half-held: this thread's hold is dropped here (the
+        # watchdog no longer renews it) and the release may be retried.
+        assert client.holds.newest(lock.keys.hash, thread_owner()) is None
+        lock.release()
+        assert not lock.locked()
+        with pytest.raises(LockNotOwnedError):
+            lock.release()
+    finally:
+        done.set()
         proxy.heal()
         client.close()
         caller.close()

@@ -482,7 +482,12 @@ class RLock(LockBase):
         """Give back one hold of ``owner`` (the calling thread, or a leaked hold's owner)."""
         client = self.client
         hold = self._release_prepare(owner, self._remember_lost)
-        held = client.held()
+        try:
+            # A thread's first call through this client connects its held connection.
+            held = client.held()
+        except UNREACHABLE as error:
+            self._release_failed(hold, error, owner, self._release_call(owner))
+            raise unavailable_error(self._engine.server, "release", self.name, error) from error
         if self._packs_calls and isinstance(held, HeldClient):
             left = self._release_packed(held, hold, owner)
         else:
