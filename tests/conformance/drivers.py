@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -165,9 +166,28 @@ class LoopThread:
         if rest:
             # A gathering future, not a task: the Django backend's loop guard
             # waits for the loop's other tasks, as under asyncio.run.
-            self.loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+            ending = asyncio.gather(*rest, return_exceptions=True)
+            # Stopped by a timer, not awaited with a timeout: asyncio.wait would
+            # be one more task, which the guard would wait for in turn.
+            timer = self.loop.call_later(HANG, self.loop.stop)
+            try:
+                self.loop.run_until_complete(ending)
+            except RuntimeError:  # stopped by the timer: name what still runs
+                raise AssertionError(
+                    f"tasks still running {HANG} s after cancelling:\n{_stacks(self.loop)}"
+                ) from None
+            finally:
+                timer.cancel()
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
+
+
+def _stacks(loop: asyncio.AbstractEventLoop) -> str:
+    # What each unfinished task awaits: a hang at the loop's end names its cause.
+    out = io.StringIO()
+    for task in asyncio.all_tasks(loop):
+        task.print_stack(file=out)
+    return out.getvalue()
 
 
 class TaskOwner(Owner):

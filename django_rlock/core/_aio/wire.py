@@ -202,7 +202,7 @@ class Wire:
 
     def _send_later(self, loop: asyncio.AbstractEventLoop, call: _Call) -> None:
         if not self.lean or self._closed:
-            self._spawn(self._through_redis_py(call, resend=True))
+            self._through_redis_py_later(call, resend=True)
             return
         protocol = self._protocol
         if protocol is not None and protocol.loop is not loop:
@@ -213,7 +213,14 @@ class Wire:
         self._backlog.append(call)
         if not self._connecting:
             self._connecting = True
-            self._spawn(self._connect(loop))
+            self._spawn(self._connect(loop)).add_done_callback(self._connect_ended)
+
+    def _connect_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():  # before or while connecting: see _end_when_cancelled
+            self._connecting = False
+            backlog, self._backlog = self._backlog, []
+            for call in backlog:
+                call.flight.land(error=_ended(call))
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         failed = False
@@ -232,7 +239,7 @@ class Wire:
                 # After a failed connect, redis-py's try (under the caller's
                 # retry policy) is the call's second: not resent once more.
                 resend = not (failed or call.resent)
-                self._spawn(self._through_redis_py(call, resend=resend))
+                self._through_redis_py_later(call, resend=resend)
             return
         self._protocol = protocol
         for call in backlog:
@@ -268,6 +275,10 @@ class Wire:
 
     # -- calls redis-py finishes ------------------------------------------------------
 
+    def _through_redis_py_later(self, call: _Call, *, resend: bool) -> None:
+        task = self._spawn(self._through_redis_py(call, resend=resend))
+        task.add_done_callback(_end_when_cancelled(call))
+
     async def _through_redis_py(self, call: _Call, *, resend: bool) -> None:
         """Run ``call`` through redis-py, once more if its connection broke (``resend``)."""
         script, sent = call.script, call.call
@@ -280,6 +291,8 @@ class Wire:
                 reply = await script(keys=sent.keys, args=sent.args)
         except GeneratorExit:
             raise  # collected with its closed event loop: nobody is left to tell
+        except asyncio.CancelledError:
+            raise  # the loop is ending: see _end_when_cancelled
         except BaseException as error:
             call.flight.land(error=error)
             if not isinstance(error, Exception):
@@ -291,7 +304,7 @@ class Wire:
         """An error reply: a script the server does not know is run by redis-py."""
         if isinstance(error, NoScriptError):
             # Not run: redis-py loads the script (choosing its variant) and runs it.
-            self._spawn(self._through_redis_py(call, resend=True))
+            self._through_redis_py_later(call, resend=True)
             return
         call.flight.land(error=permission_error(error) or error)
 
@@ -310,6 +323,34 @@ class Wire:
                 # It may or may not have run: sent once more, with its request id,
                 # on a new connection (a pooled one of redis-py may be as dead).
                 self._send_later(protocol.loop, _Call(call.flight, call.script, call.call, True))
+
+
+def _ended(call: _Call, *, sent: bool | None = None) -> RedisConnectionError:
+    """The outcome of a call cut short by its event loop's end.
+
+    ``asyncio.run`` cancels every task left when its main coroutine returns,
+    the wire's own too (a connection being made, a call redis-py runs). The
+    calls those tasks carried end with a connection error, as when a
+    connection breaks: an acquire that may have been granted counts as not
+    held (the lock expires by itself) and a release that may not have run
+    drops its hold (nothing renews it). Left unlanded, the finishing work of
+    a cancelled caller would wait for them for ever, and so would the
+    client's close, which waits for that work.
+    """
+    sent = call.resent if sent is None else sent
+    return RedisConnectionError(
+        "the event loop ended before the lock call's reply came"
+        if sent
+        else "the event loop ended before the lock call was sent"
+    )
+
+
+def _end_when_cancelled(call: _Call) -> Callable[[asyncio.Task[None]], None]:
+    def ended(task: asyncio.Task[None]) -> None:
+        if task.cancelled():  # also before it began, when no except clause could run
+            call.flight.land(error=_ended(call, sent=True))
+
+    return ended
 
 
 class _WireProtocol(asyncio.Protocol):
