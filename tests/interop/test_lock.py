@@ -23,7 +23,9 @@ import redis
 from django_rlock.core import LockClient, LockLostError
 from django_rlock.core.aio import AsyncLockClient
 from tests.children import python_module, read_answer
+from tests.faults.proxy import FaultProxy
 from tests.interop.conftest import skip_without_sharded_pubsub
+from tests.servers import RedisServer
 
 #: Redisson's owner field: a Java UUID, ':', a thread id (a decimal long).
 OWNER = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9]+\Z")
@@ -128,6 +130,31 @@ def test_extend_leader_and_multilock_work_on_the_shared_lock(
     java_thread(java.unlock).result()
     with group:
         assert java.is_locked() and not java_thread(java.try_lock_once).result()
+
+
+def test_a_redlock_undoing_a_grant_whose_reply_was_lost_deletes_and_announces_it(
+    redis_server: RedisServer, r: redis.Redis
+) -> None:
+    """RedLock gives back a grant it was not told of on the member's own keys, waking Java."""
+    with (
+        FaultProxy(redis_server.port, lifetime=60) as proxy,
+        LockClient(proxy.url, layout="redisson", watchdog_timeout=3) as through,
+    ):
+        member = through.lock("order:47")
+        group = through.red_lock(member)
+        with group:  # the scripts loaded: the EVALSHA below runs
+            pass
+        listening = r.pubsub()
+        try:
+            listening.subscribe(member.keys.channel)
+            assert listening.get_message(timeout=WOKEN)["type"] == "subscribe"
+            proxy.drop_reply_after(b"EVALSHA")  # the grant runs, its reply never comes
+            assert not group.acquire(blocking=False)
+            assert not r.exists(member.keys.hash)  # given back, not left to expire
+            heard = listening.get_message(timeout=WOKEN)
+            assert heard is not None and heard["data"] == b"0"  # Redisson's unlock message
+        finally:
+            listening.close()
 
 
 def test_each_side_reenters_its_own_hold_and_keeps_the_other_out(

@@ -446,6 +446,18 @@ class RLock(LockBase):
         """
         return self._attempt(owner, lease, via=via) is None
 
+    def release_as(self, owner: str, *, via: redis.Redis | None) -> int:
+        """One release call for ``owner`` on ``via``, with no bookkeeping: the holds left.
+
+        For lock groups (:class:`~django_rlock.core._sync.multilock.RedLock`), to
+        give back a grant :meth:`attempt_as` may have made though its reply was
+        lost (so nothing here records it). The lock's own keys and script, in
+        its layout: a full release wakes the waiters of either side. -1 when
+        ``owner`` held nothing; raises what the call raised.
+        """
+        call = self._release_call(owner)
+        return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
+
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
         call = self._abandon_call(waiter_id)

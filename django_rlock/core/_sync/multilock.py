@@ -568,11 +568,7 @@ class RedLock(_GroupLock):
             return
         # Still unreachable: a grant there expires with its lease.
         with contextlib.suppress(redis.RedisError):
-            client.scripts[LockScripts].release(
-                keys=[member.keys.hash, member.keys.channel, member.keys.waiters],
-                args=[owner, client.publish_command],
-                client=client.bounded(call_timeout),
-            )
+            member.release_as(owner, via=client.bounded(call_timeout))
 
     def locked(self) -> bool:
         """True when a majority of members are held by anyone (unreachable ones count as free)."""
