@@ -17,8 +17,8 @@ re-queued with exactly that countdown, carrying the header
 :data:`RESERVED_HEADER`; that retry runs without asking again (no ping-pong
 of retries, however many tasks queue for one key). Celery's ``max_retries``
 applies: a run with no retry left takes a permit only if one is free now,
-and otherwise fails with :class:`~django_rlock.exceptions.LockTimeout` naming
-the limit. A run starts at its permit's time or later (later when every
+and otherwise fails with :class:`~django_rlock.exceptions.RateLimitExceeded`
+(a ``LockTimeout``) naming the limit. A run starts at its permit's time or later (later when every
 worker slot is busy then), never earlier.
 
 A task called directly (``task(...)``) or eagerly waits for its permit in the
@@ -39,7 +39,7 @@ from celery_rlock._guard import unavailable_countdown
 from django_rlock._aliaslimiters import AliasRateLimiter
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock.core._protocol.ratelimit import parse_rate
-from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import LockUnavailableError, RateLimitExceeded
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -124,7 +124,7 @@ def pass_rate_limit(
         raise task.retry(exc=error, countdown=countdown) from error
     if reserved.granted and reserved.wait <= 0:
         return
-    over = LockTimeout(
+    over = RateLimitExceeded(
         f"rate limit {options.rate} of {name!r} reached: the next permit is due in "
         f"{reserved.wait:.3f}s",
         name=name,

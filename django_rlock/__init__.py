@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         LockTimeout,
         LockUnavailableError,
         LockUpgradeError,
+        RateLimitExceeded,
     )
 
 __version__ = "0.1.0"
@@ -56,6 +57,7 @@ __all__ = [
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "RateLimitExceeded",
     "leader",
     "locked",
     "locks",
@@ -75,12 +77,13 @@ _LAZY = {
     "LockSettingError": "django_rlock.exceptions",
     "LockTimeout": "django_rlock.exceptions",
     "LockUnavailableError": "django_rlock.exceptions",
+    "LockUpgradeError": "django_rlock.exceptions",
+    "RateLimitExceeded": "django_rlock.exceptions",
     "leader": "django_rlock._leaders",
     "locked": "django_rlock._decorators",
     "locks": "django_rlock._handler",
     "rate_limited": "django_rlock._ratelimits",
     "rlock": "django_rlock._shortcuts",
-    "LockUpgradeError": "django_rlock.exceptions",
     "semaphore": "django_rlock._shortcuts",
 }
 

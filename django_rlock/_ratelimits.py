@@ -24,11 +24,13 @@ argument, or second after ``self``, is an ``HttpRequest``) answers ``429 Too
 Many Requests`` with ``Retry-After``: the seconds until its permit is due,
 rounded up to a whole second, at least 1. Nothing is taken from the limit by
 a refused call, so a client that waits as told gets in. Anything that is not
-a view raises :class:`~django_rlock.exceptions.LockTimeout` (``retry_after``:
-the exact seconds). A lock server that cannot be reached answers 503 with
-``Retry-After: 5`` (the view does not run), as ``@locked`` does; a name the
-request makes invalid answers 400. For Celery tasks, use ``LockedTask``'s
-``lock_rate``, which re-queues the task until its permit is due.
+a view raises :class:`~django_rlock.exceptions.RateLimitExceeded`, a
+``LockTimeout`` (``retry_after``: the exact seconds), which
+``LockErrorMiddleware`` answers 429 as well when it reaches a view. A lock
+server that cannot be reached answers 503 with ``Retry-After: 5`` (the view
+does not run), as ``@locked`` does; a name the request makes invalid answers
+400. For Celery tasks, use ``LockedTask``'s ``lock_rate``, which re-queues the
+task until its permit is due.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ from django_rlock._responses import (
 )
 from django_rlock.core._protocol.ratelimit import Reservation, check_burst, parse_rate
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import (
+    InvalidLockNameError,
+    LockUnavailableError,
+    RateLimitExceeded,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,9 +86,9 @@ def rate_limited(
         label = template_label(key)
 
         def held_back(args: tuple[Any, ...], name: str, reserved: Reservation) -> HttpResponse:
-            """A view's 429; anything else raises LockTimeout."""
+            """A view's 429; anything else raises RateLimitExceeded (a LockTimeout)."""
             if _request_of(args) is None:
-                raise LockTimeout(
+                raise RateLimitExceeded(
                     f"rate limit {rate} (burst {checked_burst}) of {name!r} reached: the next "
                     f"permit is due in {reserved.wait:.3f}s",
                     name=name,

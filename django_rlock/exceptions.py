@@ -24,6 +24,7 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
     LockUpgradeError,
+    RateLimitExceeded,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "RateLimitExceeded",
 ]
 
 

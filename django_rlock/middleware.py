@@ -1,4 +1,4 @@
-"""``LockErrorMiddleware``: a view's lock errors answer 409, 503 or 400, never 500.
+"""``LockErrorMiddleware``: a view's lock errors answer 409, 429, 503 or 400, never 500.
 
 ::
 
@@ -20,6 +20,9 @@ For any view, sync or async, that lets one of these escape:
   its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
   applies: another status, a callable ``(request, error) -> HttpResponse``, or
   ``"raise"`` to leave the error to Django (a 500);
+* :class:`~django_rlock.exceptions.RateLimitExceeded` (a ``@rate_limited``
+  function the view called is over its limit; a ``LockTimeout``): ``429 Too
+  Many Requests`` with ``Retry-After``, as a ``@rate_limited`` view answers;
 * :class:`~django_rlock.exceptions.LockUnavailableError` (the lock server
   cannot be reached): ``503 Service Unavailable`` with ``Retry-After``, the
   error logged (``"raise"`` leaves it to Django too);
@@ -45,12 +48,18 @@ from django_rlock._aliaslocks import AliasAttached
 from django_rlock._responses import (
     busy_status_response,
     invalid_name_response,
+    rate_limited_response,
     unavailable_response,
 )
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import (
+    InvalidLockNameError,
+    LockTimeout,
+    LockUnavailableError,
+    RateLimitExceeded,
+)
 
 __all__ = ["LockErrorMiddleware", "invalid_name_response"]
 
@@ -58,7 +67,7 @@ logger = logging.getLogger("django_rlock.lock")
 
 
 class LockErrorMiddleware(MiddlewareMixin):
-    """A view's lock timeout answers 409, an unreachable lock server 503, a bad name 400.
+    """A lock timeout answers 409, a rate limit 429, an unreachable lock server 503, a bad name 400.
 
     See the module. Sync and async capable (``MiddlewareMixin``).
     """
@@ -67,6 +76,10 @@ class LockErrorMiddleware(MiddlewareMixin):
         """The answer to ``exception`` if it is a lock error this middleware handles, else None."""
         if isinstance(exception, InvalidLockNameError):
             return invalid_name_response(exception)
+        if isinstance(exception, RateLimitExceeded):
+            # A rate-limited helper the view called: the same 429 as a
+            # @rate_limited view's own, not a busy lock's 409.
+            return rate_limited_response(exception.retry_after or 0.0)
         if isinstance(exception, LockTimeout | LockUnavailableError):
             return _lock_error_response(request, exception)
         return None

@@ -32,12 +32,13 @@ DOCUMENTED: dict[str, list[str]] = {
         "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
         "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
-        "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
+        "RateLimitExceeded", "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
         "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
         "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
+        "RateLimitExceeded",
     ],
     "django_rlock.signals": ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"],
     "django_rlock.middleware": ["LockErrorMiddleware", "invalid_name_response"],
@@ -55,8 +56,8 @@ DOCUMENTED: dict[str, list[str]] = {
     "django_rlock.core": [
         "FairLock", "InvalidLockNameError", "LockClient", "LockError", "LockLostError",
         "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
-        "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock", "ReadLock",
-        "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
+        "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock", "RateLimitExceeded",
+        "ReadLock", "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
     ],
     "django_rlock.core.aio": [
         "AsyncFairLock", "AsyncLockClient", "AsyncRLock", "AsyncReadLock",
@@ -65,7 +66,7 @@ DOCUMENTED: dict[str, list[str]] = {
     "django_rlock.core.exceptions": [
         "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
         "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
-        "LockUnavailableError", "LockUpgradeError",
+        "LockUnavailableError", "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.core.defaults": [
         "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS", "DEFAULT_REPLICA_SYNC_TIMEOUT",

@@ -37,6 +37,7 @@ from django_rlock.core.exceptions import (
     LockTimeout,
     LockUnavailableError,
     LockUpgradeError,
+    RateLimitExceeded,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "LockUpgradeError",
     "MultiLock",
     "RLock",
+    "RateLimitExceeded",
     "ReadLock",
     "ReadWriteLock",
     "RedLock",

@@ -23,6 +23,7 @@ __all__ = [
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "RateLimitExceeded",
 ]
 
 
@@ -76,6 +77,15 @@ class LockTimeout(LockError, TimeoutError):
     ) -> None:
         super().__init__(message, name=name)
         self.retry_after = retry_after
+
+
+class RateLimitExceeded(LockTimeout):
+    """A rate limit refused the call: its permit is not due yet. Nothing was taken.
+
+    ``retry_after`` is the exact seconds until the permit is due. A view's
+    ``LockErrorMiddleware`` answers it ``429 Too Many Requests`` (a plain
+    :class:`LockTimeout` is a busy lock: 409).
+    """
 
 
 class LockNotOwnedError(LockError):

@@ -12,7 +12,7 @@ import pickle
 
 import pytest
 
-from django_rlock.core import LockError, LockTimeout, LockUnavailableError
+from django_rlock.core import LockError, LockTimeout, LockUnavailableError, RateLimitExceeded
 from django_rlock.core.exceptions import LockLostError, LockNotReplicatedError
 
 pytestmark = pytest.mark.pure
@@ -21,6 +21,7 @@ ERRORS = [
     LockUnavailableError("cannot acquire lock 'a'", name="a", server="redis://h:1/0"),
     LockNotReplicatedError("not replicated", name="a", required=2, acknowledged=1),
     LockTimeout("busy", name="a", retry_after=2.5),
+    RateLimitExceeded("rate limit 1/m of 'a' reached", name="a", retry_after=59.5),
     LockLostError("lost", name="a"),
 ]
 

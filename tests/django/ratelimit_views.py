@@ -39,9 +39,21 @@ class ExportView(View):
         return _ran(f"export {pk}")
 
 
+@rate_limited("report:{username}", "1/m")
+def build_report(username: str) -> str:
+    """Not a view: over its limit it raises RateLimitExceeded."""
+    return f"report {username}"
+
+
+def report(request: HttpRequest, username: str) -> HttpResponse:
+    """A view calling a rate-limited helper (LockErrorMiddleware answers its refusal)."""
+    return _ran(build_report(username))
+
+
 urlpatterns = [
     path("login/<str:username>/", login),
     path("poll/<str:username>/", poll),
     path("search/<str:username>/", search),
     path("export/<int:pk>/", ExportView.as_view()),
+    path("report/<str:username>/", report),
 ]

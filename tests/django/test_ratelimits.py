@@ -15,7 +15,13 @@ from django.test import AsyncClient, Client
 from prometheus_client import REGISTRY
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from django_rlock import LockTimeout, LockUnavailableError, locks, rate_limited
+from django_rlock import (
+    LockTimeout,
+    LockUnavailableError,
+    RateLimitExceeded,
+    locks,
+    rate_limited,
+)
 from django_rlock._aliaslimiters import ThreadRateLimiter
 from django_rlock.backends.base import BaseLockBackend
 from tests.django import ratelimit_views
@@ -92,16 +98,30 @@ def test_an_unreachable_lock_server_answers_503(
         job(1)
 
 
-def test_a_function_that_is_not_a_view_raises_lock_timeout() -> None:
+def test_a_function_that_is_not_a_view_raises_rate_limit_exceeded() -> None:
     @rate_limited("job:{n}", "1/m", using="mem")
     def job(n: int) -> int:
         return n
 
     assert job(1) == 1
-    with pytest.raises(LockTimeout, match=r"rate limit 1/m \(burst 1\) of 'job:1' reached") as e:
+    over = r"rate limit 1/m \(burst 1\) of 'job:1' reached"
+    with pytest.raises(RateLimitExceeded, match=over) as e:
         job(1)
+    assert isinstance(e.value, LockTimeout)  # what callers of any lock wait already catch
     assert e.value.retry_after is not None and 59 < e.value.retry_after <= 60
     assert job(2) == 2
+
+
+def test_a_rate_limited_helper_inside_a_view_answers_429_through_the_middleware(
+    settings: SettingsWrapper,
+) -> None:
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_rlock.middleware.LockErrorMiddleware"]
+    client = Client()
+    assert client.get("/report/ann/").status_code == 200
+    refused = client.get("/report/ann/")
+    assert refused.status_code == 429  # a rate limit, not a busy lock's 409
+    assert refused["Retry-After"] == "60"  # 59.9... s rounded up
+    assert ratelimit_views.RAN == {"report ann": 1}
 
 
 def test_bad_arguments_are_refused_when_decorating() -> None:
