@@ -1,7 +1,8 @@
 """Worker lifecycle wiring: checks at worker start, ``once`` markers of revoked tasks.
 
-* A worker bootstep checks, before the pool starts, that the lock settings are
-  usable and that the pool can keep locks alive; a problem stops the worker
+* A worker bootstep checks, before the pool starts, that the lock settings of
+  its locked and rate-limited tasks are usable and that the pool can keep
+  locks alive; a problem stops the worker
   with "Unrecoverable error" instead of failing its first task. (A signal
   receiver cannot do this: Celery logs and swallows receiver exceptions.)
 * Green pools (gevent, eventlet) are refused: the watchdog would be a
@@ -30,6 +31,7 @@ from celery.signals import task_postrun, task_prerun, worker_init
 
 from celery_rlock._conf import ConfigurationError, check_configuration
 from celery_rlock._decorators import options_of
+from celery_rlock._ratelimit import RateOptions
 from django_rlock.core._process import leaks
 
 if TYPE_CHECKING:
@@ -47,6 +49,16 @@ def locked_tasks(app: Celery) -> dict[str, LockOptions]:
         options = options_of(task)
         if options is not None:
             found[name] = options
+    return found
+
+
+def rate_limit_aliases(app: Celery) -> set[str]:
+    """The lock aliases whose rate limiters the tasks of ``app`` use (``lock_rate``)."""
+    found = set()
+    for task in app.tasks.values():
+        options = getattr(task, "rate_options", None)
+        if isinstance(options, RateOptions):
+            found.add(options.using)
     return found
 
 
@@ -72,10 +84,13 @@ class LockStep(bootsteps.Step):  # type: ignore[misc]  # Celery ships no type hi
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         tasks = locked_tasks(worker.app)
-        if not tasks:
-            return
-        check_pool(worker.pool_cls)
-        check_configuration(worker.app, {options.using for options in tasks.values()})
+        # A rate-limited task needs its lock server as much as a locked one,
+        # though it has no watchdog for a green pool to starve.
+        aliases = {options.using for options in tasks.values()} | rate_limit_aliases(worker.app)
+        if tasks:
+            check_pool(worker.pool_cls)
+        if aliases:
+            check_configuration(worker.app, aliases)
 
 
 def install(app: Celery) -> None:

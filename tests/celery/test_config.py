@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import redis
 from celery import Celery
 
+from celery_rlock import LockedTask
 from celery_rlock._conf import CelerySettings, ConfigurationError, uses_django
-from celery_rlock._worker import check_pool
+from celery_rlock._worker import LockStep, check_pool
 from tests.celery import app as test_app
 from tests.celery.conftest import lock_key, open_gate, wait_started
 from tests.celery.workers import Worker
@@ -68,6 +70,20 @@ def test_green_pools_are_refused(pool: str) -> None:
     pool_class = type("TaskPool", (), {"__module__": f"celery.concurrency.{pool}"})
     with pytest.raises(ConfigurationError, match=f"does not support the {pool} pool"):
         check_pool(pool_class)
+
+
+@pytest.mark.pure
+def test_a_rate_limited_task_without_a_lock_is_checked_at_worker_start() -> None:
+    app = make_app(rlock_url="redis://127.0.0.1:7/0")
+
+    @app.task(base=LockedTask, lock_rate="10/m", lock_using="reports", shared=False)  # type: ignore[untyped-decorator]
+    def report() -> None: ...
+
+    app.finalize()
+    worker = types.SimpleNamespace(app=app, pool_cls=None)  # what the step reads of it
+    # Without Django settings there is one lock server: "reports" names none.
+    with pytest.raises(ConfigurationError, match="lock_using='reports': without Django"):
+        LockStep(worker)
 
 
 @pytest.mark.slow
