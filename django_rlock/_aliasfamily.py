@@ -76,44 +76,42 @@ class AsyncAliasFairLock(AliasAttached, AsyncFairLock):
         self._attach(backend)
 
 
-class AliasReadLock(AsyncWithTwin, ReadLock):
+class _AliasSide(AsyncWithTwin):
+    """What both sides of an :class:`AliasReadWriteLock` add to the engine's side."""
+
+    #: Which side this is: the attribute of the read-write lock that holds it.
+    _side: str
+    name: str  # the engine's side sets it
+
+    def __init__(
+        self,
+        client: LockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: AliasBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)  # type: ignore[call-arg,misc]  # the engine's side, next in the MRO
+        self._attach(backend)
+
+    def _async_twin(self) -> AsyncLock:
+        rw = self.backend.async_read_write_lock(self.name, **self._defaults())
+        twin: AsyncLock = getattr(rw, self._side)
+        return twin
+
+
+class AliasReadLock(_AliasSide, ReadLock):
     """The read side of an :class:`AliasReadWriteLock`; see the module."""
 
     _noun = "read lock"
-
-    def __init__(
-        self,
-        client: LockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self._attach(backend)
-
-    def _async_twin(self) -> AsyncLock:
-        return self.backend.async_read_write_lock(self.name, **self._defaults()).read
+    _side = "read"
 
 
-class AliasWriteLock(AsyncWithTwin, WriteLock):
+class AliasWriteLock(_AliasSide, WriteLock):
     """The write side of an :class:`AliasReadWriteLock`; see the module."""
 
     _noun = "write lock"
-
-    def __init__(
-        self,
-        client: LockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self._attach(backend)
-
-    def _async_twin(self) -> AsyncLock:
-        return self.backend.async_read_write_lock(self.name, **self._defaults()).write
+    _side = "write"
 
 
 class AliasReadWriteLock(ReadWriteBase):
@@ -139,34 +137,27 @@ class AliasReadWriteLock(ReadWriteBase):
         self.write = AliasWriteLock(client, keys, scripts, backend, **options)
 
 
-class AsyncAliasReadLock(AliasAttached, AsyncReadLock):
+class _AsyncAliasSide(AliasAttached):
+    """What both sides of an :class:`AsyncAliasReadWriteLock` add to the engine's side."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        keys: RWKeys,
+        scripts: RWScripts,
+        backend: AliasBackend,
+        **options: Unpack[LockOptions],
+    ) -> None:
+        super().__init__(client, keys, scripts, **options)  # type: ignore[call-arg,misc]  # the engine's side, next in the MRO
+        self._attach(backend)
+
+
+class AsyncAliasReadLock(_AsyncAliasSide, AsyncReadLock):
     """The read side of an :class:`AsyncAliasReadWriteLock`; see the module."""
 
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self._attach(backend)
 
-
-class AsyncAliasWriteLock(AliasAttached, AsyncWriteLock):
+class AsyncAliasWriteLock(_AsyncAliasSide, AsyncWriteLock):
     """The write side of an :class:`AsyncAliasReadWriteLock`; see the module."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)
-        self._attach(backend)
 
 
 class AsyncAliasReadWriteLock(ReadWriteBase):
