@@ -280,25 +280,8 @@ def test_create_backend_checks_the_backend_path_type(settings: SettingsWrapper) 
 
 
 def test_package_exports_lazily_without_settings() -> None:
-    assert sorted(django_rlock.__all__) == [
-        "InvalidLockBackendError",
-        "InvalidLockNameError",
-        "LockError",
-        "LockLostError",
-        "LockNotOwnedError",
-        "LockNotReplicatedError",
-        "LockOutOfMemoryError",
-        "LockSettingError",
-        "LockTimeout",
-        "LockUnavailableError",
-        "LockUpgradeError",
-        "leader",
-        "locked",
-        "locks",
-        "rate_limited",
-        "rlock",
-        "semaphore",
-    ]
+    # Which names: tests/test_public_api.py pins them. Each one resolves on first use.
+    assert [name for name in django_rlock.__all__ if not hasattr(django_rlock, name)] == []
     code = (
         "import django_rlock, django_rlock.core, sys\n"
         "assert 'django_rlock._handler' not in sys.modules\n"
