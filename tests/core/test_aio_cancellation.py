@@ -240,3 +240,42 @@ def test_cancellations_as_the_connection_breaks() -> None:
 
         assert sweep(server.url, "lock", before_cancel=kill) == []
         admin.close()
+
+
+#: Seconds: only ever reached when a loop's end hangs.
+LOOP_END_HANG = 10.0
+
+
+def test_a_loop_ending_while_the_connection_is_made_ends_the_calls_waiting_for_it(
+    redis_url: str,
+) -> None:
+    """As ``asyncio.run`` ends: every task is cancelled, the connecting one too.
+
+    The calls queued for that connection were never sent; they end (nothing
+    waits for them for ever), and the client still closes. On every redis-py
+    line: a client's first call waits for that connection even where the lean
+    path is off (redis-py 5), until the connection is found not fit.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        client: AsyncLockClient = loop.run_until_complete(_made(redis_url))
+        lock = client.lock("loop-ends")
+        caller = loop.create_task(lock.acquire())
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # one iteration: the call is queued, its connection being made
+        assert client._wire._backlog, "the call waits for its connection"
+        rest = asyncio.all_tasks(loop)
+        for task in rest:
+            task.cancel()
+        timer = loop.call_later(LOOP_END_HANG, loop.stop)
+        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        loop.run_until_complete(client.aclose())  # settles what the cancelled calls left
+        timer.cancel()
+        assert caller.cancelled()
+        assert not client._wire._backlog
+    finally:
+        loop.close()
+
+
+async def _made(url: str) -> AsyncLockClient:
+    return AsyncLockClient(url, key_prefix="test")
