@@ -29,13 +29,6 @@ from tests.servers import RedisServer
 
 HANG = 10.0  # seconds: only ever reached when something hangs
 
-#: The lean path runs on redis-py >= 6 (_aio/connection.py: redis-py 5 keeps its
-#: own command path), so on the oldest supported line there is none to test.
-pytestmark = pytest.mark.skipif(
-    int(redis.__version__.split(".", maxsplit=1)[0]) < 6,
-    reason="the asyncio lean path runs on redis-py >= 6; redis-py 5 keeps its own path",
-)
-
 
 class Paths:
     """How many calls took each path: counts only, every call still runs for real."""

@@ -368,8 +368,7 @@ def test_asyncio_over_tls(certificates: Path) -> None:
             caller = redis.asyncio.Redis.from_url(url, ssl_ca_certs=server.ca)
             async with AsyncLockClient(caller, key_prefix="rlock", watchdog_timeout=1.5) as client:
                 await async_lifecycle(client, admin)
-                # the TLS socket was taken over (the lean path needs redis-py >= 6)
-                assert client._wire.lean or int(redis.__version__.split(".")[0]) < 6
+                assert client._wire.lean  # the TLS socket was taken over
                 lock = client.lock("renewed")
                 assert await lock.acquire()
                 await asyncio.sleep(1.0)  # two renewals over TLS, on the sync twin's connection

@@ -71,10 +71,6 @@ _LEAN_CONNECTION_CLASSES = (
 )
 
 
-#: The installed redis-py's major version (the lean path needs 6 or later).
-_REDIS_PY_MAJOR = int(redis.__version__.split(".", maxsplit=1)[0])
-
-
 def lean_connection(client: redis.asyncio.Redis) -> Any:
     """A new, unconnected connection to ``client``'s server for the lean path, or None.
 
@@ -82,11 +78,6 @@ def lean_connection(client: redis.asyncio.Redis) -> Any:
     other than as UTF-8 (the lean path packs keys as UTF-8, as redis-py's
     default encoder does): the lean path must write the very keys redis-py would.
     """
-    if _REDIS_PY_MAJOR < 6:
-        # On redis-py 5's asyncio connections (the floor is 5.2.1) a test's event
-        # loop once hung closing a client's tasks in CI; until the lean path is
-        # proven there, redis-py 5 keeps its own command path (a task per call).
-        return None
     pool = client.connection_pool
     if pool.connection_class not in _LEAN_CONNECTION_CLASSES:
         return None
