@@ -98,6 +98,8 @@ def work_ended(what: str) -> None:
                 identity.retire_thread_owner()
             else:
                 identity.retire_owner(owner)
+            for registry in registries():
+                registry.disown(owner)
 
 
 def thread_gone(registry: HoldRegistry, hold: Hold) -> None:

@@ -274,6 +274,26 @@ class HoldRegistry:
                 if not hold.lost and not hold.released
             ]
 
+    def disown(self, owner: str) -> list[Hold]:
+        """Forget every hold of ``owner``, an owner id retired while it still had holds.
+
+        Its thread goes on under a new id, so nobody can release them any more:
+        each is a lease hold running to its lease's end, or a leaked one left to
+        expire (``release_leaked`` false); neither is renewed. The server ends
+        them; this registry stops keeping them, which would otherwise grow with
+        every request that leaves a lease behind. Returns them.
+        """
+        with self._lock:
+            dropped = [
+                hold
+                for key in self._keys_of.pop(owner, {})
+                for hold in self._holds.pop((key, owner), [])
+            ]
+        for hold in dropped:
+            if hold.scope is not None:
+                hold.scope.holds.pop(hold, None)
+        return dropped
+
     def keeps(self, hold: Hold) -> bool:
         """Whether ``hold`` is one of this registry's live holds."""
         with self._lock:
