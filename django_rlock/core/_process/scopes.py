@@ -33,12 +33,9 @@ import contextvars
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_rlock.core._process import forking
-
-if TYPE_CHECKING:
-    from django_rlock.core._protocol.holds import Hold
 
 
 @dataclass(eq=False)
@@ -53,7 +50,8 @@ class Scope:
     #: back yet (a dict as an ordered set: the registry drops a hold as it is
     #: released, so a long task run that locks a million times keeps none).
     #: Re-entries are not counted: a hold belongs to the scope that first took it.
-    holds: dict[Hold, None] = field(default_factory=dict)
+    #: (Typed loosely: the ground floor names no type of the protocol's.)
+    holds: dict[Any, None] = field(default_factory=dict)
     ended: bool = False
 
 
