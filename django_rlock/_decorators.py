@@ -22,7 +22,8 @@ so ``pay(request, 1)`` and ``pay(request, order_id=1)`` lock the same name. A
 template naming a parameter the function lacks fails when decorating.
 
 When the lock is still busy after ``timeout`` seconds, a view (a function
-whose first argument is an ``HttpRequest``) answers ``409 Conflict`` with a
+whose first argument, or second after ``self``, is an ``HttpRequest`` or
+Django REST framework's ``Request``) answers ``409 Conflict`` with a
 ``Retry-After`` header (how long the lock is really held, recently: see
 :mod:`django_rlock._holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
@@ -442,11 +443,27 @@ def _run_as_task(
 
 
 def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The request of a view call: its first argument, or its second after ``self``."""
+    """The request of a view call: its first argument, or its second after ``self``.
+
+    Django's ``HttpRequest``, or Django REST framework's ``Request``, which
+    wraps one without being one (``@api_view`` functions, ``APIView`` and
+    ``ViewSet`` methods receive it). The view's own request is returned, so a
+    ``BUSY_RESPONSE`` callable gets what the view would have got.
+    """
     for argument in args[:2]:
-        if isinstance(argument, HttpRequest):
-            return argument
+        if isinstance(argument, HttpRequest) or _is_drf_request(argument):
+            return cast(HttpRequest, argument)  # DRF's Request proxies HttpRequest's attributes
     return None
+
+
+def _is_drf_request(argument: object) -> bool:
+    """Whether ``argument`` is Django REST framework's ``Request``.
+
+    DRF stays optional: a DRF request exists only once DRF's module is
+    imported, so the module is looked up, never imported here.
+    """
+    drf = sys.modules.get("rest_framework.request")
+    return drf is not None and isinstance(argument, drf.Request)
 
 
 def _signature_source(func: Callable[..., Any]) -> Callable[..., Any]:
