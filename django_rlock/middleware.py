@@ -114,7 +114,8 @@ def _raising_lock(error: BaseException) -> AliasAttached | None:
     frames of its own methods that the error went through. The innermost
     one is taken (``async with`` on a sync alias lock enters its asyncio twin,
     which is the lock that gave up). None when no such frame is found (a
-    bare engine lock, ``cache.lock()``).
+    bare engine lock; ``cache.lock()``, whose error carries the honest
+    Retry-After already).
     """
     found: AliasAttached | None = None
     trace = error.__traceback__
