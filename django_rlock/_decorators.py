@@ -66,6 +66,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
+from django.db.transaction import set_rollback
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import _conf as conf
@@ -75,17 +76,28 @@ from django_rlock._handler import locks
 from django_rlock._handles import AsyncLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._responses import (
+    FAILED,
+    LOST,
     busy_status_response,
     invalid_name_response,
+    mark_release,
+    rolled_back_response,
     unavailable_response,
 )
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock._transactions import open_transactions
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import (
+    InvalidLockNameError,
+    LockError,
+    LockNotOwnedError,
+    LockTimeout,
+    LockUnavailableError,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -141,6 +153,7 @@ def locked(
             max_hold=max_hold,
         )
         options = _Options(timeout, lease, max_hold)
+        view_answers = _ViewAnswers(using, busy_response, where.location)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
@@ -168,10 +181,12 @@ def locked(
                 except (LockTimeout, LockUnavailableError) as error:
                     # The honest Retry-After may read the holder: blocking I/O, on a thread.
                     return await sync_to_async(busy)(args, error, lock)
-                try:
-                    return await func(*args, **kwargs)
-                finally:
-                    await lock.__aexit__(None, None, None)
+                if _request_of(args) is None:
+                    try:
+                        return await func(*args, **kwargs)
+                    finally:
+                        await lock.__aexit__(None, None, None)
+                return await _run_async_view(lock, func, args, kwargs, view_answers)
 
             return cast(F, async_wrapper)
 
@@ -188,11 +203,13 @@ def locked(
                 lock.__enter__()
             except (LockTimeout, LockUnavailableError) as error:
                 return busy(args, error, lock)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                # The with-block's end: kept until the transaction ends, if one is open.
-                lock.__exit__(None, None, None)
+            if _request_of(args) is None:
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    # The with-block's end: kept until the transaction ends, if one is open.
+                    lock.__exit__(None, None, None)
+            return _run_view(lock, func, args, kwargs, view_answers)
 
         wrapper.__rlock_locked__ = spec  # type: ignore[attr-defined]  # read by celery_rlock
         return cast(F, wrapper)
@@ -317,6 +334,135 @@ def _honest(
         if honest is not None:
             error.retry_after = honest
     return error
+
+
+@dataclass(frozen=True)
+class _ViewAnswers:
+    """What a locked view's answer to a failed release needs: its alias, BUSY_RESPONSE, place."""
+
+    using: str
+    busy_response: object
+    location: str | None
+
+
+def _run_view(
+    lock: RLock,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    answers: _ViewAnswers,
+) -> Any:
+    """Run the view ``func`` under ``lock`` (entered); an answer true to what its work became.
+
+    * The view raised: its error goes on (a release failure is only logged).
+    * The release failed once the view's response was made: that response,
+      its work done, marked ``X-Lock-Release: lost`` or ``failed``, the
+      failure logged as an ERROR (a loss is also sent as ``lock_lost`` and
+      counted in ``django_rlock_lost_total`` by the engine's reporting).
+    * The hold was known lost as the view returned inside a transaction
+      it was bound to (``transaction="auto"``): the view's changes are not
+      committed yet, and are not committed: the transaction is rolled back
+      and the view answers 503 (``BUSY_RESPONSE = "raise"``: the LockLostError
+      goes through the atomic blocks around the view, which roll back).
+    """
+    try:
+        response = func(*args, **kwargs)
+    except BaseException:
+        try:
+            lock.__exit__(None, None, None)
+        except LockError as error:
+            _log_unreleased(error, answers.location, None)
+        raise
+    bound = _bound_to_a_transaction(lock)
+    try:
+        # The with-block's end: kept until the transaction ends, if one is open.
+        lock.__exit__(None, None, None)
+    except LockError as error:
+        if not bound:
+            _log_unreleased(error, answers.location, response)
+            mark_release(response, _outcome(error))
+            return response
+        # Ending a bound block raises only for a hold known lost (_transactions).
+        if conf.busy_response(answers.using, answers.busy_response) == "raise":
+            raise
+        for connection in open_transactions():
+            set_rollback(True, using=connection.alias)
+        logger.error(
+            "lock %r of the view %s was lost before its transaction committed (%s): "
+            "the view's changes are rolled back, and it answers 503",
+            error.name,
+            answers.location,
+            error,
+        )
+        return rolled_back_response()
+    return response
+
+
+async def _run_async_view(
+    lock: AsyncLock,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    answers: _ViewAnswers,
+) -> Any:
+    """:func:`_run_view` for an async view; its hold is never bound to a transaction.
+
+    (Django runs no transaction across an ``await``.)
+    """
+    try:
+        response = await func(*args, **kwargs)
+    except BaseException:
+        try:
+            await lock.__aexit__(None, None, None)
+        except LockError as error:
+            _log_unreleased(error, answers.location, None)
+        raise
+    try:
+        await lock.__aexit__(None, None, None)
+    except LockError as error:
+        _log_unreleased(error, answers.location, response)
+        mark_release(response, _outcome(error))
+    return response
+
+
+def _bound_to_a_transaction(lock: object) -> bool:
+    """Whether ending ``lock``'s block now waits for an open transaction's end.
+
+    Then its changes are not committed yet (see :mod:`django_rlock._transactions`).
+    """
+    return getattr(lock, "transaction", None) == "auto" and bool(open_transactions())
+
+
+def _outcome(error: LockError) -> str:
+    """What became of a release that raised ``error``: the header's ``lost`` or ``failed``."""
+    return LOST if isinstance(error, LockNotOwnedError) else FAILED
+
+
+def _log_unreleased(error: LockError, location: str | None, response: object) -> None:
+    """Log, as an ERROR, a view's release that failed after its work; ``response``: its answer."""
+    if response is None:
+        answer = "raised"
+    else:
+        status = getattr(response, "status_code", None)
+        answer = f"answered {status}" if status is not None else "returned"
+    if isinstance(error, LockNotOwnedError):
+        logger.error(
+            "lock %r was lost before the view %s ended (%s): the view %s, its work done but "
+            "perhaps not alone",
+            error.name,
+            location,
+            error,
+            answer,
+        )
+    else:
+        logger.error(
+            "releasing lock %r failed after the view %s %s, its work done (%s): the lock "
+            "expires by itself",
+            error.name,
+            location,
+            answer,
+            error,
+        )
 
 
 def _refuse_name(args: tuple[Any, ...], error: InvalidLockNameError) -> HttpResponse:
