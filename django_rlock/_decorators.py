@@ -66,8 +66,9 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from django.db.transaction import set_rollback
+from django.db.transaction import on_commit, set_rollback
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AsyncWithTwin
@@ -395,7 +396,35 @@ def _run_view(
             error,
         )
         return rolled_back_response()
+    if bound:
+        _mark_if_lost_at_commit(lock, response)
     return response
+
+
+def _mark_if_lost_at_commit(lock: RLock, response: object) -> None:
+    """Mark ``response`` ``X-Lock-Release: lost`` if the release after COMMIT finds the hold lost.
+
+    Django commits (and runs its on-commit hooks) before the response leaves
+    its handler, so the header can still tell what the deferred release
+    found. Its hook took its place when the block ended, before this one.
+    A rollback drops this hook: the view's changes are undone, and the
+    response says whatever the view said about them. A release that fails
+    for want of the server is logged by :mod:`django_rlock._transactions`
+    but not marked: the lock was not lost, and expires by itself.
+    """
+    if not isinstance(response, HttpResponseBase):
+        return
+    marked = False
+
+    def after_commit() -> None:
+        nonlocal marked
+        if not marked and lock.lost:  # this thread's: Django runs the hooks on it
+            marked = True
+            mark_release(response, LOST)
+
+    for connection in open_transactions():
+        # Robust: a hook of this library's must never stop the user's own after it.
+        on_commit(after_commit, using=connection.alias, robust=True)
 
 
 async def _run_async_view(

@@ -222,15 +222,18 @@ def test_a_loss_found_at_the_release_after_commit_keeps_the_views_response(
 ) -> None:
     """The release after COMMIT finds the loss: the work is committed, the answer says done.
 
-    Should the watchdog tell the loss before the view returns (a loaded
-    machine), the view's changes are rolled back and it answers 503: either
-    way the status tells the truth about the work.
+    Django commits before the response leaves its handler, so the header can
+    still say what the release found. Should the watchdog tell the loss
+    before the view returns (a loaded machine), the view's changes are
+    rolled back and it answers 503: either way the status tells the truth
+    about the work.
     """
     views.during_work = force_release
     with caplog.at_level(logging.ERROR, logger="django_rlock.lock"):
         response = client().post("/note/g/")
     assert response.status_code in (201, 503)
     assert written() == (["g"] if response.status_code == 201 else [])
+    assert response[HEADER] == "lost"
     assert "'note:g'" in errors_logged(caplog)
 
 
