@@ -16,6 +16,10 @@
     @method_decorator(locked("order:{order_id}", timeout=2), name="post")
     class PayView(View): ...                       # class-based views
 
+    @api_view(["POST"])
+    @locked("order:{order_id}", timeout=0)
+    def refund(request, order_id): ...             # Django REST framework views too
+
 The key is ``key_template.format(**arguments)`` with the call's arguments
 bound to the function's signature (defaults applied, ``**kwargs`` flattened),
 so ``pay(request, 1)`` and ``pay(request, order_id=1)`` lock the same name. A
@@ -38,6 +42,31 @@ anything that is not a view, :class:`LockUnavailableError` propagates.
 
 The default ``timeout=None`` waits as long as it takes; views usually want a
 small timeout.
+
+A view's answer tells the truth about its work when its lock gives up after
+the view has run (a hold lost to an operator's force-release or to an outage
+past the watchdog timeout; a release that cannot reach the server):
+
+* the work was done: the view's own response goes out, with the header
+  ``X-Lock-Release: lost`` (the hold expired or was taken over before the
+  view ended: the work ran, perhaps not alone) or ``X-Lock-Release: failed``
+  (the release did not reach the server: the lock expires by itself), and
+  the failure is logged as an ERROR on ``django_rlock.lock``; a loss is also
+  sent as ``lock_lost`` and counted in ``django_rlock_lost_total``. This
+  holds with any ``busy_response``: raising would turn done work into a 500;
+* the hold was known lost as the view returned inside a transaction it is
+  bound to (``transaction="auto"``: ``ATOMIC_REQUESTS``, or an ``atomic()``
+  around the call): nothing is committed yet, and nothing is. The atomic
+  block around the view (under ``ATOMIC_REQUESTS``, the request's
+  transaction) is rolled back and the view answers ``503`` with
+  ``Retry-After: 5`` and ``X-Lock-Release: lost`` (``busy_response="raise"``:
+  the :class:`~django_rlock.exceptions.LockLostError` propagates through the
+  atomic blocks, which roll back). A loss the release after COMMIT finds
+  leaves the committed work's response as it is, marked ``X-Lock-Release: lost``;
+* the view raised: its own error propagates; a failed release is only logged.
+
+No header value names the lock. Anything that is not a view raises the
+release's error, as a ``with`` block does.
 
 Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
 ``transaction.atomic()``), the lock is kept until the transaction commits or
