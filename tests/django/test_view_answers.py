@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -111,6 +112,13 @@ def losses() -> Iterator[list[str]]:
     lock_lost.disconnect(on_lost)
 
 
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + HANG
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {HANG} s"
+        time.sleep(0.01)
+
+
 def client() -> Client:
     """A test client that answers a view's error as Django does (500), instead of raising it."""
     return Client(raise_request_exception=False)
@@ -141,8 +149,13 @@ def test_a_lock_force_released_during_the_view_answers_the_views_response(
     assert response[HEADER] == "lost"
     assert written() == ["a"]
     assert "'note:a'" in errors_logged(caplog) and "lost" in errors_logged(caplog)
+    # The loss is told on a thread of its own: wait (bounded) until it has been.
+    wait_for(lambda: bool(losses), "the lock_lost signal")
+    wait_for(
+        lambda: REGISTRY.get_sample_value("django_rlock_lost_total", labels) == lost_before + 1,
+        "django_rlock_lost_total counted the loss",
+    )
     assert losses == ["note:a"]
-    assert REGISTRY.get_sample_value("django_rlock_lost_total", labels) == lost_before + 1
 
 
 @pytest.fixture
