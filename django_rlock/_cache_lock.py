@@ -14,6 +14,12 @@ keeps working when the cache backend becomes :class:`django_rlock.cache.RedisCac
   and a ``redis.exceptions.LockNotOwnedError``), and of a lost one
   :class:`CacheLockLostError` (a :class:`~django_rlock.core.LockLostError` too).
   The price of the redis-py side: like redis-py's, these are also ``ValueError``.
+
+A busy ``with`` raises :class:`CacheLockTimeout` with ``retry_after`` set by
+``rlock()``'s rule (:mod:`django_rlock._holdtimes`: how long the holder has
+held the lock so far, bounded by its lease left), so a view that lets it
+reach :class:`~django_rlock.middleware.LockErrorMiddleware` answers 409 with
+the same honest ``Retry-After`` as ``rlock()``'s, not the lease left.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from redis import exceptions as redis_errors
 
+from django_rlock._retryafter import lock_retry_after
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import (
     LockError,
@@ -158,4 +165,9 @@ class CacheLock(RLock):
 
     def _timeout_error(self, remaining: float | None) -> LockTimeout:
         error = super()._timeout_error(remaining)
-        return CacheLockTimeout(str(error), name=self.name, retry_after=remaining)
+        # rlock()'s Retry-After rule, not the lease left (30 s for a watchdog
+        # hold held a moment): the middleware finds no alias lock to refine it.
+        honest = lock_retry_after(self, remaining)
+        return CacheLockTimeout(
+            str(error), name=self.name, retry_after=remaining if honest is None else honest
+        )

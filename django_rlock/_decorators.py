@@ -16,13 +16,18 @@
     @method_decorator(locked("order:{order_id}", timeout=2), name="post")
     class PayView(View): ...                       # class-based views
 
+    @api_view(["POST"])
+    @locked("order:{order_id}", timeout=0)
+    def refund(request, order_id): ...             # Django REST framework views too
+
 The key is ``key_template.format(**arguments)`` with the call's arguments
 bound to the function's signature (defaults applied, ``**kwargs`` flattened),
 so ``pay(request, 1)`` and ``pay(request, order_id=1)`` lock the same name. A
 template naming a parameter the function lacks fails when decorating.
 
 When the lock is still busy after ``timeout`` seconds, a view (a function
-whose first argument is an ``HttpRequest``) answers ``409 Conflict`` with a
+whose first argument, or second after ``self``, is an ``HttpRequest`` or
+Django REST framework's ``Request``) answers ``409 Conflict`` with a
 ``Retry-After`` header (how long the lock is really held, recently: see
 :mod:`django_rlock._holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
@@ -37,6 +42,31 @@ anything that is not a view, :class:`LockUnavailableError` propagates.
 
 The default ``timeout=None`` waits as long as it takes; views usually want a
 small timeout.
+
+A view's answer tells the truth about its work when its lock gives up after
+the view has run (a hold lost to an operator's force-release or to an outage
+past the watchdog timeout; a release that cannot reach the server):
+
+* the work was done: the view's own response goes out, with the header
+  ``X-Lock-Release: lost`` (the hold expired or was taken over before the
+  view ended: the work ran, perhaps not alone) or ``X-Lock-Release: failed``
+  (the release did not reach the server: the lock expires by itself), and
+  the failure is logged as an ERROR on ``django_rlock.lock``; a loss is also
+  sent as ``lock_lost`` and counted in ``django_rlock_lost_total``. This
+  holds with any ``busy_response``: raising would turn done work into a 500;
+* the hold was known lost as the view returned inside a transaction it is
+  bound to (``transaction="auto"``: ``ATOMIC_REQUESTS``, or an ``atomic()``
+  around the call): nothing is committed yet, and nothing is. The atomic
+  block around the view (under ``ATOMIC_REQUESTS``, the request's
+  transaction) is rolled back and the view answers ``503`` with
+  ``Retry-After: 5`` and ``X-Lock-Release: lost`` (``busy_response="raise"``:
+  the :class:`~django_rlock.exceptions.LockLostError` propagates through the
+  atomic blocks, which roll back). A loss the release after COMMIT finds
+  leaves the committed work's response as it is, marked ``X-Lock-Release: lost``;
+* the view raised: its own error propagates; a failed release is only logged.
+
+No header value names the lock. Anything that is not a view raises the
+release's error, as a ``with`` block does.
 
 Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
 ``transaction.atomic()``), the lock is kept until the transaction commits or
@@ -65,7 +95,9 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
+from django.db.transaction import on_commit, set_rollback
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AsyncWithTwin
@@ -74,17 +106,28 @@ from django_rlock._handler import locks
 from django_rlock._handles import AsyncLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._responses import (
+    FAILED,
+    LOST,
     busy_status_response,
     invalid_name_response,
+    mark_release,
+    rolled_back_response,
     unavailable_response,
 )
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock._transactions import open_transactions
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import (
+    InvalidLockNameError,
+    LockError,
+    LockNotOwnedError,
+    LockTimeout,
+    LockUnavailableError,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -140,6 +183,7 @@ def locked(
             max_hold=max_hold,
         )
         options = _Options(timeout, lease, max_hold)
+        view_answers = _ViewAnswers(using, busy_response, where.location)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
@@ -167,10 +211,12 @@ def locked(
                 except (LockTimeout, LockUnavailableError) as error:
                     # The honest Retry-After may read the holder: blocking I/O, on a thread.
                     return await sync_to_async(busy)(args, error, lock)
-                try:
-                    return await func(*args, **kwargs)
-                finally:
-                    await lock.__aexit__(None, None, None)
+                if _request_of(args) is None:
+                    try:
+                        return await func(*args, **kwargs)
+                    finally:
+                        await lock.__aexit__(None, None, None)
+                return await _run_async_view(lock, func, args, kwargs, view_answers)
 
             return cast(F, async_wrapper)
 
@@ -187,11 +233,13 @@ def locked(
                 lock.__enter__()
             except (LockTimeout, LockUnavailableError) as error:
                 return busy(args, error, lock)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                # The with-block's end: kept until the transaction ends, if one is open.
-                lock.__exit__(None, None, None)
+            if _request_of(args) is None:
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    # The with-block's end: kept until the transaction ends, if one is open.
+                    lock.__exit__(None, None, None)
+            return _run_view(lock, func, args, kwargs, view_answers)
 
         wrapper.__rlock_locked__ = spec  # type: ignore[attr-defined]  # read by celery_rlock
         return cast(F, wrapper)
@@ -318,6 +366,163 @@ def _honest(
     return error
 
 
+@dataclass(frozen=True)
+class _ViewAnswers:
+    """What a locked view's answer to a failed release needs: its alias, BUSY_RESPONSE, place."""
+
+    using: str
+    busy_response: object
+    location: str | None
+
+
+def _run_view(
+    lock: RLock,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    answers: _ViewAnswers,
+) -> Any:
+    """Run the view ``func`` under ``lock`` (entered); an answer true to what its work became.
+
+    * The view raised: its error goes on (a release failure is only logged).
+    * The release failed once the view's response was made: that response,
+      its work done, marked ``X-Lock-Release: lost`` or ``failed``, the
+      failure logged as an ERROR (a loss is also sent as ``lock_lost`` and
+      counted in ``django_rlock_lost_total`` by the engine's reporting).
+    * The hold was known lost as the view returned inside a transaction
+      it was bound to (``transaction="auto"``): the view's changes are not
+      committed yet, and are not committed: the transaction is rolled back
+      and the view answers 503 (``BUSY_RESPONSE = "raise"``: the LockLostError
+      goes through the atomic blocks around the view, which roll back).
+    """
+    try:
+        response = func(*args, **kwargs)
+    except BaseException:
+        try:
+            lock.__exit__(None, None, None)
+        except LockError as error:
+            _log_unreleased(error, answers.location, None)
+        raise
+    bound = _bound_to_a_transaction(lock)
+    try:
+        # The with-block's end: kept until the transaction ends, if one is open.
+        lock.__exit__(None, None, None)
+    except LockError as error:
+        if not bound:
+            _log_unreleased(error, answers.location, response)
+            mark_release(response, _outcome(error))
+            return response
+        # Ending a bound block raises only for a hold known lost (_transactions).
+        if conf.busy_response(answers.using, answers.busy_response) == "raise":
+            raise
+        for connection in open_transactions():
+            set_rollback(True, using=connection.alias)
+        logger.error(
+            "lock %r of the view %s was lost before its transaction committed (%s): "
+            "the view's changes are rolled back, and it answers 503",
+            error.name,
+            answers.location,
+            error,
+        )
+        return rolled_back_response()
+    if bound:
+        _mark_if_lost_at_commit(lock, response)
+    return response
+
+
+def _mark_if_lost_at_commit(lock: RLock, response: object) -> None:
+    """Mark ``response`` ``X-Lock-Release: lost`` if the release after COMMIT finds the hold lost.
+
+    Django commits (and runs its on-commit hooks) before the response leaves
+    its handler, so the header can still tell what the deferred release
+    found. Its hook took its place when the block ended, before this one.
+    A rollback drops this hook: the view's changes are undone, and the
+    response says whatever the view said about them. A release that fails
+    for want of the server is logged by :mod:`django_rlock._transactions`
+    but not marked: the lock was not lost, and expires by itself.
+    """
+    if not isinstance(response, HttpResponseBase):
+        return
+    marked = False
+
+    def after_commit() -> None:
+        nonlocal marked
+        if not marked and lock.lost:  # this thread's: Django runs the hooks on it
+            marked = True
+            mark_release(response, LOST)
+
+    for connection in open_transactions():
+        # Robust: a hook of this library's must never stop the user's own after it.
+        on_commit(after_commit, using=connection.alias, robust=True)
+
+
+async def _run_async_view(
+    lock: AsyncLock,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    answers: _ViewAnswers,
+) -> Any:
+    """:func:`_run_view` for an async view; its hold is never bound to a transaction.
+
+    (Django runs no transaction across an ``await``.)
+    """
+    try:
+        response = await func(*args, **kwargs)
+    except BaseException:
+        try:
+            await lock.__aexit__(None, None, None)
+        except LockError as error:
+            _log_unreleased(error, answers.location, None)
+        raise
+    try:
+        await lock.__aexit__(None, None, None)
+    except LockError as error:
+        _log_unreleased(error, answers.location, response)
+        mark_release(response, _outcome(error))
+    return response
+
+
+def _bound_to_a_transaction(lock: object) -> bool:
+    """Whether ending ``lock``'s block now waits for an open transaction's end.
+
+    Then its changes are not committed yet (see :mod:`django_rlock._transactions`).
+    """
+    return getattr(lock, "transaction", None) == "auto" and bool(open_transactions())
+
+
+def _outcome(error: LockError) -> str:
+    """What became of a release that raised ``error``: the header's ``lost`` or ``failed``."""
+    return LOST if isinstance(error, LockNotOwnedError) else FAILED
+
+
+def _log_unreleased(error: LockError, location: str | None, response: object) -> None:
+    """Log, as an ERROR, a view's release that failed after its work; ``response``: its answer."""
+    if response is None:
+        answer = "raised"
+    else:
+        status = getattr(response, "status_code", None)
+        answer = f"answered {status}" if status is not None else "returned"
+    if isinstance(error, LockNotOwnedError):
+        logger.error(
+            "lock %r was lost before the view %s ended (%s): the view %s, its work done but "
+            "perhaps not alone",
+            error.name,
+            location,
+            error,
+            answer,
+        )
+    else:
+        logger.error(
+            "releasing lock %r failed after the view %s %s, its work done (%s): the lock "
+            "expires by itself",
+            error.name,
+            location,
+            answer,
+            error,
+        )
+
+
 def _refuse_name(args: tuple[Any, ...], error: InvalidLockNameError) -> HttpResponse:
     """A view whose lock name, built from the request, breaks a naming rule: 400; else raise."""
     if _request_of(args) is None:
@@ -442,11 +647,27 @@ def _run_as_task(
 
 
 def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The request of a view call: its first argument, or its second after ``self``."""
+    """The request of a view call: its first argument, or its second after ``self``.
+
+    Django's ``HttpRequest``, or Django REST framework's ``Request``, which
+    wraps one without being one (``@api_view`` functions, ``APIView`` and
+    ``ViewSet`` methods receive it). The view's own request is returned, so a
+    ``BUSY_RESPONSE`` callable gets what the view would have got.
+    """
     for argument in args[:2]:
-        if isinstance(argument, HttpRequest):
-            return argument
+        if isinstance(argument, HttpRequest) or _is_drf_request(argument):
+            return cast(HttpRequest, argument)  # DRF's Request proxies HttpRequest's attributes
     return None
+
+
+def _is_drf_request(argument: object) -> bool:
+    """Whether ``argument`` is Django REST framework's ``Request``.
+
+    DRF stays optional: a DRF request exists only once DRF's module is
+    imported, so the module is looked up, never imported here.
+    """
+    drf = sys.modules.get("rest_framework.request")
+    return drf is not None and isinstance(argument, drf.Request)
 
 
 def _signature_source(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,8 +1,15 @@
 """What a view answers instead of a 500 when its lock gives up: 409, 503 or 400 (429: a rate limit).
 
 ``@locked`` and :class:`~django_rlock.middleware.LockErrorMiddleware` both
-answer with these. No body names the lock or the server: lock names may
-carry ids the client should not see.
+answer with these. No body or header names the lock or the server: lock
+names may carry ids the client should not see.
+
+A lock that gives up *after* the view's work (lost before its release, or a
+release that cannot reach the server) never turns that work into an error:
+the view's own response goes out with :data:`RELEASE_HEADER` saying what
+became of the lock (:func:`mark_release`). Only when the work is undone (a
+transaction rolled back, :func:`rolled_back_response`) or cut short (a lock
+lost inside the view, :func:`lost_response`) is the answer a 503.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import math
 from typing import Final
 
 from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
 
@@ -19,7 +27,20 @@ logger = logging.getLogger("django_rlock.lock")
 
 #: The Retry-After (seconds) of a view whose lock server is unreachable: an
 #: outage has no known end, and a few seconds spreads the clients' retries.
+#: Also that of a view whose lock was lost (a force-release, an outage past
+#: the watchdog timeout): whoever holds the lock now is not known here.
 UNAVAILABLE_RETRY_AFTER: Final = 5
+
+#: The response header that tells a client its view's lock was not released
+#: cleanly: ``lost`` (the hold expired or was taken over before the view
+#: ended) or ``failed`` (the release did not reach the lock server; the lock
+#: expires by itself). Its values never name the lock.
+RELEASE_HEADER: Final = "X-Lock-Release"
+
+#: :data:`RELEASE_HEADER`'s value when the hold was lost before its release.
+LOST: Final = "lost"
+#: :data:`RELEASE_HEADER`'s value when the release did not reach the server.
+FAILED: Final = "failed"
 
 
 def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
@@ -60,8 +81,11 @@ def rate_limited_response(wait: float) -> HttpResponse:
 def unavailable_response(error: LockUnavailableError) -> HttpResponse:
     """What a view answers when its lock server cannot be reached: 503 and Retry-After.
 
-    The lock was not taken and the view did not run. The error (naming the
-    alias) goes to the log; the body names neither the lock nor the server.
+    From ``@locked``: the lock was not taken and the view did not run. From
+    the middleware: a ``with rlock(...)`` in the view could not take its lock
+    (or could not give it back, at the block's end: what the block did was
+    done). The error (naming the alias) goes to the log; the body names
+    neither the lock nor the server.
     """
     logger.error("%s", error)
     response = HttpResponse(
@@ -88,3 +112,55 @@ def invalid_name_response(error: InvalidLockNameError) -> HttpResponse:
         status=400,
         content_type="text/plain; charset=utf-8",
     )
+
+
+def mark_release(response: object, outcome: str) -> None:
+    """Tell the client, on ``response``, that its view's lock release ended ``outcome``.
+
+    ``outcome`` is :data:`LOST` or :data:`FAILED`; several locks' outcomes
+    are listed in :data:`RELEASE_HEADER`, comma-separated. Something that is
+    not an HTTP response (a function view's caller may get anything) is left
+    as it is.
+    """
+    if not isinstance(response, HttpResponseBase):
+        return
+    earlier = response.headers.get(RELEASE_HEADER)
+    response.headers[RELEASE_HEADER] = outcome if not earlier else f"{earlier}, {outcome}"
+
+
+def rolled_back_response() -> HttpResponse:
+    """What a locked view answers when its lock was lost before its transaction committed.
+
+    The view's changes were rolled back (``transaction="auto"``: committing
+    them would have published work done without the lock held to the end),
+    so nothing the view did in the database happened: 503, ``Retry-After``,
+    and ``X-Lock-Release: lost``. The body names neither the lock nor the server.
+    """
+    response = HttpResponse(
+        "The request was not completed: its lock was lost before its changes were "
+        "committed, so they were rolled back; retry later.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+    response[RELEASE_HEADER] = LOST
+    return response
+
+
+def lost_response() -> HttpResponse:
+    """What a view answers when a lock it held in ``with rlock(...)`` was lost (the middleware).
+
+    The error ended the view at the block's end: what the block did was done,
+    unless a transaction around it rolled it back (``ATOMIC_REQUESTS``), and
+    the rest of the view did not run. So the answer claims neither: 503,
+    ``Retry-After``, ``X-Lock-Release: lost``. The body names neither the
+    lock nor the server.
+    """
+    response = HttpResponse(
+        "The request was interrupted: a lock it held was lost before it ended; retry later.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+    response[RELEASE_HEADER] = LOST
+    return response

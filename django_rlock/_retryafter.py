@@ -2,7 +2,7 @@
 
 :class:`~django_rlock._holdtimes.HoldTimes`' rule applied to a backend's lock
 name (:func:`retry_after`) or to a lock object (:func:`lock_retry_after`, for
-the middleware and Celery's countdown).
+the middleware, Celery's countdown and ``cache.lock()``'s busy error).
 
 The holder is read (one round trip) only when this process has no recent
 holds of the name or its template.
@@ -87,9 +87,9 @@ def lock_retry_after(lock: object, lease_left: float | None) -> float | None:
 
     The holder is read only for a plain lock, whose hash is the one
     ``inspect(name)`` reads (a semaphore's or fair lock's holders live
-    elsewhere). A plain engine lock of no alias (Celery without Django) has no
-    hold history: its holder's age alone, by :func:`back_off`. None for the
-    other kinds of no alias.
+    elsewhere). A plain engine lock of no alias (Celery without Django,
+    ``cache.lock()``) has no hold history: its holder's age alone, by
+    :func:`back_off`. None for the other kinds of no alias.
     """
     inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
     if not isinstance(inner, RLock | AsyncRLock):
@@ -100,7 +100,8 @@ def lock_retry_after(lock: object, lease_left: float | None) -> float | None:
             inner.backend, inner.name, inner.key_template, lease_left, read_holder=plain
         )
     if isinstance(inner, RLock) and plain:
-        # A lock of no alias (Celery without Django): no hold history, but its holder's age.
+        # A lock of no alias (Celery without Django, cache.lock()): no hold history,
+        # but its holder's age.
         return back_off(None, _holder_age(inner), lease_left)
     return None
 

@@ -26,13 +26,26 @@ For any view, sync or async, that lets one of these escape:
 * :class:`~django_rlock.exceptions.LockUnavailableError` (the lock server
   cannot be reached): ``503 Service Unavailable`` with ``Retry-After``, the
   error logged (``"raise"`` leaves it to Django too);
+* :class:`~django_rlock.exceptions.LockLostError` (the lock was lost before
+  its ``with`` block ended: force-released by an operator, or expired while
+  its server was unreachable past the watchdog timeout): ``503 Service
+  Unavailable`` with ``Retry-After`` and ``X-Lock-Release: lost``, the loss
+  logged as an ERROR (``"raise"`` leaves it to Django). The view was cut
+  short at the block's end: what the block did was done, unless a
+  transaction around it rolled it back (``ATOMIC_REQUESTS``: it has, since
+  the error went through it), and the rest of the view did not run, so the
+  answer claims neither;
 * :class:`~django_rlock.exceptions.InvalidLockNameError` (a name that breaks a
   naming rule, usually built from the URL: a slug with ``%0A`` in it):
   ``400 Bad Request``, see :func:`invalid_name_response`.
 
-No response body names the lock or the server. Other exceptions pass through
-untouched. Like Django's own middleware it works in sync and async stacks
-(``process_exception`` runs where Django runs it, on a thread for async views).
+No response body or header names the lock or the server. Other exceptions
+pass through untouched, :class:`~django_rlock.exceptions.LockNotOwnedError`
+too (a release of a lock the view does not hold: a mistake in the code).
+``@locked`` views need none of this: they answer their own lock's errors
+(see :mod:`django_rlock._decorators`). Like Django's own middleware it works
+in sync and async stacks (``process_exception`` runs where Django runs it,
+on a thread for async views).
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ from django_rlock._aliaslocks import AliasAttached
 from django_rlock._responses import (
     busy_status_response,
     invalid_name_response,
+    lost_response,
     rate_limited_response,
     unavailable_response,
 )
@@ -56,6 +70,7 @@ from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     InvalidLockNameError,
+    LockLostError,
     LockTimeout,
     LockUnavailableError,
     RateLimitExceeded,
@@ -67,7 +82,7 @@ logger = logging.getLogger("django_rlock.lock")
 
 
 class LockErrorMiddleware(MiddlewareMixin):
-    """A lock timeout answers 409, a rate limit 429, an unreachable lock server 503, a bad name 400.
+    """A lock timeout answers 409, a rate limit 429, an outage or a lost lock 503, a bad name 400.
 
     See the module. Sync and async capable (``MiddlewareMixin``).
     """
@@ -82,6 +97,8 @@ class LockErrorMiddleware(MiddlewareMixin):
             return rate_limited_response(exception.retry_after or 0.0)
         if isinstance(exception, LockTimeout | LockUnavailableError):
             return _lock_error_response(request, exception)
+        if isinstance(exception, LockLostError):
+            return _lost_lock_response(exception)
         return None
 
 
@@ -105,6 +122,16 @@ def _lock_error_response(
     return busy_status_response(error, cast(int, answer))
 
 
+def _lost_lock_response(error: LockLostError) -> HttpResponse | None:
+    """503 with ``X-Lock-Release: lost`` for a lock lost in the view; None for ``"raise"``."""
+    lock = _raising_lock(error)
+    alias = lock.backend.alias if lock is not None else DEFAULT_LOCK_ALIAS
+    if conf.busy_response(alias) == "raise":
+        return None  # the alias asks for the error itself: Django handles it (a 500)
+    logger.error("a view was cut short by a lost lock, and answers 503: %s", error)
+    return lost_response()
+
+
 def _raising_lock(error: BaseException) -> AliasAttached | None:
     """The lock of an ``RLOCKS`` alias that raised ``error``, found on its traceback.
 
@@ -114,7 +141,8 @@ def _raising_lock(error: BaseException) -> AliasAttached | None:
     frames of its own methods that the error went through. The innermost
     one is taken (``async with`` on a sync alias lock enters its asyncio twin,
     which is the lock that gave up). None when no such frame is found (a
-    bare engine lock, ``cache.lock()``).
+    bare engine lock; ``cache.lock()``, whose error carries the honest
+    Retry-After already).
     """
     found: AliasAttached | None = None
     trace = error.__traceback__

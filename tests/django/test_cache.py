@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from django.core.cache import caches
+from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
@@ -294,3 +295,30 @@ def test_cache_lock_acquire_refuses_a_token_and_two_waits() -> None:
     with pytest.raises(TypeError):
         cache.lock("job", None, 10)  # type: ignore[call-arg]  # positional order differs between peers
     assert not lock.locked()
+
+
+# -- a busy cache.lock() in a view --------------------------------------------------------
+
+
+@pytest.mark.urls("tests.django.cache_urls")
+@pytest.mark.usefixtures("redis_caches")
+@pytest.mark.parametrize("lease", [3.0, None], ids=["lease-3s", "watchdog"])
+def test_a_busy_cache_lock_answers_the_holders_time_not_its_lease(
+    settings: SettingsWrapper, lease: float | None
+) -> None:
+    """Retry-After follows rlock()'s rule (the holder's time so far), not the TTL left.
+
+    The holder has just taken the lock: 1 s, where the TTL left said 3 s (a
+    3 s lease) or 30 s (the watchdog's timeout).
+    """
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_rlock.middleware.LockErrorMiddleware"]
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    with held_elsewhere(Locks(cache.lock, str), "report:1", timeout=lease):
+        query = {} if lease is None else {"lease": str(lease)}
+        response = Client().get("/report/1/", query)
+        with pytest.raises(LockTimeout) as busy, cache.lock("report:1", blocking_timeout=0):
+            pass
+    assert response.status_code == 409
+    assert response["Retry-After"] == "1"
+    assert busy.value.retry_after is not None and busy.value.retry_after < 2
