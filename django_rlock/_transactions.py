@@ -60,7 +60,7 @@ pytest-django's ``transaction=True``, to test the binding).
 from __future__ import annotations
 
 import logging
-import weakref
+import threading
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -69,6 +69,9 @@ from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import LockError, LockLostError
 
 logger = logging.getLogger("django_rlock.lock")
+
+#: Where a watched connection keeps its :class:`_Watch`.
+_WATCH = "_django_rlock_transaction_watch"
 
 
 def end_block(lock: RLock, mode: str) -> None:
@@ -86,7 +89,7 @@ def end_block(lock: RLock, mode: str) -> None:
         return
     release = _DeferredRelease(lock, len(open_now))
     for connection in open_now:
-        _Spot(connection, release).take_place()
+        _watch(connection).waiting.append(release)
 
 
 def open_transactions() -> list[BaseDatabaseWrapper]:
@@ -95,24 +98,47 @@ def open_transactions() -> list[BaseDatabaseWrapper]:
         connection
         for connection in connections.all(initialized_only=True)
         if connection.in_atomic_block
+        # Closed inside its atomic block: the database has rolled it back already.
+        and not connection.closed_in_transaction
         # A TestCase's own atomic blocks never commit (see the module).
         and not getattr(connection.atomic_blocks[0], "_from_testcase", False)
     ]
 
 
 class _DeferredRelease:
-    """One block's hold, given back once each of its transactions has ended."""
+    """One block's hold, given back on its thread once each of its transactions has ended."""
 
     def __init__(self, lock: RLock, transactions: int) -> None:
         self.lock = lock
         self.transactions = transactions
+        self.thread = threading.get_ident()
+        #: The hold this release belongs to (None: a semaphore's permit, which has no token).
+        self.token = lock.token
 
     def ended(self, how: str) -> None:
-        """One of the transactions ended (``how``: "committed" or "rolled back")."""
+        """One of its transactions ended (``how``: "committed", "rolled back", ...)."""
+        name = self.lock.name
+        if threading.get_ident() != self.thread:
+            # A thread can only give back its own holds: never release as another.
+            logger.error(
+                "lock %r is kept: its transaction %s on another thread than the one "
+                "holding it, which alone may give it back",
+                name,
+                how,
+            )
+            return
         self.transactions -= 1
         if self.transactions > 0:
             return
-        name = self.lock.name
+        if self.token is not None and self.lock.token != self.token:
+            logger.error(
+                "lock %r: after its transaction %s, the hold its block left is no longer "
+                "the thread's newest (given back by other code, or taken anew): nothing "
+                "released",
+                name,
+                how,
+            )
+            return
         try:
             self.lock.release()
         except LockLostError:
@@ -131,56 +157,116 @@ class _DeferredRelease:
             )
 
 
-class _Place:
-    """The deferred release's entry in one connection's on-commit list.
-
-    Only that list refers to it: when Django drops the entry without calling
-    it (a rollback), it is freed at once and its finalizer runs (see the module).
-    """
-
-    __slots__ = ("__weakref__", "_spot")
-
-    def __init__(self, spot: _Spot) -> None:
-        self._spot = spot
-
-    def __call__(self) -> None:  # Django's on-commit hook: the transaction committed
-        self._spot.end("committed")
-
-
-class _Spot:
-    """One connection's wait for its transaction's end, for one deferred release.
-
-    The place's finalizer holds this (never the place itself, which would
-    then never be freed).
-    """
-
-    def __init__(self, connection: BaseDatabaseWrapper, release: _DeferredRelease) -> None:
-        self.connection = connection
-        self.release = release
-        self.done = False
-
-    def take_place(self) -> None:
-        place = _Place(self)
-        finalizer = weakref.finalize(place, self.dropped)
-        finalizer.atexit = False  # at exit, nothing is rolled back: the server expires it
-        self.connection.on_commit(place)
-
-    def end(self, how: str) -> None:
-        if not self.done:
-            self.done = True
-            self.release.ended(how)
-
-    def dropped(self) -> None:
-        # The place was freed: after its commit call, or dropped by a rollback.
-        if self.done:
-            return
+def _settle(releases: list[_DeferredRelease], how: str) -> None:
+    """Tell ``releases`` their transaction ended; the last block's first, as ``with`` unwinds."""
+    for release in reversed(releases):
         try:
-            connection = self.connection
-            if connection.in_atomic_block and not connection.closed_in_transaction:
-                self.take_place()  # a savepoint rolled back; the transaction goes on
-            else:
-                self.end("rolled back")
+            release.ended(how)
         except Exception:
-            # A finalizer's exception would only be printed; never leave the hold behind.
-            logger.exception("releasing a lock at its transaction's rollback failed")
-            self.end("rolled back")
+            # Runs inside Django's commit, rollback or close: never hide what they raise.
+            logger.exception(
+                "giving lock %r back after its transaction %s failed", release.lock.name, how
+            )
+
+
+def _watch(connection: BaseDatabaseWrapper) -> _Watch:
+    """``connection``'s watch, installed on its first deferred release."""
+    watch = vars(connection).get(_WATCH)
+    if watch is None:
+        watch = _Watch(connection)
+    assert isinstance(watch, _Watch)
+    return watch
+
+
+class _Watch:
+    """The ends of one connection's transactions, seen by the connection's own methods.
+
+    Installed once per connection object: its ``commit``, ``rollback``,
+    ``close`` and ``set_autocommit`` become this watch's, which call the
+    connection's own and then settle the releases waiting for the transaction
+    that call ended (see the module for each path).
+    """
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        #: Releases waiting for the open transaction's end, in their blocks' order.
+        self.waiting: list[_DeferredRelease] = []
+        #: Committed by ``atomic()``: settled as its ``set_autocommit(True)`` ends.
+        self.committed: list[_DeferredRelease] = []
+        self._commit = connection.commit
+        self._rollback = connection.rollback
+        self._close = connection.close
+        self._set_autocommit = connection.set_autocommit
+        for method in ("commit", "rollback", "close", "set_autocommit"):
+            setattr(connection, method, getattr(self, method))
+        setattr(connection, _WATCH, self)
+
+    def commit(self) -> None:
+        connection = self.connection
+        self._settle_committed()
+        # Inside an atomic block Django refuses the call: no transaction ends.
+        ends = not connection.in_atomic_block
+        self._commit()
+        if not ends or not self.waiting:
+            return
+        committed, self.waiting = self.waiting, []
+        if connection.commit_on_exit:
+            # atomic()'s own COMMIT: its set_autocommit(True) follows at once,
+            # runs the on-commit hooks, and then these are given back.
+            self.committed += committed
+        else:
+            # A COMMIT by hand (autocommit turned off before atomic()):
+            # Django runs no hooks until autocommit is turned back on.
+            _settle(committed, "committed")
+
+    def rollback(self) -> None:
+        self._settle_committed()
+        ends = not self.connection.in_atomic_block
+        # A failed ROLLBACK ends nothing here: atomic() closes the connection next.
+        self._rollback()
+        if ends:
+            self._end("rolled back")
+
+    def close(self) -> None:
+        connection = self.connection
+        self._settle_committed()
+        try:
+            self._close()
+        finally:
+            # An in-memory SQLite database ignores close(): its transaction goes on.
+            if connection.closed_in_transaction or connection.connection is None:
+                self._end("rolled back (its connection was closed)")
+
+    def set_autocommit(
+        self, autocommit: bool, force_begin_transaction_with_broken_autocommit: bool = False
+    ) -> None:
+        if not autocommit:
+            self._set_autocommit(autocommit, force_begin_transaction_with_broken_autocommit)
+            return
+        committed, self.committed = self.committed, []
+        try:
+            self._set_autocommit(autocommit, force_begin_transaction_with_broken_autocommit)
+        finally:
+            # After the on-commit hooks, whether they ran, raised, or never started.
+            _settle(committed, "committed")
+        if self.waiting:
+            # Autocommit is back on without a COMMIT or ROLLBACK seen to end the
+            # transaction (its COMMIT raised what is not a database error).
+            unsettled, self.waiting = self.waiting, []
+            for release in unsettled:
+                logger.error(
+                    "lock %r is kept: its transaction ended without a COMMIT or ROLLBACK "
+                    "completing, so whether it wrote anything is unknown",
+                    release.lock.name,
+                )
+
+    def _settle_committed(self) -> None:
+        # Committed, but the set_autocommit(True) that gives them back never
+        # came (it always does, after atomic()'s COMMIT): the COMMIT is a fact.
+        if self.committed:
+            committed, self.committed = self.committed, []
+            _settle(committed, "committed")
+
+    def _end(self, how: str) -> None:
+        ended, self.waiting = self.waiting, []
+        _settle(ended, how)

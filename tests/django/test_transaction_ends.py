@@ -236,7 +236,7 @@ urlpatterns = [
 
 
 class QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -330,10 +330,15 @@ def test_manual_transaction_management_ends_at_commit_or_rollback(no_gc: None, e
 
 def test_a_commit_on_an_ended_session_frees_the_lock(no_gc: None) -> None:
     """COMMIT fails (the session was ended), then Django rolls back or closes the connection."""
-    with pytest.raises(OperationalError), transaction.atomic(using="pg"):
-        with rlock(NAME):
-            take_one("pg", 1)
-        terminate_backend("pg")
+
+    def commit_on_an_ended_session() -> None:
+        with transaction.atomic(using="pg"):
+            with rlock(NAME):
+                take_one("pg", 1)
+            terminate_backend("pg")
+
+    with pytest.raises(OperationalError):
+        commit_on_an_ended_session()
     assert takes(NAME), "still held after the failed COMMIT"
     assert committed_balance("pg") == START
 
@@ -431,3 +436,44 @@ def stamp_database_calls(
         for name in names:
             delattr(connection, name)
 
+
+# -- what is never released ---------------------------------------------------------------------
+
+
+def test_a_hold_taken_anew_in_the_transaction_is_not_the_deferred_ones(
+    no_gc: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The block's hold given back by hand, then a new hold: the COMMIT gives back neither."""
+    with transaction.atomic(using="pg"):
+        with rlock(NAME) as lock:
+            take_one("pg", 1)
+        lock.release()  # by hand, at once
+        assert takes(NAME)
+        again = locks["default"].lock(NAME)
+        assert again.acquire(blocking=False)
+    try:
+        assert not takes(NAME), "the COMMIT gave back the hold taken after the block's"
+    finally:
+        again.release()
+    assert takes(NAME)
+    assert any("no longer the thread's newest" in line for line in rlock_records(caplog))
+
+
+def test_a_transaction_ended_on_another_thread_keeps_the_hold(
+    no_gc: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection shared with another thread, closed there: reported, never released
+    as that thread; the owner gives it back itself."""
+    connection = connections["pg"]
+    with transaction.atomic(using="pg"):
+        with rlock(NAME) as lock:
+            take_one("pg", 1)
+        connection.inc_thread_sharing()
+        try:
+            on_another_thread(connection.close)
+        finally:
+            connection.dec_thread_sharing()
+        assert not takes(NAME), "released as the thread that closed the connection"
+        lock.release()
+    assert takes(NAME)
+    assert any("on another thread" in line for line in rlock_records(caplog))
