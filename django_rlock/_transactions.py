@@ -8,7 +8,7 @@
             account.balance -= amount
             account.save()
         ...                      # still held: the UPDATE is not committed yet
-    # released here, right after COMMIT
+    # released here, after COMMIT (and the transaction's on-commit hooks)
 
 A lock given back as its ``with`` block ends, while the transaction that
 carries the block's writes is still open, lets the next holder read the rows
@@ -21,26 +21,59 @@ So, with ``transaction="auto"`` (the default; ``RLOCK_TRANSACTION`` or
 ``RLOCKS[alias]["TRANSACTION"]``), a ``with`` block (or an ``@locked`` call)
 that ends while a database connection of the calling thread is inside an
 atomic block keeps its hold until the outermost transaction of every such
-connection has ended, and gives it back:
+connection has ended, and gives it back, on the thread that holds it:
 
-* right after ``COMMIT``, as Django's on-commit hooks run (in their order:
-  hooks registered inside the block run before the release);
-* at ``ROLLBACK`` (also when the ``COMMIT`` itself fails, and when the
-  connection is closed inside the transaction), during Django's rollback call.
+* after ``COMMIT``, once Django has run the transaction's on-commit hooks,
+  or one of them raised (Django then skips the rest), or they never started;
+* at ``ROLLBACK`` (also after a failed ``COMMIT``), as Django's rollback
+  call returns;
+* at a ``close()`` of the connection inside the transaction (by hand, by
+  ``close_old_connections()`` or ``close_if_unusable_or_obsolete()``): the
+  database rolls the transaction back, and the hold goes as the call returns.
 
 A savepoint (a nested ``atomic()``) that commits or rolls back changes
 nothing: only the outermost transaction's end does. With several databases,
-the hold is given back when the last of them ends. ``transaction="ignore"``
-gives it back at the block's end, as before.
+the hold is given back when the last of them ends. Autocommit turned off by
+hand before ``atomic()``: the hold goes at the ``commit()`` or
+``rollback()`` that ends that transaction. ``transaction="ignore"`` gives it
+back at the block's end, as before.
 
-Django has no rollback hook. The deferred release takes a place in the
-connection's on-commit list (:meth:`~django.db.backends.base.base.BaseDatabaseWrapper.on_commit`)
-through a small object nothing else refers to. Django empties that list on
-rollback (and drops a rolled-back savepoint's entries), and CPython frees an
-object the moment nothing refers to it, running its finalizer at once, on the
-rolling-back thread: the finalizer gives the hold back or, when only a
-savepoint was rolled back and the transaction goes on, takes a new place at
-the level that remains.
+How the end is seen. Django has no transaction-end hook, and nothing here
+waits for the garbage collector. The first deferred release on a connection
+object wraps, once, that object's own ``commit``, ``rollback``, ``close``
+and ``set_autocommit`` (instance attributes calling the originals, so a
+backend's overrides still run). A release waits in that connection's list
+for the transaction open when its block ended, and each call that ends that
+transaction empties the list:
+
+* ``atomic()``'s COMMIT moves the list aside; the ``set_autocommit(True)``
+  that ``atomic()`` always calls next runs the on-commit hooks, and gives the
+  holds back in its ``finally``. After the hooks, not before them: hooks
+  registered inside the lock's block (a cache refresh, a task sent) then run
+  while it is held, in the order of the transactions; and a hook that raises
+  cannot keep it. A slow hook holds the lock longer.
+* A successful ROLLBACK, and a ``close()`` after which the connection is
+  closed (or marked closed in its transaction), give them back at once. A
+  failed COMMIT gives back nothing by itself: ``atomic()`` rolls back next,
+  or, when that fails too, closes the connection. (An in-memory SQLite
+  database ignores ``close()``: its transaction goes on, and so does the hold.)
+
+Several blocks ending in one transaction are given back last first, as
+``with`` blocks unwind. Measured on PostgreSQL (tests/django/test_transaction_ends.py,
+``test_release_delays``; medians of 40, three runs, a loaded 2-core
+machine): the release is done 0.48-0.49 ms after COMMIT returned,
+0.32-0.39 ms after ROLLBACK and 0.35-0.40 ms after the close (one round
+trip to the lock server); a rival waiting in ``acquire()`` is granted
+0.96-1.09, 0.85-0.94 and 0.86-1.03 ms after them.
+
+A release never fires on a guess: it belongs to one transaction of one
+connection and to one hold. When it cannot be settled it is logged as an
+ERROR and the hold is kept, as any hold its owner has not given back: the
+transaction ended on another thread (a connection shared between threads:
+only the holding thread may give its hold back); the thread's hold is no
+longer the one the block left (given back by hand, then taken anew: that new
+hold is not this release's); autocommit came back on without a COMMIT or
+ROLLBACK seen to complete (a COMMIT that raised what is not a database error).
 
 What is guaranteed between the block's end and COMMIT: the hold is still
 held and renewed; if it is lost meanwhile (its server unreachable past the
