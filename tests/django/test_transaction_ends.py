@@ -34,7 +34,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import OperationalError, close_old_connections, connections, transaction
+from django.db import (
+    OperationalError,
+    ProgrammingError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from pytest_django.fixtures import Settings as SettingsWrapper
@@ -477,3 +483,33 @@ def test_a_transaction_ended_on_another_thread_keeps_the_hold(
         lock.release()
     assert takes(NAME)
     assert any("on another thread" in line for line in rlock_records(caplog))
+
+
+def test_a_commit_that_raised_before_the_database_keeps_the_hold_until_the_transaction_ends(
+    no_gc: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A COMMIT that raised what is not a database error: ``atomic()`` neither rolls back
+    nor can turn autocommit back on, and the transaction stays open on the server, so
+    the hold waits for its real end (here ``close_old_connections()``, as at a request's
+    end), not released as ``atomic()`` returned. (PostgreSQL refuses autocommit inside
+    a transaction: that ProgrammingError is what ``atomic()`` raises.)"""
+    connection = connections["pg"]
+
+    def broken_commit() -> None:
+        raise Boom
+
+    def commit_that_raises() -> None:
+        with transaction.atomic(using="pg"):
+            with rlock(NAME):
+                take_one("pg", 1)
+            connection._commit = broken_commit  # type: ignore[method-assign]
+
+    try:
+        with pytest.raises(ProgrammingError, match="autocommit"):
+            commit_that_raises()
+    finally:
+        del connection._commit
+    assert not takes(NAME), "released while its transaction was still open"
+    close_old_connections()
+    assert takes(NAME), "still held after its connection was closed"
+    assert committed_balance("pg") == START
