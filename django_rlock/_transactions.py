@@ -283,8 +283,10 @@ class _Watch:
             # After the on-commit hooks, whether they ran, raised, or never started.
             _settle(committed, "committed")
         if self.waiting:
-            # Autocommit is back on without a COMMIT or ROLLBACK seen to end the
-            # transaction (its COMMIT raised what is not a database error).
+            # Autocommit is back on (SQLite and MySQL commit what was pending;
+            # PostgreSQL refuses inside a transaction) without a COMMIT or
+            # ROLLBACK seen to complete: atomic()'s COMMIT raised what is not a
+            # database error. Keep rather than guess, and let nothing fire later.
             unsettled, self.waiting = self.waiting, []
             for release in unsettled:
                 logger.error(
