@@ -8,8 +8,8 @@ and overwrote it: three WSGI workers, 12 clients and 120 calls lost updates.
 
 A ``with rlock(...)`` block (or an ``@locked`` call) that ends while a
 database connection of the thread is inside ``atomic()`` keeps its hold until
-the outermost transaction of every such connection has ended: released right
-after COMMIT, or at ROLLBACK (also when the COMMIT fails). A savepoint's end
+the outermost transaction of every such connection has ended: released after
+COMMIT (and its on-commit hooks), or at ROLLBACK (also when the COMMIT fails). A savepoint's end
 releases nothing. An explicit ``release()`` is immediate, and
 ``transaction="ignore"`` (or ``RLOCK_TRANSACTION = "ignore"``) releases at the
 block's end, as before.
