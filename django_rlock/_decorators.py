@@ -95,7 +95,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from django.db.transaction import on_commit, set_rollback
+from django.db.transaction import set_rollback
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
@@ -116,7 +116,7 @@ from django_rlock._responses import (
 )
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock._transactions import open_transactions
+from django_rlock._transactions import open_transactions, when_released
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
@@ -433,27 +433,23 @@ def _run_view(
 def _mark_if_lost_at_commit(lock: RLock, response: object) -> None:
     """Mark ``response`` ``X-Lock-Release: lost`` if the release after COMMIT finds the hold lost.
 
-    Django commits (and runs its on-commit hooks) before the response leaves
-    its handler, so the header can still tell what the deferred release
-    found. Its hook took its place when the block ended, before this one.
-    A rollback drops this hook: the view's changes are undone, and the
-    response says whatever the view said about them. A release that fails
-    for want of the server is logged by :mod:`django_rlock._transactions`
-    but not marked: the lock was not lost, and expires by itself.
+    Django commits (and runs its on-commit hooks, then the release the
+    transaction owes, :mod:`django_rlock._transactions`) before the response
+    leaves its handler, so the header can still tell what the deferred
+    release found. A rollback's release marks nothing: the view's changes
+    are undone, and the response says whatever the view said about them. A
+    release that fails for want of the server is logged by
+    :mod:`django_rlock._transactions` but not marked: the lock was not lost,
+    and expires by itself.
     """
     if not isinstance(response, HttpResponseBase):
         return
-    marked = False
 
-    def after_commit() -> None:
-        nonlocal marked
-        if not marked and lock.lost:  # this thread's: Django runs the hooks on it
-            marked = True
+    def released(lost: bool) -> None:
+        if lost:
             mark_release(response, LOST)
 
-    for connection in open_transactions():
-        # Robust: a hook of this library's must never stop the user's own after it.
-        on_commit(after_commit, using=connection.alias, robust=True)
+    when_released(lock, released)
 
 
 async def _run_async_view(

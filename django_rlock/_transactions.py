@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -125,6 +126,24 @@ def end_block(lock: RLock, mode: str) -> None:
         _watch(connection).waiting.append(release)
 
 
+def when_released(lock: RLock, callback: Callable[[bool], object]) -> bool:
+    """Call ``callback(lost)`` once the calling thread's pending release of ``lock`` has run.
+
+    ``lost``: the release found the hold lost. For a view that answers after
+    its transaction's end (the release runs from it, on this thread, after
+    the on-commit hooks). False when no release of ``lock`` is pending here;
+    a release that never runs (its transaction ended on another thread)
+    never calls it.
+    """
+    for connection in open_transactions():
+        watch = getattr(connection, _WATCH, None)
+        for release in watch.waiting if watch is not None else ():
+            if release.lock is lock:
+                release.listeners.append(callback)
+                return True
+    return False
+
+
 def open_transactions() -> list[BaseDatabaseWrapper]:
     """The calling thread's connections inside a transaction a lock should outlive."""
     return [
@@ -147,6 +166,8 @@ class _DeferredRelease:
         self.thread = threading.get_ident()
         #: The hold this release belongs to (None: a semaphore's permit, which has no token).
         self.token = lock.token
+        #: Told whether the release found the hold lost (see when_released).
+        self.listeners: list[Callable[[bool], object]] = []
 
     def ended(self, how: str) -> None:
         """One of its transactions ended (``how``: "committed", "rolled back", ...)."""
@@ -172,9 +193,11 @@ class _DeferredRelease:
                 how,
             )
             return
+        lost = False
         try:
             self.lock.release()
         except LockLostError:
+            lost = True
             logger.error(
                 "lock %r was lost before its transaction %s: what the transaction wrote "
                 "was written without the lock held to the end",
@@ -188,6 +211,8 @@ class _DeferredRelease:
                 how,
                 error,
             )
+        for listener in self.listeners:
+            listener(lost)
 
 
 def _settle(releases: list[_DeferredRelease], how: str) -> None:
