@@ -5,7 +5,7 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from django_rlock import locks
+from django_rlock import locks, rlock
 
 
 def leaky(request: HttpRequest, name: str) -> HttpResponse:
@@ -34,4 +34,13 @@ def throttled(request: HttpRequest, name: str) -> HttpResponse:
     """Does its work at most once per 4-second lease: a throttle, as docs/migrating.md shows."""
     if not locks["default"].lock(name, lease=4).acquire(blocking=False):
         return HttpResponse("throttled", status=429)
+    return HttpResponse("did it")
+
+
+def throttled_with_helper(request: HttpRequest, name: str) -> HttpResponse:
+    """The throttle's lease taken, then a helper's ``with rlock(name)`` inside it."""
+    if not locks["default"].lock(name).acquire(blocking=False, lease=4):
+        return HttpResponse("throttled", status=429)
+    with rlock(name):  # a helper that locks the same name, watchdog-style
+        pass
     return HttpResponse("did it")

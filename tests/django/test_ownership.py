@@ -43,6 +43,17 @@ def test_a_lease_throttle_outlives_its_request_and_holds_off_the_next(
     assert leaked.calls == []
 
 
+def test_a_helpers_reentry_does_not_turn_a_lease_into_a_leak(leaked: Heard) -> None:
+    client = Client()
+    assert client.get("/throttled-helper/digest/").content == b"did it"
+    lock = locks["default"].lock("digest")
+    # Still the lease: held past the request, never reported, not re-entered next time.
+    assert lock.locked()
+    assert 0 < lock.ttl() <= 4.0  # type: ignore[operator]
+    assert client.get("/throttled-helper/digest/").status_code == 429
+    assert leaked.calls == []
+
+
 def test_an_asgi_requests_executor_thread_hold_ends_with_the_request(
     rlocks: dict[str, Any],
 ) -> None:

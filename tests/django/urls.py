@@ -31,4 +31,5 @@ urlpatterns += [
     path("leaky-async/<str:name>/", leak_views.leaky_async),
     path("leaky-executor/<str:name>/", leak_views.leaky_executor),
     path("throttled/<str:name>/", leak_views.throttled),
+    path("throttled-helper/<str:name>/", leak_views.throttled_with_helper),
 ]
