@@ -40,18 +40,22 @@ The done record is written before the lock is released, so no delivery can
 slip in between the run's end and its record. A run whose message goes on
 writes none: ended by ``self.retry()`` (or ``on_busy="retry"``), by a
 requeueing ``Reject``, or by ``Ignore`` (``Task.replace`` sends the same task
-id on, and a body raising ``Ignore`` keeps the task's state itself). Neither
-does a run that dies with its worker, so ``acks_late`` with
-``reject_on_worker_lost`` (or the visibility timeout) runs the task again: at
-least once for crashes, at most once for duplicates.
+id on, and a body raising ``Ignore`` keeps the task's state itself), or one
+that sent its own task id on while it ran, however it then ended
+(``self.retry(throw=False)`` sends the retry and returns it instead of
+raising it: the run goes on to return or raise, and the retry is still the
+message's next run). Neither does a run that dies with its worker, so
+``acks_late`` with ``reject_on_worker_lost`` (or the visibility timeout) runs
+the task again: at least once for crashes, at most once for duplicates.
 
 Two limits follow. A run longer than the visibility timeout has its message
 handed to another worker, and that copy is dropped while the run goes on: if
 the run then dies, no copy is left to run it again (keep the visibility
 timeout above the longest run, as Celery advises anyway). And a run that sends
 its own task id on must end soon after (``raise self.retry()`` and
-``Task.replace`` do): one still holding the lock once the new message has
-waited it out gets that message dropped as a duplicate.
+``Task.replace`` do; after ``self.retry(throw=False)``, the body's own rest):
+one still holding the lock once the new message has waited it out gets that
+message dropped as a duplicate.
 
 Records expire after ``done_ttl`` seconds (the task's ``lock_done_ttl``; by
 default :func:`default_done_ttl`, derived from the broker's visibility
@@ -67,7 +71,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
+from celery._state import get_current_task
 from celery.exceptions import Ignore, Reject, Retry
+from celery.signals import after_task_publish
 from celery.utils.log import get_task_logger
 from kombu.transport.redis import Channel as RedisChannel
 from redis.exceptions import RedisError
@@ -301,7 +307,7 @@ class Delivery:
         by ``SystemExit`` / ``KeyboardInterrupt`` (a worker going down: Celery
         treats that run as lost, not finished).
         """
-        if self.request is None or _message_goes_on(ending):
+        if self.request is None or _message_goes_on(self.request, ending):
             return
         try:
             self._redis.set(self.done_key, "1", px=max(1, math.ceil(self.ttl * 1000)))
@@ -360,8 +366,26 @@ class Delivery:
         return client
 
 
-def _message_goes_on(ending: BaseException | None) -> bool:
-    """Whether a run that ended with ``ending`` leaves its message (its task id) to run on."""
+#: The attribute a run's request gets once the run has sent its own task id on.
+_SENT_ON: Final = "rlock_sent_on"
+
+
+def sent_on(request: Any) -> bool:
+    """Whether the run of ``request`` has sent a message of its own task id on.
+
+    ``self.retry()`` does, with or without ``throw=False``; see :func:`_note_sent_on`.
+    """
+    return request is not None and bool(getattr(request, _SENT_ON, False))
+
+
+def _message_goes_on(request: Any, ending: BaseException | None) -> bool:
+    """Whether the run of ``request`` that ended with ``ending`` leaves its task id to run on.
+
+    It does when it sent its own message on while it ran, whatever it then
+    returned or raised: that message is the task id's next run.
+    """
+    if sent_on(request):
+        return True
     if ending is None:
         return False
     if isinstance(ending, Retry | Ignore):
@@ -369,3 +393,26 @@ def _message_goes_on(ending: BaseException | None) -> bool:
     if isinstance(ending, Reject):
         return bool(ending.requeue)
     return not isinstance(ending, Exception)
+
+
+def _note_sent_on(sender: Any = None, body: Any = None, headers: Any = None, **rest: Any) -> None:
+    """Mark the running task's request when a message of its own task id was just published.
+
+    ``self.retry()`` sends the retry through ``apply_async`` on the run's own
+    thread, before it raises (or, with ``throw=False``, returns) ``Retry``:
+    the run's request is on top of this thread's stack then. So is any other
+    way a run sends its own task id on.
+    """
+    task = get_current_task()
+    request = None if task is None else task.request_stack.top
+    if request is None or request.called_directly or not request.id:
+        return
+    # Protocol 2 carries the id in the headers, protocol 1 in the body.
+    sent_id = (headers or {}).get("id")
+    if sent_id is None and isinstance(body, dict):
+        sent_id = body.get("id")
+    if sent_id == request.id:
+        setattr(request, _SENT_ON, True)
+
+
+after_task_publish.connect(_note_sent_on, weak=False)

@@ -43,7 +43,7 @@ from celery.utils.log import get_task_logger
 from celery.utils.time import get_exponential_backoff_interval
 
 from celery_rlock._conf import get_lock
-from celery_rlock._delivery import Delivery
+from celery_rlock._delivery import Delivery, sent_on
 from celery_rlock._once import OnceMarker
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
@@ -282,7 +282,7 @@ def run_locked(
             ending = error
             raise
         finally:
-            _end_marker(marker, task_id, ending)
+            _end_marker(marker, task_id, ending, request)
 
     held = _acquired(name, lock, waited, delivery)
     if marker is not None and task_id is not None:
@@ -307,7 +307,7 @@ def run_locked(
                 )
                 raise ending
         finally:
-            _end_marker(marker, task_id, ending)
+            _end_marker(marker, task_id, ending, request)
     return result
 
 
@@ -377,7 +377,7 @@ def _acquire(
         try:
             _unavailable(task, request, options, error)
         except BaseException as ending:
-            _end_marker(marker, task_id, ending)
+            _end_marker(marker, task_id, ending, request)
             raise
 
 
@@ -516,17 +516,23 @@ def _report_lost(
 
 
 def _end_marker(
-    marker: OnceMarker | None, task_id: str | None, error: BaseException | None
+    marker: OnceMarker | None, task_id: str | None, error: BaseException | None, request: Any
 ) -> None:
     """Move the ``once`` marker on at the end of a run that ended with ``error``.
 
-    A marker that cannot be moved (its server is unreachable) is logged, never
-    put in place of the run's own outcome: it expires within ``once_lease``.
+    A run that sent its message on (a retry, also one with ``throw=False``
+    that the run did not raise) leaves its task queued. A marker that cannot
+    be moved (its server is unreachable) is logged, never put in place of the
+    run's own outcome: it expires within ``once_lease``.
     """
     if marker is None or task_id is None:
         return
     try:
-        if isinstance(error, Retry) or (isinstance(error, Reject) and error.requeue):
+        if (
+            isinstance(error, Retry)
+            or (isinstance(error, Reject) and error.requeue)
+            or sent_on(request)
+        ):
             marker.requeued(task_id)
         else:
             marker.done(task_id)

@@ -198,6 +198,15 @@ def once_returning(self: Task, run: str, gate: bool = False) -> Any:
     return work(self, run, 0.0, gate)
 
 
+@app.task(bind=True, base=LockedTask, lock="once:{run}", once=True, max_retries=5)
+def once_retry_returned(self: Task, run: str, countdown: float | None = None) -> Any:
+    """With ``countdown``, sends its retry with ``throw=False`` and returns; it runs after that."""
+    started = work(self, run, 0.0, gate=False)
+    if self.request.retries == 0 and countdown is not None:
+        self.retry(countdown=countdown, throw=False)
+    return started
+
+
 @app.task(base=LockedTask, lock="item:{payload[id]}")
 def keyed(payload: dict[str, Any]) -> str:
     return "ran"
@@ -427,7 +436,14 @@ if os.environ.get("RLOCK_TEST_VISIBILITY_TIMEOUT"):
     }
     _backport_restore_options()
 
-DELIVERY_TASKS = ("delivered", "delivered_late", "delivered_retrying", "delivered_permit")
+DELIVERY_TASKS = (
+    "delivered",
+    "delivered_late",
+    "delivered_retrying",
+    "delivered_retry_returned",
+    "delivered_retry_returned_decorated",
+    "delivered_permit",
+)
 
 
 def counted_work(task: Task, run: str, hold: float, gate: bool) -> dict[str, Any]:
@@ -462,6 +478,25 @@ def delivered_retrying(self: Task, run: str) -> Any:
         counted_work(self, run, 0.0, gate=True)
         raise retry
     return counted_work(self, run, 0.0, gate=False)
+
+
+@app.task(bind=True, base=LockedTask, lock="delivery:{run}", max_retries=5)
+def delivered_retry_returned(self: Task, run: str) -> Any:
+    """Sends its retry with ``throw=False`` and returns: the run succeeds, the retry runs."""
+    started = counted_work(self, run, 0.0, gate=False)
+    if self.request.retries == 0:
+        self.retry(countdown=1, throw=False)
+    return started
+
+
+@app.task(bind=True, max_retries=5)
+@locked("delivery:{run}")
+def delivered_retry_returned_decorated(self: Task, run: str) -> Any:
+    """The same under celery_rlock's ``@locked`` on a plain task."""
+    started = counted_work(self, run, 0.0, gate=False)
+    if self.request.retries == 0:
+        self.retry(countdown=1, throw=False)
+    return started
 
 
 @app.task(bind=True, base=LockedTask, lock="delivery:{run}", lock_permits=2, lock_done_ttl=30)

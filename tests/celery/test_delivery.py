@@ -189,6 +189,32 @@ def test_a_retry_sent_while_its_run_holds_the_lock_still_runs(
     assert store.llen(f"ctest:dropped:{run}") == 0
 
 
+@pytest.mark.parametrize("task", ["delivered_retry_returned", "delivered_retry_returned_decorated"])
+def test_a_retry_sent_with_throw_false_by_a_run_that_returns_runs_once(
+    worker: Worker, store: redis.Redis, run: str, task: str
+) -> None:
+    # self.retry(throw=False) sends the retry and returns it: the run goes on
+    # and succeeds, and its message goes on in the retry. A done record
+    # written for that run dropped the retry as a duplicate.
+    result = getattr(test_app, task).delay(run)
+    deadline = time.monotonic() + 20
+    while runs(store, run) < 2 and store.llen(f"ctest:dropped:{run}") == 0:
+        assert time.monotonic() < deadline, "the retry was never run nor dropped"
+        time.sleep(0.02)
+    assert store.llen(f"ctest:dropped:{run}") == 0, wait_dropped(store, run)
+    first, again = wait_started(store, run), wait_started(store, run)
+    assert (first["id"], first["retries"]) == (result.id, 0)
+    assert (again["id"], again["retries"]) == (result.id, 1)
+    # The retry's run is the message's last: it writes the done record.
+    while not store.exists(done_key(run, result.id)):
+        assert time.monotonic() < deadline, "the retry's run wrote no done record"
+        time.sleep(0.02)
+    # Celery stores the first run's SUCCESS and never overwrites a success:
+    # the result is the run that returned, as Celery documents for throw=False.
+    assert result.get(timeout=20)["retries"] == 0
+    assert (runs(store, run), deliveries(store, run)) == (2, 2)
+
+
 def test_a_task_whose_child_was_killed_runs_again(
     worker: Worker, store: redis.Redis, run: str
 ) -> None:

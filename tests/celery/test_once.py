@@ -17,7 +17,13 @@ from celery.result import AsyncResult
 
 from celery_rlock import AlreadyQueued, LockedTask
 from tests.celery import app as test_app
-from tests.celery.conftest import WATCHDOG_TIMEOUT, intervals, open_gate, wait_started
+from tests.celery.conftest import (
+    WATCHDOG_TIMEOUT,
+    intervals,
+    open_gate,
+    wait_started,
+    wait_until_free,
+)
 from tests.celery.workers import Worker
 
 pytestmark = pytest.mark.slow
@@ -95,6 +101,33 @@ def test_revoking_a_queued_task_frees_its_marker(
         assert queued.state == "REVOKED"
     finally:
         control.cancel_consumer(parked, destination=[worker.nodename], reply=True, timeout=5)
+
+
+def test_a_retry_sent_with_throw_false_keeps_its_task_queued(
+    worker: Worker, store: redis.Redis, run: str
+) -> None:
+    # The run returns after self.retry(throw=False): its task is queued again
+    # (the retry), so an equal task is refused until the retry has run.
+    countdown = 5.0
+    first = test_app.once_retry_returned.delay(run, countdown)
+    assert wait_started(store, run)["retries"] == 0
+    wait_until_free(store, f"once:{run}", timeout=20)
+    time.sleep(0.5)  # the run's end has moved its marker (just after the release)
+    with pytest.raises(AlreadyQueued) as refused:
+        test_app.once_retry_returned.delay(run, countdown)
+    assert refused.value.task_id == first.id
+    again = wait_started(store, run, timeout=countdown + 20)
+    assert (again["id"], again["retries"]) == (first.id, 1)
+    deadline = time.monotonic() + 20
+    while True:  # the retry's run ends: equal tasks may be queued again
+        try:
+            accepted = test_app.once_retry_returned.delay(run)
+            break
+        except AlreadyQueued:
+            assert time.monotonic() < deadline, "the marker was never freed"
+            time.sleep(0.02)
+    assert accepted.get(timeout=20)["id"] == accepted.id
+    assert len(intervals(store, run)) == 3  # the run, its retry, the equal task
 
 
 # -- once="queued": dedup while queued only ---------------------------------------------

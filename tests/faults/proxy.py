@@ -6,6 +6,7 @@
         client = LockClient(proxy.url)
         proxy.blackhole()          # a partition: bytes go nowhere, calls time out
         proxy.heal()
+        proxy.stall()              # bytes wait, undelivered, until proxy.resume()
         proxy.drop_reply_after(b"EVALSHA")   # the server runs it, the reply is lost
         proxy.cut()                # every connection closed now (a reset)
 
@@ -70,6 +71,7 @@ class FaultProxy:
         self._pairs: list[_Pair] = []
         self._threads: list[threading.Thread] = []
         self._blackholed = False
+        self._stalled = False
         self._drop_reply_match: bytes | None = None
         self._swallow_reply_match: bytes | None = None
         #: Replies dropped by :meth:`drop_reply_after` so far.
@@ -91,6 +93,14 @@ class FaultProxy:
         """Forward again. Connections that lost bytes meanwhile are cut (their stream is torn)."""
         self._blackholed = False
         self.cut()
+
+    def stall(self) -> None:
+        """Stop forwarding in both directions; bytes wait in the sockets, none is lost."""
+        self._stalled = True
+
+    def resume(self) -> None:
+        """Forward again after :meth:`stall`: what waited is delivered, in order."""
+        self._stalled = False
 
     def drop_reply_after(self, match: bytes) -> None:
         """Once: forward the next request containing ``match``, then drop its reply and cut.
@@ -181,6 +191,9 @@ class FaultProxy:
         source, sink = (pair.downstream, pair.upstream) if up else (pair.upstream, pair.downstream)
         try:
             while not pair.closed.is_set() and not self._stopping():
+                if self._stalled:
+                    time.sleep(TICK)  # left unread: the bytes wait in the socket
+                    continue
                 readable, _, _ = select.select([source], [], [], TICK)
                 if not readable:
                     continue

@@ -12,6 +12,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -198,5 +199,128 @@ def test_release_that_must_connect_first_is_unavailable_not_a_bare_redis_error(
     finally:
         done.set()
         proxy.heal()
+        client.close()
+        caller.close()
+
+
+def test_threads_connecting_to_a_hung_server_time_out_together(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """A server that accepts and never answers costs each thread its own timeout, at once.
+
+    Each thread's first call connects its held connection; the handshake
+    (CLIENT SETNAME, asked for on every redis-py line) waits for a reply that
+    never comes. Four threads connecting one after another would take four
+    socket timeouts; together they take about one.
+    """
+    socket_timeout, threads = 1.0, 4
+    caller = redis.Redis.from_url(
+        proxy.url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout,
+        retry_on_error=[],
+        retry=None,
+        client_name="hung-server-test",
+        max_connections=100,  # a held limit of 25: every thread may keep one
+    )
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    start = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+    took: list[float] = []
+
+    def first_call(index: int) -> None:
+        lock = client.lock(f"hung-{index}")
+        start.wait(TIMEOUT)
+        began = time.monotonic()
+        try:
+            lock.acquire(blocking=False)
+        except BaseException as error:  # noqa: BLE001  # checked below, on the test's thread
+            errors.append(error)
+        took.append(time.monotonic() - began)
+
+    try:
+        proxy.blackhole()
+        workers = [threading.Thread(target=first_call, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        start.wait(TIMEOUT)
+        began = time.monotonic()
+        for worker in workers:
+            worker.join(threads * socket_timeout + 10)
+        elapsed = time.monotonic() - began
+        assert not any(worker.is_alive() for worker in workers)
+        print(f"FIGURES hung server: {threads} threads done in {elapsed:.3f}s, each {took}")
+        assert len(errors) == threads
+        assert all(isinstance(error, LockUnavailableError) for error in errors), errors
+        # In turn they would take 4 s; 3.5 s leaves room for a loaded machine.
+        assert elapsed < 3.5, f"the threads waited in turn: {elapsed:.3f}s ({took})"
+
+        # No connection was kept by a failed connect, and each thread that
+        # connects now gets a connection of its own.
+        proxy.heal()
+        assert client._held_connecting == 0
+        assert len(client._held_clients) == 0
+        connections: list[int] = []
+
+        def connect_again() -> None:
+            start.wait(TIMEOUT)
+            held = client.held()
+            assert held is not None
+            connections.append(id(held.connection))
+            lock = client.lock(f"healed-{threading.get_ident()}")
+            assert lock.acquire(blocking=False)
+            lock.release()
+
+        start.reset()
+        workers = [threading.Thread(target=connect_again) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        start.wait(TIMEOUT)
+        for worker in workers:
+            worker.join(10)
+        assert len(set(connections)) == threads
+    finally:
+        proxy.heal()
+        client.close()
+        caller.close()
+
+
+def test_a_connection_made_while_its_client_closes_is_given_back(
+    private_server: RedisServer, proxy: FaultProxy
+) -> None:
+    """A thread still connecting when the client closes keeps nothing: its connection goes back.
+
+    While it connects, it counts toward the held limit. The proxy stalls, so
+    the thread's handshake waits while the client is closed; it completes once
+    the proxy forwards again.
+    """
+    caller = redis.Redis.from_url(
+        proxy.url, socket_timeout=10, client_name="closing-test", max_connections=4
+    )
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    got: list[redis.Redis | None] = []
+    try:
+        proxy.stall()
+        connecting = threading.Thread(target=lambda: got.append(client.held()))
+        connecting.start()
+        deadline = time.monotonic() + 5
+        while client._held_connecting == 0:  # the thread has taken its place
+            assert time.monotonic() < deadline, "the thread never began to connect"
+            time.sleep(0.005)
+        # A pool of 4 lets one thread hold a connection: the one connecting
+        # has that place, so this thread goes through the pool.
+        assert client.held() is None
+        client.close()
+        proxy.resume()
+        connecting.join(10)
+        assert not connecting.is_alive()
+        assert got == [None]
+        assert client._held_connecting == 0
+        assert len(client._held_clients) == 0
+        pool: Any = caller.connection_pool  # Any: its connection lists are redis-py's own
+        assert len(pool._in_use_connections) == 0
+        assert len(pool._available_connections) == 1
+    finally:
+        proxy.resume()
         client.close()
         caller.close()

@@ -195,6 +195,9 @@ class LockClient:
         forking.renew_after_fork(self, "_held", threading.local)
         self._held_clients: weakref.WeakSet[redis.Redis] = weakref.WeakSet()
         forking.renew_after_fork(self, "_held_clients", weakref.WeakSet)
+        # Threads connecting their held connection now (each counts toward the limit).
+        self._held_connecting = 0
+        forking.renew_after_fork(self, "_held_connecting", int)
         self._held_limit = self._held_connection_limit(min_replicas)
         #: This process's holds through this client; the watchdog renews them
         #: from the first hold it must keep alive.
@@ -384,12 +387,28 @@ class LockClient:
         if held is not None:
             return held
         with self._lock:
-            if len(self._held_clients) >= self._held_limit:
+            if len(self._held_clients) + self._held_connecting >= self._held_limit:
                 return None
-            # Checks out and connects its connection now: in the caller's
-            # `reported_unavailable`, as the call it serves would.
+            self._held_connecting += 1  # a place kept for this thread while it connects
+        try:
+            # Checks out and connects its connection now, in the caller's
+            # `reported_unavailable`, as the call it serves would. Outside the
+            # mutex: against a server that never answers, each thread waits
+            # out its own socket timeout, all at once, instead of in turn. The
+            # pool hands each caller a connection of its own.
             held = HeldClient(self.redis.connection_pool)
-            self._held_clients.add(held)
+        except BaseException:
+            with self._lock:
+                self._held_connecting -= 1
+            raise
+        with self._lock:
+            self._held_connecting -= 1
+            closed = self._held_limit == 0
+            if not closed:
+                self._held_clients.add(held)
+        if closed:
+            held.close()  # the client was closed meanwhile: given back, never kept
+            return None
         self._held.client = held
         return held
 
