@@ -24,7 +24,7 @@ from tests.core.shared_listener import holder, task_round, thread_round
 pytestmark = pytest.mark.slow
 
 WAITERS = 16
-ROUNDS = 5
+ROUNDS = 10
 #: The holder's and the waiters' watchdog timeout: a lost wake-up costs up to this.
 WATCHDOG = 30.0
 #: Seconds a waiter may be granted after its lock's release.
