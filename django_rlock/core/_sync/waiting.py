@@ -16,9 +16,13 @@ Waiter ids are random per listener: they are not the owner credential.
 There is no dispatcher thread. The waiting threads read the connection
 themselves, one at a time (leader/follower): the first to wait becomes the
 reader and hands each message to the waiter it names; when the reader is woken
-or gives up, it passes the role to another waiting thread. The common case (one
-waiting thread per process) thus costs one thread wake-up per release, and a
-process with no waiters runs no thread at all.
+or gives up, it passes the role to a waiting thread whose own wake-up has not
+come yet. Every thread that stops waiting while nobody reads does the same, so
+the role is never dropped while a waiter remains: a burst of releases (a
+thread pool's waiters, each on its own lock, freed together) wakes every
+waiter, not only the reader and those whose messages it read before it left.
+The common case (one waiting thread per process) thus costs one thread wake-up
+per release, and a process with no waiters runs no thread at all.
 
 The channels' state (reference counts, confirmations, whom a message wakes,
 what a failed read means) is a :class:`~django_rlock.core._protocol.channels.ChannelTable`,
@@ -108,7 +112,8 @@ class ReleaseListener:
         self._wire = {"SUBSCRIBE": "SSUBSCRIBE", "UNSUBSCRIBE": "SUNSUBSCRIBE"} if sharded else {}
         self._lock = threading.Lock()
         self._table: ChannelTable[Subscription] = ChannelTable()
-        self._followers: set[Subscription] = set()
+        # Threads asleep while another reads, each with what it waits for.
+        self._followers: dict[Subscription, Callable[[], bool]] = {}
         self._reading = False
         self._connection: Any = None
         # The connection's socket, written to directly by subscribing threads
@@ -176,33 +181,34 @@ class ReleaseListener:
         """Wait until ``ready()`` (checked under the lock) or ``timeout`` seconds pass.
 
         The calling thread reads the connection itself when no other thread is
-        reading; otherwise it sleeps until the reader wakes it or steps down.
+        reading; otherwise it sleeps until the reader wakes it or hands it the role.
         """
         deadline = clock.monotonic() + timeout
-        while True:
-            with self._lock:
-                if ready():
-                    return True
-                remaining = deadline - clock.monotonic()
-                if remaining <= 0:
-                    return False
-                if self._reading or self._closed:
-                    self._followers.add(subscription)
-                    try:
-                        subscription._cond.wait(remaining)
-                    finally:
-                        self._followers.discard(subscription)
-                    continue
-                self._reading = True
-            try:
-                self._read_until(ready, deadline)
-            finally:
+        try:
+            while True:
                 with self._lock:
-                    self._reading = False
-                    # Hand the reader role on, so the others' messages are read.
-                    for follower in self._followers:
-                        follower._cond.notify()
-                        break
+                    if ready():
+                        return True
+                    remaining = deadline - clock.monotonic()
+                    if remaining <= 0:
+                        return False
+                    if self._reading or self._closed:
+                        self._followers[subscription] = ready
+                        try:
+                            subscription._cond.wait(remaining)
+                        finally:
+                            self._followers.pop(subscription, None)
+                        continue
+                    self._reading = True
+                try:
+                    self._read_until(ready, deadline)
+                finally:
+                    with self._lock:
+                        self._reading = False
+                # This thread looks at ready() again: it reads on, or leaves below.
+        finally:
+            with self._lock:
+                self._pass_on_locked()
 
     def _read_until(self, ready: Callable[[], bool], deadline: float) -> None:
         """As the reader: dispatch messages until ``ready()`` or the deadline."""
@@ -235,6 +241,22 @@ class ReleaseListener:
                     return
 
     # -- called with self._lock held -------------------------------------------------
+
+    def _pass_on_locked(self) -> None:
+        """A thread stops waiting: if nobody reads, wake a follower still waiting to read.
+
+        Only a follower whose own wake-up has not come: one already woken
+        returns without reading. Handing the role to any follower (often the
+        one the leaving reader had just woken) left every other follower's
+        message unread until its sleep ran out. A follower woken here reads,
+        or, should its wait have ended meanwhile, passes the role on in turn.
+        """
+        if self._reading or self._closed:
+            return
+        for follower, follower_ready in self._followers.items():
+            if not follower_ready():
+                follower._cond.notify()
+                return
 
     def _send_locked(self, channel: Channel[Subscription], command: str) -> None:
         # Straight onto the socket, never through redis-py's send_command: the
