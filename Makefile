@@ -90,8 +90,13 @@ docs: $(DOCS_STAMP)
 docs-build: $(DOCS_STAMP)
 	$(DOCS_VENV)/bin/mkdocs build --strict
 
+# The peers side by side (benchmarks/locks.py), then the wake-up delays of many
+# waiters sharing one client (benchmarks/wakeups.py) and how long after a scope
+# ends its hold is free (benchmarks/ownership.py, docs/guarantees.md).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
+	$(BIN)/python -m benchmarks.wakeups
+	$(BIN)/python -m benchmarks.ownership
 
 # Faults injected at random into 8 contending processes on loopback, then the
 # lock model (tests/model: threads and asyncio tasks, faults, invariants checked
