@@ -101,3 +101,19 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+def _wire_celery() -> None:
+    # A Celery app that uses the locks (the engine alone, or the Django face,
+    # with or without celery_rlock) has imported Celery before them: each task
+    # run is a scope whose holds end with it (django_rlock._celery). The Django
+    # app wires it too, for a project that imports Celery later.
+    import sys  # noqa: PLC0415
+
+    if "celery" in sys.modules:
+        from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
+
+        _celery.wire()
+
+
+_wire_celery()

@@ -37,6 +37,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
     ("django_rlock._celery", "celery.signals"): "Celery is optional for django_rlock",
     ("django_rlock.apps", "django_rlock._celery"): "wired in AppConfig.ready(), where Celery is",
+    ("django_rlock", "django_rlock._celery"): "wired as the package loads, where Celery is",
     ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
     ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
     (

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.celery import app as test_app
-from tests.celery import plain_app
+from tests.celery import engine_app, plain_app
 from tests.celery.conftest import lock_key
 from tests.celery.workers import Worker
 
@@ -72,5 +72,29 @@ def test_task_runs_end_their_holds_without_celery_rlock(
             "hold_count": 1,
             "locked_after_release": False,
             "celery_rlock_imported": False,
+        }
+        assert "leaked" in worker.output()
+
+
+def test_task_runs_end_their_holds_with_the_engine_alone(
+    broker_url: str, run: str, store: redis.Redis
+) -> None:
+    # A Celery app with no Django and no celery_rlock: its tasks use the engine.
+    engine_app.configure(broker_url)
+    queue = f"engine-{run}"
+    worker = Worker(broker_url, concurrency=1, queue=queue, app_module="tests.celery.engine_app")
+    with worker:
+        assert engine_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
+        key = f"engine:{{engine:{run}}}"
+        deadline = time.monotonic() + GIVEN_BACK_WITHIN
+        while store.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not store.exists(key)
+        seen = engine_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
+        assert seen == {
+            "took": True,
+            "hold_count": 1,
+            "locked_after_release": False,
+            "django_or_celery_rlock": [],
         }
         assert "leaked" in worker.output()
