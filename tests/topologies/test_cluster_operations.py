@@ -91,17 +91,22 @@ def _is_master(node: RedisServer) -> bool:
     return isinstance(info, dict) and info.get("role") == "master"
 
 
-def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> RedisServer:
-    """Move ``slot`` from ``source`` to another master, as ``redis-cli --cluster reshard`` does.
+def _start_moving(cluster: Cluster, slot: int, source: RedisServer) -> RedisServer:
+    """Half-move ``slot``: MIGRATING on ``source``, IMPORTING on another master (returned).
 
-    The slot stays half-moved (MIGRATING on the source, IMPORTING on the
-    target) for :data:`MIGRATION_WINDOW` seconds before its keys go over.
+    As ``redis-cli --cluster reshard`` does before it moves the keys; until
+    :func:`_finish_moving`, scripts on the slot's keys are refused.
     """
     target = next(node for node in cluster.nodes if node is not source and _is_master(node))
     source_id, target_id = _node_id(source), _node_id(target)
     _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
     _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-    time.sleep(MIGRATION_WINDOW)
+    return target
+
+
+def _finish_moving(cluster: Cluster, slot: int, source: RedisServer, target: RedisServer) -> None:
+    """Move the keys of the half-moved ``slot``, then give it to ``target`` everywhere."""
+    target_id = _node_id(target)
     for _ in range(100):  # bounded: a key the workers write meanwhile is moved next round
         keys = _command(source, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
         assert isinstance(keys, list)
@@ -119,6 +124,13 @@ def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> Redi
     for node in cluster.nodes:
         if node not in (source, target) and _is_master(node):
             _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+
+def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> RedisServer:
+    """Move ``slot`` to another master (returned), half-moved for :data:`MIGRATION_WINDOW` s."""
+    target = _start_moving(cluster, slot, source)
+    time.sleep(MIGRATION_WINDOW)
+    _finish_moving(cluster, slot, source, target)
     return target
 
 
@@ -215,3 +227,73 @@ def test_a_slot_moved_and_failed_over_under_contention(cluster_with_replicas: Cl
         assert not checker.exists(keys.hash)
     finally:
         checker.close()
+
+
+def _name_in_slot(client: LockClient, slot: int) -> str:
+    """A lock name whose keys live in ``slot`` (found by trying names in order)."""
+    for index in range(1_000_000):  # bounded: about 16384 tries find one
+        name = f"neighbour:{index}"
+        if slot_of(client.lock(name).keys.hash) == slot:
+            return name
+    raise AssertionError(f"no name found for slot {slot}")
+
+
+def test_while_a_slot_is_half_moved(cluster_with_replicas: Cluster) -> None:
+    """One attempt is refused as unavailable; an acquire and a release go through once it settles.
+
+    The lock acquired during the move is another than the one released, in
+    the same slot: a waiter woken by a release after a slot move is another
+    matter (its subscription is dropped by the move).
+    """
+    cluster = cluster_with_replicas
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=5) as client:
+        held = client.lock("half-moved")
+        slot = slot_of(held.keys.hash)
+        free = client.lock(_name_in_slot(client, slot))
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        done: dict[str, float] = {}
+        errors: list[Exception] = []
+        holding, moving = threading.Event(), threading.Event()
+
+        def hold_then_release() -> None:
+            try:
+                with held:  # released (by the owner thread) while the slot is half-moved
+                    holding.set()
+                    moving.wait(10)
+                done["released"] = time.monotonic()
+            except Exception as error:  # noqa: BLE001 -- reported by the test thread
+                errors.append(error)
+
+        def acquire() -> None:
+            try:
+                if free.acquire(timeout=10):
+                    done["granted"] = time.monotonic()
+                    free.release()
+            except Exception as error:  # noqa: BLE001 -- reported by the test thread
+                errors.append(error)
+
+        holder = threading.Thread(target=hold_then_release)
+        holder.start()
+        assert holding.wait(10)
+        target = _start_moving(cluster, slot, source)
+        try:
+            with pytest.raises(LockUnavailableError, match="slot"):
+                free.acquire(blocking=False)  # one attempt: refused, not "held by another"
+            waiter = threading.Thread(target=acquire)
+            waiter.start()
+            moving.set()
+            time.sleep(MIGRATION_WINDOW)  # both are refused meanwhile: redis-py gives up
+            assert not done, "a call went through while the slot was half-moved"
+            settled = time.monotonic()
+        finally:
+            moving.set()
+            _finish_moving(cluster, slot, source, target)
+        for thread in (holder, waiter):
+            thread.join(15)
+        assert not errors
+        # Both were resent until the slot answered, and went through then.
+        assert done.get("released", 0) >= settled
+        assert done.get("granted", 0) >= settled
+        assert not held.lost
+        assert not held.locked()
+        assert not free.locked()
