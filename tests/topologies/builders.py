@@ -4,7 +4,8 @@ Built from the same ``redis-server`` the rest of the suite uses
 (:mod:`tests.servers`):
 
 * :class:`Standalones`: several independent servers (MultiLock, RedLock);
-* :class:`Cluster`: a Redis Cluster of N masters made by ``redis-cli --cluster create``;
+* :class:`Cluster`: a Redis Cluster of N masters (and R replicas each) made by
+  ``redis-cli --cluster create``;
 * :class:`SentinelGroup`: a master, a replica and three sentinels
   (``redis-server <conf> --sentinel``: the same binary, so no extra package).
 
@@ -150,13 +151,16 @@ class Standalones:
 
 
 class Cluster:
-    """A Redis Cluster of ``masters`` nodes, no replicas, built by redis-cli."""
+    """A Redis Cluster of ``masters`` nodes with ``replicas`` replicas each, built by redis-cli."""
 
-    def __init__(self, masters: int = 3, binary: str | None = None) -> None:
+    def __init__(self, masters: int = 3, binary: str | None = None, *, replicas: int = 0) -> None:
         self.binary = binary or redis_server_binary()
+        self.replicas = replicas
         flags = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         flags += ["--cluster-node-timeout", "5000"]
-        ports = distinct_ports(masters, CLUSTER_PORT_LIMIT)
+        # A replica's first sync starts at once, not after Redis 7's default 5 s wait.
+        flags += ["--repl-diskless-sync-delay", "0"]
+        ports = distinct_ports(masters * (1 + replicas), CLUSTER_PORT_LIMIT)
         self.nodes = [RedisServer(*flags, port=port) for port in ports]
 
     @property
@@ -181,7 +185,7 @@ class Cluster:
                     "create",
                     *addresses,
                     "--cluster-replicas",
-                    "0",
+                    str(self.replicas),
                     "--cluster-yes",
                 ],
                 check=True,
@@ -191,6 +195,8 @@ class Cluster:
             )
             for node in self.nodes:
                 wait_until(partial(self._ok, node), 30, f"cluster state ok on {node.port}")
+                if self.replicas:
+                    wait_until(partial(self._synced, node), 30, f"replica {node.port} in sync")
         except BaseException:
             self.__exit__()
             raise
@@ -205,6 +211,18 @@ class Cluster:
             probe.close()
         text = info.decode() if isinstance(info, bytes) else str(info)
         return "cluster_state:ok" in text
+
+    @staticmethod
+    def _synced(node: RedisServer) -> bool:
+        """A master, or a replica whose link to its master is up."""
+        probe = node.client(socket_timeout=1)
+        try:
+            info = probe.info("replication")
+        finally:
+            probe.close()
+        return isinstance(info, dict) and (
+            info.get("role") == "master" or info.get("master_link_status") == "up"
+        )
 
     def __exit__(self, *exc_info: object) -> None:
         for node in self.nodes:

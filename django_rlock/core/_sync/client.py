@@ -43,7 +43,7 @@ from django_rlock.core._protocol.names import (
     check_watchdog_timeout,
     milliseconds,
 )
-from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core._protocol.unavailable import SLOT_MOVING, reported_unavailable
 from django_rlock.core._sync.connection import (
     RedisClient,
     any_node_client,
@@ -508,7 +508,7 @@ class LockClient:
             self.scripts[LockScripts].release(
                 keys=[hash_key, keys.channel, keys.waiters], args=[owner, self.publish_command]
             )
-        except redis.RedisError:
+        except (redis.RedisError, *SLOT_MOVING):  # SlotNotCoveredError is no RedisError
             logger.warning(
                 "could not undo an unreplicated grant of %r; it expires with its lease",
                 keys.name,

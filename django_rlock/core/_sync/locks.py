@@ -176,8 +176,9 @@ from django_rlock.core._protocol.semaphore import (
     semaphore_release_call,
     semaphore_state_call,
 )
-from django_rlock.core._protocol.unavailable import UNREACHABLE, unavailable_error
+from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
+from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
@@ -306,6 +307,7 @@ class RLock(LockBase):
         *,
         via: redis.Redis | None = None,
         requested_at: float | None = None,
+        until: float = 0.0,
     ) -> float | None:
         """One acquire script call: None when granted, else seconds to wait at most.
 
@@ -313,7 +315,9 @@ class RLock(LockBase):
         release can wake it alone; ``sleep`` is how long it will wait at most.
         ``via`` is another connection to the same server to send it on (RedLock
         uses one with a short timeout); ``requested_at`` is when the caller's
-        acquire began.
+        acquire began. A call a cluster refuses while the slot moves is sent
+        again until ``until`` (the caller's deadline; 0: once), and for no more
+        than the watchdog timeout (see :func:`resend_while_settling`).
         """
         if via is None and self._packs_calls:
             held = self.client.held()
@@ -330,12 +334,24 @@ class RLock(LockBase):
                 reply = send_acquire(keys=call.keys, args=call.args, client=via)
             else:
                 held = self.client.held()
-                try:
-                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
-                except LOST_REPLY:  # see resend_once: same call, same request id
-                    reply = send_acquire(keys=call.keys, args=call.args, client=held)
+
+                def send() -> Any:
+                    nonlocal sent_at
+                    sent_at = clock.monotonic()  # a grant's life counts from its own send
+                    try:
+                        return send_acquire(keys=call.keys, args=call.args, client=held)
+                    except LOST_REPLY:  # see resend_once: same call, same request id
+                        return send_acquire(keys=call.keys, args=call.args, client=held)
+
+                bound = min(until, sent_at + self._engine.watchdog_timeout)
+                reply = resend_while_settling(send, bound)
         except (OutOfMemoryError, *UNANSWERED) as error:
             self._acquire_failed(error, owner, call)
+        except SLOT_MOVING:
+            # Refused, so never run; its id is kept as an unanswered one's is,
+            # in case the call it resent (an earlier unanswered one) did run.
+            self._unanswered("acquire", owner, call.rid)
+            raise
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
             self._local.lost = False
@@ -436,7 +452,7 @@ class RLock(LockBase):
 
     def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> SyncShell:
         """The shell that runs ``plan``'s calls for ``owner`` (a sibling may queue its own)."""
-        return _Waiting(self, owner, lease, plan.started)
+        return _Waiting(self, owner, lease, plan)
 
     def attempt_as(self, owner: str, lease: float | None, *, via: redis.Redis | None) -> bool:
         """One acquire call for ``owner``, no waiting: True when granted.
@@ -508,14 +524,28 @@ class RLock(LockBase):
             with self._reachable("release"):
                 try:
                     release = self._release_sender()
-                    try:
-                        left = int(release(keys=call.keys, args=call.args, client=held))
-                    except LOST_REPLY:  # see resend_once: same call, same request id
-                        left = int(release(keys=call.keys, args=call.args, client=held))
+
+                    def send() -> int:
+                        try:
+                            return int(release(keys=call.keys, args=call.args, client=held))
+                        except LOST_REPLY:  # see resend_once: same call, same request id
+                            return int(release(keys=call.keys, args=call.args, client=held))
+
+                    left = resend_while_settling(send, self._release_bound(hold))
                 except BaseException as error:
                     self._release_failed(hold, error, owner, call)
                     raise
         self._release_settle(hold, left, "thread", self._remember_lost)
+
+    def _release_bound(self, hold: Hold | None) -> float:
+        """Until when a release refused by a moving cluster slot is sent again.
+
+        As long as the hold would live if the release failed (its key expires
+        then anyway), and no longer than the watchdog timeout.
+        """
+        now = clock.monotonic()
+        longest = self._engine.watchdog_timeout
+        return now + (longest if hold is None else min(max(hold.deadline - now, 0.0), longest))
 
     def _release_packed(self, held: HeldClient, hold: Hold | None, owner: str) -> int:
         """:meth:`_release_owned`'s call, packed from its template (as :meth:`_attempt_packed`)."""
@@ -636,10 +666,12 @@ class RLock(LockBase):
 class _Waiting:
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
-    __slots__ = ("_listening", "lease", "lock", "owner", "started", "subscription")
+    __slots__ = ("_listening", "lease", "lock", "owner", "started", "subscription", "until")
 
-    def __init__(self, lock: RLock, owner: str, lease: float | None, started: float) -> None:
-        self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
+    def __init__(self, lock: RLock, owner: str, lease: float | None, plan: AcquirePlan) -> None:
+        self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
+        # A refused attempt is resent within the caller's wait; blocking=False: never.
+        self.until = plan.deadline if plan.blocking else 0.0
         self.subscription: Subscription | None = None
         # The subscription's context, entered by listen (most calls never listen).
         self._listening: AbstractContextManager[Subscription] | None = None
@@ -647,7 +679,7 @@ class _Waiting:
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
         return self.lock._attempt(
-            self.owner, self.lease, waiter_id, sleep, requested_at=self.started
+            self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
 
     def listen(self) -> None:
@@ -833,10 +865,17 @@ class FairLock(FairBase, RLock):
         return _FairWaiting(self, owner, lease, plan, queue_id)
 
     def _queued_attempt(
-        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
+        self,
+        owner: str,
+        lease: float | None,
+        queue_id: str,
+        sleep: float,
+        started: float,
+        *,
+        until: float = 0.0,
     ) -> float | None:
         """One fair acquire call: None when granted, else the seconds to wait at most."""
-        return self._attempt(owner, lease, queue_id, sleep, requested_at=started)
+        return self._attempt(owner, lease, queue_id, sleep, requested_at=started, until=until)
 
     def _kind_scripts(self) -> KindScripts:
         return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
@@ -882,8 +921,14 @@ class _FairWaiting:
         # Before sending: a call whose reply is lost may have queued the caller.
         self.queued = self.queued or bool(self.queue_id)
         self.sent_at = clock.monotonic()
+        plan = self.plan
         wait = self.lock._queued_attempt(
-            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
+            self.owner,
+            self.lease,
+            self.queue_id,
+            sleep_cap(plan),
+            plan.started,
+            until=plan.deadline if plan.blocking else 0.0,
         )
         if wait is None:
             self.queued = False  # the grant took the caller out of the queue

@@ -17,6 +17,17 @@ On a cluster every key and channel of one lock shares one hash slot (see
 
 Older clusters (< 7) have no sharded pub/sub: there a PUBLISH reaches every
 node, and one plain listener on any node serves all locks.
+
+While a slot moves, Redis refuses the scripts on its keys: TRYAGAIN or ASK
+for as long as the slot is half-moved (every lock script names a key that
+may not exist, so it never has all of its keys on one side), MOVED until the
+clients have the new map after a failover, CLUSTERDOWN while no primary
+serves it. redis-py follows redirections and retries TRYAGAIN for about 0.4 s,
+then gives up (``ClusterError: TTL exhausted.``). A refused call did not run,
+and acquire and release carry a request id their latch knows, so sending the
+same call again is safe: :func:`resend_while_settling` does so, with a
+bounded backoff, until the caller's bound (an acquire's timeout; for a
+release, as long as the hold would have lived anyway).
 """
 
 from __future__ import annotations
@@ -24,18 +35,58 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ClusterError
 
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.unavailable import SLOT_MOVING, refused_for_slot
 from django_rlock.core._sync.waiting import ReleaseListener, Subscription
+
+T = TypeVar("T")
+
+#: The first pause before a refused call is sent again, in seconds; it doubles
+#: up to :data:`_LONGEST_PAUSE`. Each refusal already cost redis-py's own
+#: tries (about 0.4 s for TRYAGAIN), so a short pause is enough.
+_FIRST_PAUSE = 0.02
+_LONGEST_PAUSE = 0.25
 
 
 def slot_of(key: str) -> int:
     """The Redis Cluster hash slot of ``key``."""
     return key_slot(key.encode("utf-8"))
+
+
+def resend_while_settling(send: Callable[[], T], until: float) -> T:
+    """``send()``; while the cluster refuses it for a moving slot, send it again until ``until``.
+
+    ``until`` is a finite :func:`~django_rlock.core._protocol.clock.monotonic` time; the
+    last pause ends at it, so a call sent after it is never made (at or before
+    the first send's time: one send). ``send`` must resend the very same call
+    (one request id), which a refusal never ran. What is still refused at
+    ``until`` is raised, a script's refused key as a ``ClusterError`` (so that
+    :data:`~django_rlock.core._protocol.unavailable.UNREACHABLE` takes it);
+    every other error at once.
+    """
+    pause = _FIRST_PAUSE
+    while True:  # bounded: each round ends by `until` or returns
+        try:
+            return send()
+        except Exception as error:
+            if not refused_for_slot(error):
+                raise
+            left = until - clock.monotonic()
+            if left <= 0:
+                if isinstance(error, SLOT_MOVING):
+                    raise
+                raise ClusterError(f"the slot is moving: {error}") from error
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _LONGEST_PAUSE)
 
 
 class ShardedReleaseListener:

@@ -1,0 +1,299 @@
+"""Cluster operations under contention: a slot moved by hand, then a manual failover.
+
+While a slot migrates (``CLUSTER SETSLOT ... MIGRATING/IMPORTING``), Redis refuses
+every script on the lock's keys with TRYAGAIN or ASK until the move is
+finished, and redis-py gives up after its own 16 tries with
+``ClusterError: TTL exhausted.``; a manual failover answers MOVED until every
+client has the new map. Threads keep acquiring and releasing one lock in that
+slot throughout: what they may see is a grant, a release, or
+LockUnavailableError, never a bare redis-py error; no two ever hold the lock at
+once, and the last release frees it at once (not a watchdog timeout later).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from django_rlock.core import LockClient
+from django_rlock.core._sync.sharding import slot_of
+from django_rlock.core.exceptions import LockUnavailableError
+from tests.servers import RedisServer
+from tests.topologies.builders import Cluster, wait_until
+from tests.topologies.conftest import running
+
+pytestmark = pytest.mark.slow
+
+#: How long the slot stays half-moved: longer than redis-py's own retries of a
+#: TRYAGAIN (16 tries, about 0.4 s), so that they run out while it lasts.
+MIGRATION_WINDOW = 1.2
+
+#: Threads taking the lock, each through a client of its own.
+WORKERS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster_with_replicas() -> Iterator[Cluster]:
+    """3 masters and 3 replicas (a manual failover needs a replica)."""
+    topology = Cluster(3, replicas=1)
+    with running(topology):
+        yield topology
+
+
+def _command(node: RedisServer, *args: object) -> object:
+    probe = node.client(socket_timeout=10)
+    try:
+        return probe.execute_command(*args)  # type: ignore[no-untyped-call]
+    finally:
+        probe.close()
+
+
+def _node_id(node: RedisServer) -> str:
+    reply = _command(node, "CLUSTER", "MYID")
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def _by_port(cluster: Cluster, port: int) -> RedisServer:
+    return next(node for node in cluster.nodes if node.port == port)
+
+
+def _owner_of(cluster: Cluster, slot: int, asked: RedisServer) -> RedisServer:
+    """The master serving ``slot``, as node ``asked`` sees it."""
+    ranges = _command(asked, "CLUSTER", "SLOTS")
+    assert isinstance(ranges, list)
+    for start, end, master, *_replicas in ranges:
+        if int(start) <= slot <= int(end):
+            return _by_port(cluster, int(master[1]))
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+def _replica_of(cluster: Cluster, master: RedisServer) -> RedisServer:
+    probe = master.client(socket_timeout=5)
+    try:
+        info = probe.info("replication")
+    finally:
+        probe.close()
+    assert isinstance(info, dict)
+    return _by_port(cluster, int(info["slave0"]["port"]))
+
+
+def _is_master(node: RedisServer) -> bool:
+    probe = node.client(socket_timeout=5)
+    try:
+        info = probe.info("replication")
+    finally:
+        probe.close()
+    return isinstance(info, dict) and info.get("role") == "master"
+
+
+def _start_moving(cluster: Cluster, slot: int, source: RedisServer) -> RedisServer:
+    """Half-move ``slot``: MIGRATING on ``source``, IMPORTING on another master (returned).
+
+    As ``redis-cli --cluster reshard`` does before it moves the keys; until
+    :func:`_finish_moving`, scripts on the slot's keys are refused.
+    """
+    target = next(node for node in cluster.nodes if node is not source and _is_master(node))
+    source_id, target_id = _node_id(source), _node_id(target)
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    return target
+
+
+def _finish_moving(cluster: Cluster, slot: int, source: RedisServer, target: RedisServer) -> None:
+    """Move the keys of the half-moved ``slot``, then give it to ``target`` everywhere."""
+    target_id = _node_id(target)
+    for _ in range(100):  # bounded: a key the workers write meanwhile is moved next round
+        keys = _command(source, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        assert isinstance(keys, list)
+        if keys:
+            _command(source, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            continue
+        _command(target, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        try:
+            _command(source, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            break
+        except redis.ResponseError:  # it still holds keys of the slot: another round
+            continue
+    else:
+        raise AssertionError(f"could not finish moving slot {slot}")
+    for node in cluster.nodes:
+        if node not in (source, target) and _is_master(node):
+            _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+
+def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> RedisServer:
+    """Move ``slot`` to another master (returned), half-moved for :data:`MIGRATION_WINDOW` s."""
+    target = _start_moving(cluster, slot, source)
+    time.sleep(MIGRATION_WINDOW)
+    _finish_moving(cluster, slot, source, target)
+    return target
+
+
+def _named(error: BaseException) -> str:
+    return f"{type(error).__module__}.{type(error).__qualname__}: {error}"
+
+
+class Workers:
+    """Threads taking and giving back one lock in turn, each through its own client."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.url, self.name = url, name
+        self.stop = threading.Event()
+        self.grants = 0
+        self.unavailable: list[str] = []
+        #: Anything else a call raised: a bare redis-py error is the bug.
+        self.errors: list[str] = []
+        self.overlaps = 0
+        self.tokens: list[int] = []
+        self._inside = 0
+        self._guard = threading.Lock()
+        self.threads = [threading.Thread(target=self._run) for _ in range(WORKERS)]
+
+    def __enter__(self) -> Workers:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in self.threads), "a worker hangs"
+
+    def _run(self) -> None:
+        with LockClient(self.url, key_prefix="test", watchdog_timeout=3) as client:
+            lock = client.lock(self.name)
+            while not self.stop.is_set():
+                try:
+                    if not lock.acquire(timeout=10):
+                        continue
+                except LockUnavailableError as error:
+                    self.unavailable.append(f"acquire: {error}")
+                    continue
+                except Exception as error:  # noqa: BLE001 -- what escapes is the finding
+                    self.errors.append(f"acquire: {_named(error)}")
+                    continue
+                self._hold(lock.token)
+                try:
+                    lock.release()
+                except LockUnavailableError as error:
+                    self.unavailable.append(f"release: {error}")
+                except Exception as error:  # noqa: BLE001 -- what escapes is the finding
+                    self.errors.append(f"release: {_named(error)}")
+
+    def _hold(self, token: int | None) -> None:
+        with self._guard:
+            self._inside += 1
+            self.overlaps += self._inside > 1
+            self.grants += 1
+            self.tokens.append(token or 0)
+        time.sleep(0.002)
+        with self._guard:
+            self._inside -= 1
+
+    def wait_for_grants(self, more: int, what: str) -> None:
+        """Wait (bounded) until the workers have had ``more`` grants from now on."""
+        target = self.grants + more
+        wait_until(lambda: self.grants >= target, 20, f"{more} grants {what}")
+
+
+def test_a_slot_moved_and_failed_over_under_contention(cluster_with_replicas: Cluster) -> None:
+    cluster = cluster_with_replicas
+    name = "moving"
+    with LockClient(cluster.url, key_prefix="test") as probe:
+        keys = probe.lock(name).keys
+    slot = slot_of(keys.hash)
+    source = _owner_of(cluster, slot, cluster.nodes[0])
+    with Workers(cluster.url, name) as workers:
+        workers.wait_for_grants(20, "before the move")
+        target = _move_slot_by_hand(cluster, slot, source)
+        workers.wait_for_grants(20, "after the move")
+        promoted = _replica_of(cluster, target)
+        _command(promoted, "CLUSTER", "FAILOVER")
+        wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 20, "the failover")
+        workers.wait_for_grants(20, "after the failover")
+    assert not workers.errors, f"bare errors escaped: {workers.errors[:5]!r}"
+    assert workers.overlaps == 0
+    tokens = workers.tokens
+    assert all(a < b for a, b in itertools.pairwise(tokens))  # each grant fenced above the last
+    checker = redis.RedisCluster(host="127.0.0.1", port=promoted.port)
+    try:
+        # The last release gave it back: free now, not a watchdog timeout later.
+        assert not checker.exists(keys.hash)
+    finally:
+        checker.close()
+
+
+def _name_in_slot(client: LockClient, slot: int) -> str:
+    """A lock name whose keys live in ``slot`` (found by trying names in order)."""
+    for index in range(1_000_000):  # bounded: about 16384 tries find one
+        name = f"neighbour:{index}"
+        if slot_of(client.lock(name).keys.hash) == slot:
+            return name
+    raise AssertionError(f"no name found for slot {slot}")
+
+
+def test_while_a_slot_is_half_moved(cluster_with_replicas: Cluster) -> None:
+    """One attempt is refused as unavailable; an acquire and a release go through once it settles.
+
+    The lock acquired during the move is another than the one released, in
+    the same slot: a waiter woken by a release after a slot move is another
+    matter (its subscription is dropped by the move).
+    """
+    cluster = cluster_with_replicas
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=5) as client:
+        held = client.lock("half-moved")
+        slot = slot_of(held.keys.hash)
+        free = client.lock(_name_in_slot(client, slot))
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        done: dict[str, float] = {}
+        errors: list[Exception] = []
+        holding, moving = threading.Event(), threading.Event()
+
+        def hold_then_release() -> None:
+            try:
+                with held:  # released (by the owner thread) while the slot is half-moved
+                    holding.set()
+                    moving.wait(10)
+                done["released"] = time.monotonic()
+            except Exception as error:  # noqa: BLE001 -- reported by the test thread
+                errors.append(error)
+
+        def acquire() -> None:
+            try:
+                if free.acquire(timeout=10):
+                    done["granted"] = time.monotonic()
+                    free.release()
+            except Exception as error:  # noqa: BLE001 -- reported by the test thread
+                errors.append(error)
+
+        holder = threading.Thread(target=hold_then_release)
+        holder.start()
+        assert holding.wait(10)
+        target = _start_moving(cluster, slot, source)
+        try:
+            with pytest.raises(LockUnavailableError, match="slot"):
+                free.acquire(blocking=False)  # one attempt: refused, not "held by another"
+            waiter = threading.Thread(target=acquire)
+            waiter.start()
+            moving.set()
+            time.sleep(MIGRATION_WINDOW)  # both are refused meanwhile: redis-py gives up
+            assert not done, "a call went through while the slot was half-moved"
+            settled = time.monotonic()
+        finally:
+            moving.set()
+            _finish_moving(cluster, slot, source, target)
+        for thread in (holder, waiter):
+            thread.join(15)
+        assert not errors
+        # Both were resent until the slot answered, and went through then.
+        assert done.get("released", 0) >= settled
+        assert done.get("granted", 0) >= settled
+        assert not held.lost
+        assert not held.locked()
+        assert not free.locked()
