@@ -13,7 +13,10 @@
         def run(self, account): ...
 
 The options are read once, when the task is bound to its app, and checked
-there: a bad template or option fails at import, i.e. at worker start.
+there: a bad template or option fails at import, i.e. at worker start. So
+does an option LockedTask does not have (``lok_timeout=3``), with the close
+match: an attribute that is neither Celery's nor LockedTask's and is named in
+LockedTask's namespaces (``lock_*``, ``once_*``) or like one of its options.
 
 A task revoked (or expired) before it ran frees its ``once`` marker.
 
@@ -25,6 +28,7 @@ was queued for.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, ClassVar, Final, Literal, get_args
 
 from celery import Task
@@ -154,6 +158,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
     def on_bound(cls, app: Any) -> None:
         """Check the lock options once the task has a name, a run and an app."""
         super().on_bound(app)
+        cls._refuse_unknown_options()
         once = cls.once
         if not (isinstance(once, bool) or once == "queued"):
             raise ValueError(f"{cls.name}: once must be True, False or 'queued', got {once!r}")
@@ -193,6 +198,29 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
                     f"got {cls.once_on_duplicate!r}"
                 )
         install(app)
+
+    @classmethod
+    def _refuse_unknown_options(cls) -> None:
+        """Refuse an attribute that looks like a misspelt option (``lok_timeout``).
+
+        Celery makes each keyword of ``@app.task`` a class attribute, so a typo
+        would otherwise be kept and ignored: the task would run with the
+        default. Only names LockedTask owns or nearly matches are refused; the
+        subclass's own methods and other attributes stay free.
+        """
+        for klass in cls.__mro__:
+            if klass is LockedTask:
+                break
+            for name, value in vars(klass).items():
+                if name.startswith("_") or name in _CELERY_AND_OURS or _is_a_def(name, value):
+                    continue
+                close = _close_option(name)
+                if close or name.startswith(_OUR_PREFIXES):
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(
+                        f"{cls.name}: {name!r} is not a LockedTask option{hint}; the options "
+                        f"are {', '.join(sorted(OPTIONS))} (and Celery's own task options)"
+                    )
 
     @classmethod
     def _rate_options(cls, lock_template: KeyTemplate | None) -> RateOptions | None:
@@ -310,6 +338,37 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         name = build_key(options.key, self.run, args, kwargs)
         lock = get_lock(self._get_app(), options.using, name, lease=options.lease)
         return OnceMarker(lock, self.name, self.once_lease, queued_only=self.once == "queued")
+
+
+#: LockedTask's options: its annotated attributes but the ``ClassVar`` results of the checks.
+OPTIONS: Final = frozenset(
+    name
+    for name, hint in LockedTask.__annotations__.items()
+    if not str(hint).startswith(("ClassVar", "typing.ClassVar"))
+)
+
+#: Every attribute of Celery's Task and of LockedTask: options, methods, state.
+_CELERY_AND_OURS: Final = frozenset(dir(LockedTask))
+
+#: Names LockedTask keeps for its options: an unknown one there is a typo.
+_OUR_PREFIXES: Final = ("lock_", "once_")
+
+
+def _close_option(name: str) -> list[str]:
+    """The option ``name`` is a likely misspelling of: close, and with the same first letter.
+
+    The first letter keeps a subclass's own ``block`` or ``clock`` from reading
+    as a misspelt ``lock``.
+    """
+    close = difflib.get_close_matches(name, sorted(OPTIONS), n=1, cutoff=0.8)
+    return [option for option in close if option[0] == name[0]]
+
+
+def _is_a_def(name: str, value: object) -> bool:
+    """Whether ``value`` is what a ``def name`` (or a decorated one) in a class body makes."""
+    if isinstance(value, staticmethod | classmethod | property):
+        return True
+    return callable(value) and getattr(value, "__name__", None) == name
 
 
 def _on_task_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:

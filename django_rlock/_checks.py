@@ -12,7 +12,10 @@
 ``django_rlock.E005``  ``KEY_PREFIX`` is unusable (contains ``{`` or ``}``).
 ``django_rlock.E006``  ``BUSY_RESPONSE`` is not a status, ``"raise"`` or a callable.
 ``django_rlock.E007``  An alias, or its ``OPTIONS``, has a key nothing reads (a
-                       typo such as ``LOCATON`` would otherwise be ignored).
+                       typo such as ``LOCATON`` would otherwise be ignored); or
+                       a setting nothing reads is named like one: an unknown
+                       ``RLOCK_*`` global (``RLOCK_WATCHDOG_TIMOUT``), or a dict
+                       spelt like ``RLOCKS`` (``RLOCK``, ``RLOCS``).
 ``django_rlock.E008``  ``RLOCK_METRICS`` is neither None nor ``"prometheus"``,
                        or prometheus_client is not installed.
 ``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``, or
@@ -87,6 +90,22 @@ def check_lock_settings(
                     )
                 )
     return messages
+
+
+@register(TAG)
+def check_setting_names(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """No setting named like django-rlock's is left unread (a typo falls back to a default)."""
+    return [
+        Error(
+            message,
+            hint="Correct the name (a setting of your own needs a name not starting "
+            "with RLOCK_ nor spelt like RLOCKS).",
+            id="django_rlock.E007",
+        )
+        for message in conf.misspelt_settings()
+    ]
 
 
 @register(TAG, deploy=True)

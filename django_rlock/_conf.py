@@ -75,6 +75,16 @@ DEFAULTS: Final[Mapping[str, object]] = {
 #: Every key an ``RLOCKS`` alias may contain.
 ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAULTS})
 
+#: The global settings that exist only as globals, for the whole process
+#: (some are read by modules that are not in every release: knowing their
+#: names keeps the check below from refusing them).
+GLOBAL_ONLY_SETTINGS: Final = frozenset(
+    {"RLOCK_METRICS", "RLOCK_DEADLOCK_TIMEOUT", "RLOCK_LOCK_ORDER_CHECK", "RLOCK_RATE_LIMITED_VIEW"}
+)
+
+#: Every ``RLOCK_*`` global setting django-rlock reads.
+GLOBAL_SETTINGS: Final = frozenset({*(f"RLOCK_{name}" for name in DEFAULTS), *GLOBAL_ONLY_SETTINGS})
+
 #: What ``TRANSACTION`` takes: bind a block's release to the open transaction, or not.
 TRANSACTION_CHOICES: Final = ("auto", "ignore")
 
@@ -171,6 +181,60 @@ def check_options(
             raise LockSettingError(
                 f"{where}[{key!r}] must be {wanted}, got {value!r}", check_id="django_rlock.E003"
             )
+
+
+def misspelt_settings() -> list[str]:
+    """What is wrong with each Django setting named like django-rlock's that nothing reads.
+
+    An ``RLOCK_*`` global not in :data:`GLOBAL_SETTINGS` (``RLOCK_WATCHDOG_TIMOUT``
+    would leave the default in force), and a dict setting spelt like ``RLOCKS``
+    and shaped like it or like one alias (``RLOCK``, ``RLOCS``: the aliases would
+    fall back to the default Redis).
+    Each message names the setting and its close match.
+    """
+    found = []
+    configured = hasattr(settings, "RLOCKS")
+    for name in sorted(dir(settings)):
+        if not name.isupper() or name == "RLOCKS" or name in GLOBAL_SETTINGS:
+            continue
+        if name.startswith("RLOCK_"):
+            found.append(_unknown_global(name))
+        elif name.startswith("R") and difflib.get_close_matches(name, ["RLOCKS"], cutoff=0.8):
+            if not _looks_like_lock_settings(getattr(settings, name, None)):
+                continue  # someone else's setting
+            fallback = (
+                ""
+                if configured
+                else f", which is not set: every lock uses the default Redis at {DEFAULT_LOCATION}"
+            )
+            found.append(
+                f"{name} is not a django-rlock setting (did you mean 'RLOCKS'?): the lock "
+                f"aliases are read from RLOCKS only{fallback}"
+            )
+    return found
+
+
+def _looks_like_lock_settings(value: object) -> bool:
+    """Whether ``value`` is shaped like ``RLOCKS`` (aliases) or like one alias's settings."""
+    if not isinstance(value, dict) or not value:
+        return False
+    return all(isinstance(params, dict) for params in value.values()) or bool(
+        ALIAS_KEYS.intersection(value)
+    )
+
+
+def _unknown_global(name: str) -> str:
+    key = name.removeprefix("RLOCK_")
+    if key in ALIAS_KEYS:
+        return (
+            f"{name} is not a django-rlock setting: {key} exists only inside an alias, "
+            f"RLOCKS[alias][{key!r}]"
+        )
+    close = _did_you_mean(name, [*GLOBAL_SETTINGS, "RLOCKS"])
+    return (
+        f"{name} is not a django-rlock setting{close}: nothing reads it; "
+        f"the RLOCK_* settings are {', '.join(sorted(GLOBAL_SETTINGS))}"
+    )
 
 
 def _did_you_mean(key: object, known: Iterable[str]) -> str:

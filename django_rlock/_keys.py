@@ -5,14 +5,22 @@ function's parameters (``"order:{order_id}"``, ``"user:{request.user.pk}"``),
 or a callable taking the same arguments as the function. Arguments are bound
 with :func:`inspect.signature` and defaults applied, so ``f(1)`` and
 ``f(order_id=1)`` lock the same name. Django-free.
+
+``rlock(template, **fields)`` formats its name the same way
+(:func:`format_name`), and a name given without fields that still holds a
+bare ``{field}`` (a forgotten ``f`` prefix: every call would share one
+literal name) is warned about once (:func:`warn_unformatted`).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import string
-from collections.abc import Callable
-from typing import Any
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from django_rlock.core._protocol.names import fit_name
 
@@ -110,3 +118,119 @@ def build_key(
                 f"{type(error).__name__}: {error}"
             ) from None
     return fit_name(key)
+
+
+class UnformattedNameWarning(RuntimeWarning):
+    """A lock name given without fields holds a ``{field}`` nothing filled in.
+
+    ``rlock("order:{order_id}")`` with the ``f`` forgotten locks the literal
+    name: every order would share one lock. A RuntimeWarning, as Django's own
+    run-time traps (``UnorderedObjectListWarning``) are, so
+    ``-W error::RuntimeWarning`` and pytest's ``filterwarnings = error`` make it
+    fail a test.
+    """
+
+
+# A ``str.format`` replacement field whose root is an identifier: ``{order_id}``,
+# ``{request.user.pk}``, ``{row[id]}``, ``{n!r}``, ``{n:05d}``. ``{42}`` and
+# ``{user-1}`` are not fields a template could mean (positional or not a name).
+_BARE_FIELD: Final = re.compile(
+    r"\{(?P<root>[^\W\d]\w*)(?:\.[^\W\d]\w*|\[[^\[\]{}]*\])*(?:![rsa])?(?::[^{}]*)?\}"
+)
+
+#: How many names :func:`warn_unformatted` remembers having warned about; past
+#: it each new name is still warned about (once per call site, by ``warnings``).
+WARNED_NAMES_KEPT: Final = 4096
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def unformatted_fields(name: str) -> list[str]:
+    """The bare ``{field}`` roots of ``name`` a template would format, hash tags aside.
+
+    A brace group that opens the name and has more after it (``{tenant}:orders``,
+    Redis's own ``{user1000}.following``) is the Redis Cluster hash-tag form,
+    written on purpose: it is not counted.
+    """
+    fields = []
+    for match in _BARE_FIELD.finditer(name):
+        if match.start() == 0 and match.end() < len(name):
+            continue  # a hash tag opening the name
+        root = match.group("root")
+        if root not in fields:
+            fields.append(root)
+    return fields
+
+
+def warn_unformatted(name: object, *, stacklevel: int) -> None:
+    """Warn once per name when ``name`` holds a bare ``{field}`` (see :func:`unformatted_fields`).
+
+    ``stacklevel`` is what the caller would give :func:`warnings.warn` itself
+    (2: the warning points at the line that called the caller).
+    """
+    if not isinstance(name, str) or "{" not in name:
+        return
+    fields = unformatted_fields(name)
+    if not fields:
+        return
+    with _warned_lock:
+        if name in _warned:
+            return
+        if len(_warned) < WARNED_NAMES_KEPT:
+            _warned.add(name)
+    shown = ", ".join(f"{{{field}}}" for field in fields)
+    given = ", ".join(f"{field}=..." for field in fields)
+    warnings.warn(
+        f"lock name {name!r} holds {shown}, which nothing formatted: every call locks this "
+        f"one literal name. Pass the field{'s' if len(fields) > 1 else ''} "
+        f"(rlock({name!r}, {given})) or format the name yourself (an f-string). Braces meant "
+        "literally: see 'Names built from fields' in docs/django.md",
+        UnformattedNameWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def format_name(template: object, fields: Mapping[str, object]) -> str:
+    """The lock name ``template.format(**fields)``, built as ``@locked`` builds one.
+
+    Raises ValueError when ``template`` is not a format string, has a
+    positional field (``{}``, ``{0}``), uses a field not given, or is given a
+    field it does not use (``rlock(f"order:{order_id}", order_id=...)``
+    formatted twice, or a misspelt keyword). A name longer than the longest
+    lock name is hashed, as :func:`build_key` does.
+    """
+    if not isinstance(template, str) or not template:
+        raise ValueError(f"lock name template must be a non-empty str, got {template!r}")
+    try:
+        roots = _field_roots(template)
+    except ValueError as error:
+        raise ValueError(
+            f"lock name template {template!r} is not a format string: {error}"
+        ) from None
+    if any(not root or root.isdigit() for root in roots):
+        raise ValueError(
+            f"lock name template {template!r} must name its fields ({{order_id}}), not number them"
+        )
+    unused = [field for field in fields if field not in roots]
+    if unused:
+        raise ValueError(
+            f"lock name template {template!r} does not use "
+            f"{', '.join(map(repr, unused))}: a name built already (an f-string) takes "
+            "no fields, and a template names each field it is given ({order_id})"
+        )
+    missing = list(dict.fromkeys(root for root in roots if root not in fields))
+    if missing:
+        raise ValueError(
+            f"lock name template {template!r} needs the field"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}: "
+            f"pass {'them' if len(missing) > 1 else 'it'} as keywords "
+            f"({', '.join(f'{field}=...' for field in missing)})"
+        )
+    try:
+        name = template.format(**fields)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(
+            f"cannot build a lock name from {template!r}: {type(error).__name__}: {error}"
+        ) from None
+    return fit_name(name)

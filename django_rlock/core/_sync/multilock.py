@@ -59,7 +59,7 @@ import redis
 from django_rlock.core._process import forking
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.lock import LockScripts, gave_up_after
+from django_rlock.core._protocol.lock import LockScripts, check_blocking, gave_up_after
 from django_rlock.core._protocol.names import check_lease, check_timeout, milliseconds
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core._sync.locks import RLock
@@ -131,7 +131,8 @@ class _GroupLock:
         self.locks: tuple[RLock, ...] = tuple(locks)
         self.timeout = check_timeout(timeout)
         self.lease = check_lease(lease)
-        self.blocking = blocking
+        # Refused when built, as a member lock's are: not at the first ``with``.
+        self.blocking = check_blocking(blocking, self.timeout)
         self.lost_callbacks: list[Callable[[_GroupLock], object]] = []
         self._local = threading.local()
         self._active_lock = threading.Lock()
@@ -168,8 +169,7 @@ class _GroupLock:
         """
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
-        if not blocking and wait is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
+        check_blocking(blocking, wait)
         started = clock.monotonic()
         deadline = math.inf if wait is None else started + wait
         acquisition = self._acquire(blocking and wait != 0, deadline, lease_seconds)
