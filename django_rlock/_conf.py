@@ -79,7 +79,7 @@ ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAU
 #: (some are read by modules that are not in every release: knowing their
 #: names keeps the check below from refusing them).
 GLOBAL_ONLY_SETTINGS: Final = frozenset(
-    {"RLOCK_METRICS", "RLOCK_DEADLOCK_TIMEOUT", "RLOCK_LOCK_ORDER_CHECK", "RLOCK_RATE_LIMITED_VIEW"}
+    {"RLOCK_METRICS", "RLOCK_DEADLOCK_TIMEOUT", "RLOCK_RATE_LIMITED_VIEW"}
 )
 
 #: Every ``RLOCK_*`` global setting django-rlock reads.
