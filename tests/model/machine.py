@@ -302,9 +302,9 @@ def machine_for(
             self.world.submit(owner, NextUnit())
 
         @precondition(lambda _machine: config.gc_passes)
-        @rule()
-        def garbage_collector_runs(self) -> None:
-            self.world.gc_pass()
+        @rule(generation=st.sampled_from([0, 1, 2]))
+        def garbage_collector_runs(self, generation: int) -> None:
+            self.world.gc_pass(generation)
 
         @precondition(lambda _machine: config.processes and bool(config.names))
         @rule(

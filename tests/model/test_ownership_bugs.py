@@ -102,7 +102,7 @@ def test_a_garbage_collector_pass_leaves_holds_in_reference_cycles_alone() -> No
     with World(OWNERS) as world:
         do(world, THREAD, Acquire("a", lease=None, wait=None, how="cycle"))
         do(world, TASK, Acquire("a", lease=None, wait=None, how="cycle"))  # refused
-        world.gc_pass()
+        world.gc_pass(2)
         do(world, RIVAL, Acquire("a", lease=None, wait=0.5))
         do(world, THREAD, Release("a"))
         world.check()

@@ -894,6 +894,11 @@ class World:
             self.owners.append(ThreadOwner(f"worker-{number}", self, index, units=True))
         #: Child processes (Config.processes) and the threads reading what they say.
         self.children: list[tuple[subprocess.Popen[str], threading.Thread]] = []
+        self.children_started = 0
+        #: What each child wrote on its stderr, once it exited (read by its reader thread).
+        self.child_errors: dict[int, str] = {}
+        #: When the last full garbage collection ended (see gc_pass).
+        self.last_full_gc = 0.0
         self.closed = False
 
     def __enter__(self) -> World:
@@ -1123,12 +1128,28 @@ class World:
 
     # -- the garbage collector and other processes -------------------------------------
 
-    def gc_pass(self) -> None:
-        """A full ``gc.collect()`` on a thread of its own (not a fault: nothing may change)."""
-        self.history.step("gc.collect() on a thread of its own")
-        thread = threading.Thread(target=gc.collect, name="model-gc", daemon=True)
+    def gc_pass(self, generation: int) -> None:
+        """A ``gc.collect(generation)`` on a thread of its own (not a fault: nothing may change).
+
+        A full collection of this process stops every thread for a while
+        (about 0.1 s here): passes back to back would starve the watchdog as
+        a stalled server does, so a full one comes at most once per watchdog
+        timeout, as a real process's would.
+        """
+        if generation == 2:
+            wait = self.last_full_gc + self.config.watchdog_timeout - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        started = time.monotonic()
+        thread = threading.Thread(
+            target=gc.collect, args=(generation,), name="model-gc", daemon=True
+        )
         thread.start()
         thread.join(BUSY_LIMIT)
+        took = time.monotonic() - started
+        if generation == 2:
+            self.last_full_gc = time.monotonic()
+        self.history.step(f"gc.collect({generation}) on a thread of its own, {1000 * took:.0f} ms")
         self.history.operation("gc pass")
 
     def main_thread_returns(self, name: str, works_for: float) -> bool:
@@ -1177,6 +1198,7 @@ class World:
                     in_process=False,
                 )
             )
+        self.children_started += 1
         reader = threading.Thread(
             target=self._follow_child, args=(child, scope), name="model-child", daemon=True
         )
@@ -1187,6 +1209,7 @@ class World:
     def _follow_child(self, child: subprocess.Popen[str], scope: Scope | None) -> None:
         """Record the child's scope end as its worker thread says it, then let it exit."""
         assert child.stdout is not None and child.stdin is not None
+        assert child.stderr is not None
         for line in child.stdout:
             words = line.split()
             if words and words[0] == "ended":
@@ -1195,18 +1218,21 @@ class World:
                 with contextlib.suppress(OSError):
                     child.stdin.write("recorded\n")
                     child.stdin.flush()
+        # Its stdout closed: it has exited, or is about to (a few lines at most on stderr).
+        self.child_errors[child.pid] = child.stderr.read()
 
     def _wait_for_children(self) -> None:
         """Every child exited (bounded): its holds ended with it."""
         for child, reader in self.children:
             try:
-                _, errors = child.communicate(timeout=BUSY_LIMIT)
+                child.wait(BUSY_LIMIT)
             except subprocess.TimeoutExpired:
                 child.kill()
-                _, errors = child.communicate()
+                child.wait(10)
                 self.history.violated(LEAK, f"a child process still ran after {BUSY_LIMIT} s")
             reader.join(10)
             if child.returncode:
+                errors = self.child_errors.get(child.pid, "")
                 self.history.violated(
                     LEAK, f"a child process failed ({child.returncode}): {errors[-2000:]}"
                 )
@@ -1256,9 +1282,10 @@ class World:
                 self._check_nothing_left_on_the_server()
         finally:
             self._stop_owners_and_clients()
-            for child, _reader in self.children:
+            for child, reader in self.children:
                 child.kill()
-                child.communicate()
+                child.wait(10)
+                reader.join(10)
             self._stop_the_rest()
         if check:
             self._check_no_thread_left()
@@ -1307,6 +1334,8 @@ class World:
         indexes: dict[str, int] = {}
         # A fencing counter per name and a request latch per owner and name at most.
         bound = len(names) * (1 + config.owners)
+        # Each thread that ended and each child process was an owner id of its own.
+        bound += len(names) * (self.history.operations["thread ended"] + self.children_started)
         for name in config.semaphores:
             semaphore = semaphore_keys(PREFIX, name)
             waiters.add(semaphore.waiters)
