@@ -14,7 +14,7 @@
   simply stops renewing, so its locks expire within the watchdog timeout.
 * Warm shutdown waits for running tasks, whose ``finally`` releases their locks.
 * Every task run, locked or not, is a unit of work whose holds end with it
-  (:func:`django_rlock.core._process.leaks.work_started` / ``work_ended``): a hold the
+  (:mod:`django_rlock._celery`, wired by the Django app too): a hold the
   body took and kept is reported and given back as the run ends, so the next
   task on the same child (same thread, same owner id) cannot re-enter it.
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from celery import bootsteps
-from celery.signals import task_postrun, task_prerun, worker_init
+from celery.signals import worker_init
 
 from celery_rlock._conf import ConfigurationError, check_configuration
 from celery_rlock._decorators import options_of
 from celery_rlock._ratelimit import RateOptions
-from django_rlock.core._process import leaks
+from django_rlock import _celery
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -107,15 +107,5 @@ def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
 worker_init.connect(_on_worker_init, weak=False)
 
 
-def _on_task_prerun(**kwargs: Any) -> None:
-    leaks.work_started()
-
-
-def _on_task_postrun(**kwargs: Any) -> None:
-    leaks.work_ended("task run")
-
-
-# Sent on the thread that runs the task (in the pool's child, or the caller's
-# for an eager run), before and after it, whatever its outcome.
-task_prerun.connect(_on_task_prerun, weak=False, dispatch_uid="celery_rlock.leaks.prerun")
-task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="celery_rlock.leaks.postrun")
+# Every task run is a unit of work whose holds end with it (django_rlock._celery).
+_celery.wire()

@@ -6,15 +6,20 @@ leaves the hold to its thread. A WSGI or ASGI worker thread lives on to serve
 other requests, so the watchdog would renew that hold for as long as the
 worker lives, and every other request for the lock would wait for ever.
 
-Django sends ``request_started`` and ``request_finished`` on the thread that
-serves the request (the sync views' thread under ASGI). When the request
-finishes, every hold its thread still has that was taken since the request
-started is reported as leaked (an ERROR naming the code that took it, the
-:data:`~django_rlock.signals.lock_leaked` signal, the
+Django sends ``request_started`` and ``request_finished`` around the request:
+they begin and end its unit of work (:mod:`django_rlock.core._process.scopes`),
+which covers every thread its code runs on (the WSGI thread, an ASGI
+request's sync thread, ``sync_to_async(thread_sensitive=False)`` executor
+threads, ``asyncio.to_thread``). When the request finishes, every hold
+granted in it to a thread and still held is reported as leaked (an ERROR
+naming the code that took it, the :data:`~django_rlock.signals.lock_leaked` signal, the
 ``django_rlock_leaked_total`` metric) and, with ``RLOCK_LEAKED = "release"``
 (the default), given back; with ``"warn"`` it is no longer renewed and
 expires by itself. Holds the thread had before the request started (a test
-holding a lock around a test client call) are not the request's.
+holding a lock around a test client call) are not the request's, and a hold
+taken with a ``lease`` outlives the request by design (a throttle): the
+thread then serves its next request under a new owner id, so that request
+cannot re-enter it.
 
 An async view's holds belong to its asyncio task, and are found as the task
 finishes (:mod:`django_rlock.core._process.leaks`), as are a thread's when it ends.
@@ -30,7 +35,7 @@ from django_rlock.core._process import leaks
 
 
 def _request_started(**_: Any) -> None:
-    leaks.work_started()
+    leaks.work_started("request")
 
 
 def release_leaked_holds(**_: Any) -> None:

@@ -12,5 +12,14 @@ class DjangoRlockConfig(AppConfig):
     verbose_name = "Distributed locks"
 
     def ready(self) -> None:
-        """Register the checks (by importing them) and the ``locks`` handler's receiver."""
+        """Register the checks, the ``locks`` handler's receiver, and Celery's task-run hooks."""
+        import sys  # noqa: PLC0415
+
         from django_rlock import _checks, _handler  # noqa: F401, PLC0415 -- imported to register
+
+        if "celery" in sys.modules:
+            # A Celery worker (or a project with a Celery app): its task runs
+            # end their holds, whether or not celery_rlock is imported.
+            from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
+
+            _celery.wire()

@@ -35,6 +35,8 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
     ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
+    ("django_rlock._celery", "celery.signals"): "Celery is optional for django_rlock",
+    ("django_rlock.apps", "django_rlock._celery"): "wired in AppConfig.ready(), where Celery is",
     ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
     ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
     (

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.celery import app as test_app
+from tests.celery import plain_app
 from tests.celery.conftest import lock_key
 from tests.celery.workers import Worker
 
@@ -45,3 +46,31 @@ def test_a_leaked_hold_is_released_as_the_run_ends_and_never_reentered(
     seen = test_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
     assert seen == {"took": True, "hold_count": 1, "locked_after_release": False}
     assert "leaked" in child.log.read_text()
+
+
+def test_task_runs_end_their_holds_without_celery_rlock(
+    broker_url: str, run: str, store: redis.Redis
+) -> None:
+    # A Django project whose tasks use django_rlock's locks and never import
+    # celery_rlock: the Django app wires the task-run scope as it sees Celery.
+    plain_app.configure(broker_url)
+    queue = f"plain-{run}"
+    env = {"DJANGO_SETTINGS_MODULE": "tests.celery.django_settings"}
+    worker = Worker(
+        broker_url, concurrency=1, queue=queue, env=env, app_module="tests.celery.plain_app"
+    )
+    with worker:
+        assert plain_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
+        key = f"djtest:{{plain:{run}}}"
+        deadline = time.monotonic() + GIVEN_BACK_WITHIN
+        while store.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not store.exists(key)
+        seen = plain_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
+        assert seen == {
+            "took": True,
+            "hold_count": 1,
+            "locked_after_release": False,
+            "celery_rlock_imported": False,
+        }
+        assert "leaked" in worker.output()

@@ -29,6 +29,7 @@ class Worker:
         pool: str = "prefork",
         queue: str = "celery",
         env: dict[str, str] | None = None,
+        app_module: str = "tests.celery.app",
     ) -> None:
         """``queue``: what it consumes (a test's own worker takes a queue of its own,
         so the package's shared worker never runs that test's tasks)."""
@@ -45,7 +46,7 @@ class Worker:
             **(env or {}),
         }
         self.args = [
-            sys.executable, "-m", "celery", "-A", "tests.celery.app", "worker",
+            sys.executable, "-m", "celery", "-A", app_module, "worker",
             f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--prefetch-multiplier=1", "-n", self.nodename, "-Q", queue,

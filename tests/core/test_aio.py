@@ -16,6 +16,7 @@ import redis
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, LockTimeout
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
 from tests.lockhash import owner_counts
+from tests.owners import acquire_in_task, release_in_task
 from tests.servers import RedisServer
 
 
@@ -73,7 +74,7 @@ def test_tasks_on_one_loop_are_separate_owners_and_reenter(redis_url: str, r: re
 
                 assert list(await asyncio.gather(other(), other())) == [False, False]
                 with pytest.raises(LockNotOwnedError):
-                    await asyncio.create_task(lock.release())
+                    await asyncio.create_task(release_in_task(lock))
             assert lock.token == token
         assert not await lock.owned()
         assert lock.token is None
@@ -147,7 +148,7 @@ def test_cancelling_a_waiting_acquire_at_any_point_leaves_nothing(
     async def scenario(client: AsyncLockClient) -> None:
         lock = client.lock("cancel-wait")
         assert await lock.acquire()
-        waiter = asyncio.create_task(lock.acquire(timeout=10))
+        waiter = asyncio.create_task(acquire_in_task(lock, timeout=10))
         for _ in range(steps):
             await asyncio.sleep(0)
         await asyncio.sleep(0.001 * steps)  # reach the awaits that wait on the network
@@ -169,7 +170,7 @@ def test_cancelling_a_granted_acquire_at_any_point_gives_the_grant_back(
 ) -> None:
     async def scenario(client: AsyncLockClient) -> None:
         lock = client.lock("cancel-grant")
-        attempt = asyncio.create_task(lock.acquire())
+        attempt = asyncio.create_task(acquire_in_task(lock))
         for _ in range(steps):
             await asyncio.sleep(0)
         attempt.cancel()

@@ -20,6 +20,7 @@ import redis
 from django_rlock.core import FairLock, LockClient, LockTimeout
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
 from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
+from tests.owners import acquire_in_task
 from tests.servers import RedisServer
 
 #: Short, so that a dead waiter's entry expires within a couple of seconds.
@@ -234,7 +235,7 @@ def test_a_cancelled_async_waiter_leaves_the_queue(redis_url: str, r: redis.Redi
         ) as aclient:
             lock = aclient.fair_lock("cancel")
             assert await lock.acquire(lease=60)
-            waiter = asyncio.create_task(lock.acquire())
+            waiter = asyncio.create_task(acquire_in_task(lock))
             async with asyncio.timeout(HANG):
                 while r.zcard(queue_of(lock)) != 1:
                     await asyncio.sleep(0.01)

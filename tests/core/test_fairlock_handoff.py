@@ -22,6 +22,7 @@ from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
 from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
+from tests.owners import acquire_in_task
 from tests.servers import RedisServer
 
 #: Long: no watchdog renewal (an EVALSHA) falls inside a test's count.
@@ -223,7 +224,7 @@ def test_a_cancelled_task_handed_the_lock_gives_it_to_the_next_waiter(
                 outcome["count"] = await lock.hold_count()
                 await lock.release()
 
-            cancelled = asyncio.create_task(lock.acquire())
+            cancelled = asyncio.create_task(acquire_in_task(lock))
             await until(queued(r, lock, 1))
             second = asyncio.create_task(patient())
             await until(queued(r, lock, 2))

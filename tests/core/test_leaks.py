@@ -80,7 +80,11 @@ def test_an_asyncio_task_that_finished_holding_gives_it_back(redis_url: str) -> 
     async def main() -> None:
         async with AsyncLockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
             lock = client.lock("task-orphan")
-            await asyncio.create_task(lock.acquire())
+
+            async def take() -> None:
+                await lock.acquire()  # called in the task: the task owns the hold
+
+            await asyncio.create_task(take())
             # The task's end runs its hooks after this wake-up: one loop turn.
             await asyncio.sleep(0)
             await client.settle()  # the release started as the task ended

@@ -22,6 +22,7 @@ from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
 from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
 from tests.children import python_module, read_answer
+from tests.owners import acquire_in_task
 from tests.waking import seconds_to_wake
 
 #: A generous bound for what should take milliseconds: far below the 30 s a
@@ -398,7 +399,7 @@ def test_a_cancelled_async_waiter_leaves_nothing_behind(redis_url: str, r: redis
         async with AsyncLockClient(redis_url, key_prefix="test") as client:
             semaphore = client.semaphore("cancelled", 1)
             assert await semaphore.acquire()
-            waiter = asyncio.ensure_future(semaphore.acquire())
+            waiter = asyncio.ensure_future(acquire_in_task(semaphore))
             await asyncio.sleep(0.3)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):

@@ -13,6 +13,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock._handler import locks
 from django_rlock.backends.locmem import LocMemLockBackend
+from django_rlock.signals import lock_leaked
 
 LOCMEM = "django_rlock.backends.locmem.LocMemLockBackend"
 HANG = 10.0  # seconds: only ever reached when something hangs
@@ -82,3 +83,24 @@ def hold_elsewhere() -> Iterator[Holders]:
     holders = Holders()
     yield holders
     holders.close()
+
+
+class Heard:
+    """The ``lock_leaked`` (or ``lock_lost``) signals sent while a test runs."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.arrived = threading.Event()
+
+    def __call__(self, **kwargs: Any) -> None:
+        self.calls.append(kwargs)
+        self.arrived.set()
+
+
+@pytest.fixture
+def leaked() -> Iterator[Heard]:
+    """The ``lock_leaked`` signals sent while the test runs."""
+    heard = Heard()
+    lock_leaked.connect(heard, weak=False)
+    yield heard
+    lock_leaked.disconnect(heard)

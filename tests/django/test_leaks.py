@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -22,29 +20,10 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks, rlock
 from django_rlock.exceptions import LockLostError
-from django_rlock.signals import lock_leaked, lock_lost
+from django_rlock.signals import lock_lost
+from tests.django.conftest import Heard
 
 HANG = 20.0  # seconds: reached only when something hangs
-
-
-class Heard:
-    """The ``lock_leaked`` (or ``lock_lost``) signals sent while a test runs."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.arrived = threading.Event()
-
-    def __call__(self, **kwargs: Any) -> None:
-        self.calls.append(kwargs)
-        self.arrived.set()
-
-
-@pytest.fixture
-def leaked() -> Iterator[Heard]:
-    heard = Heard()
-    lock_leaked.connect(heard, weak=False)
-    yield heard
-    lock_leaked.disconnect(heard)
 
 
 def free_within(name: str, seconds: float) -> float:

@@ -29,4 +29,6 @@ from tests.django import leak_views  # noqa: E402 -- appended per test module
 urlpatterns += [
     path("leaky/<str:name>/", leak_views.leaky),
     path("leaky-async/<str:name>/", leak_views.leaky_async),
+    path("leaky-executor/<str:name>/", leak_views.leaky_executor),
+    path("throttled/<str:name>/", leak_views.throttled),
 ]

@@ -55,11 +55,10 @@ def _rival_grant(
     return thread, granted_at
 
 
-@pytest.mark.parametrize("outer", ["lease", "watchdog"])
-def test_mixed_lease_and_watchdog_holds_are_told_before_a_rival_is_granted(
-    outer: str, proxy: FaultProxy, rival_client: LockClient
+def test_a_watchdog_hold_with_a_lease_reentry_is_told_before_a_rival_is_granted(
+    proxy: FaultProxy, rival_client: LockClient
 ) -> None:
-    """A lease hold with a watchdog re-entry inside (or the reverse), then a partition.
+    """A watchdog hold with a lease re-entry inside, then a partition.
 
     The renewal must not cut the key back to the watchdog timeout while the
     holder counts on the lease: the key lives to the later of the two, and the
@@ -67,8 +66,7 @@ def test_mixed_lease_and_watchdog_holds_are_told_before_a_rival_is_granted(
     """
     with LockClient(proxy.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder_client:
         lock = holder_client.lock("mixed")
-        leases = [LEASE, None] if outer == "lease" else [None, LEASE]
-        for lease in leases:
+        for lease in (None, LEASE):
             assert lock.acquire(lease=lease)
         watch = LockWatch(lock)
         watch.wait_for_renewal()  # the watchdog has renewed the mixed hold
@@ -81,11 +79,39 @@ def test_mixed_lease_and_watchdog_holds_are_told_before_a_rival_is_granted(
         assert watch.lost.wait(2 * TIMEOUT), "the holder was never told"
         assert watch.lost_at is not None
         print(
-            f"FIGURES mixed {outer}-outer: rival granted {granted_at[0] - partitioned_at:.3f}s "
+            f"FIGURES mixed watchdog-outer: rival granted {granted_at[0] - partitioned_at:.3f}s "
             f"into the partition, holder told {granted_at[0] - watch.lost_at:+.3f}s before it"
         )
         assert watch.lost_at < granted_at[0]
         assert lock.lost
+
+
+def test_a_lease_hold_with_a_watchdog_reentry_inside_ends_with_its_lease(
+    proxy: FaultProxy, rival_client: LockClient
+) -> None:
+    """A lease hold stays a lease: a watchdog re-entry neither renews it nor cuts it short.
+
+    (Before, the re-entry turned it into a watchdog hold: renewed for as long as
+    its thread lived, and reported leaked and given back at its request's end.)
+    """
+    with LockClient(proxy.url, key_prefix="f", watchdog_timeout=TIMEOUT) as holder_client:
+        lock = holder_client.lock("lease-outer")
+        sent_at = clock.monotonic()
+        assert lock.acquire(lease=LEASE)
+        assert lock.acquire()  # a helper's watchdog-style re-entry
+        hold = current_hold(lock)
+        assert not hold.watchdog and hold.count == 2
+        # The holder's deadline never outlives the key, which lives to the lease's end.
+        assert hold.deadline <= sent_at + LEASE
+        proxy.blackhole()  # whatever the client would send now cannot land
+        thread, granted_at = _rival_grant(rival_client, "lease-outer", wait=LEASE + 2 * TIMEOUT)
+        thread.join(LEASE + 4 * TIMEOUT)
+        proxy.heal()
+        assert granted_at, "the rival never got the lock"
+        granted_after = granted_at[0] - sent_at
+        print(f"FIGURES lease-outer: rival granted {granted_after:.3f}s after the lease began")
+        # Not cut to the watchdog timeout (1.5 s), not renewed past the lease.
+        assert LEASE - 0.1 < granted_after < LEASE + 2 * TIMEOUT
 
 
 def test_a_retried_acquire_reported_by_the_latch_counts_from_the_server_s_ttl(

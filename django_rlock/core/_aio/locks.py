@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack
 
 from redis.exceptions import OutOfMemoryError
 
-from django_rlock.core._process.identity import task_owner
+from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
@@ -185,16 +185,32 @@ class AsyncRLock(LockBase):
 
     # -- acquiring ----------------------------------------------------------------
 
-    async def acquire(
+    def acquire(
         self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
+    ) -> Coroutine[Any, Any, bool]:
+        """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`.
+
+        Await it. The hold's owner is the task that *calls* ``acquire()``,
+        bound as it is called: ``await asyncio.wait_for(lock.acquire(), 5)``,
+        ``asyncio.shield(lock.acquire())``, ``asyncio.gather(...)`` and a
+        ``TaskGroup`` run the call in a task of their own, which ends once the
+        lock is granted; the hold is the caller's, who releases it.
+        """
+        return self._acquire(blocking, timeout, lease, current_task_owner())
+
+    async def _acquire(
+        self, blocking: bool, timeout: float | None, lease: float | None, owner: str | None
     ) -> bool:
-        """Take the lock (or one more hold on it); True when held. See :meth:`RLock.acquire`."""
         plan, lease_seconds = self._plan(blocking, timeout, lease)
         with self._reachable("acquire"):
-            return await self._acquire_waiting(plan, lease_seconds)
+            # Outside a task when called (``asyncio.run(lock.acquire())``): the
+            # task that runs it owns the hold.
+            return await self._acquire_waiting(plan, lease_seconds, owner or task_owner())
 
-    async def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = task_owner()
+    async def _acquire_waiting(
+        self, plan: AcquirePlan, lease_seconds: float | None, owner: str
+    ) -> bool:
+        lease_seconds = self._granted_lease(owner, lease_seconds)
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
             # The plan's first step, one attempt that does not wait, is sent
@@ -320,18 +336,29 @@ class AsyncRLock(LockBase):
 
     # -- releasing ----------------------------------------------------------------
 
-    async def release(self) -> None:
-        """Give back one hold, as :meth:`RLock.release` does.
+    def release(self) -> Coroutine[Any, Any, None]:
+        """Give back one hold, as :meth:`RLock.release` does; await it.
 
+        The owner is the task that calls ``release()`` (see :meth:`acquire`).
         If the caller is cancelled meanwhile, the release completes anyway
         (and the cancellation still propagates).
         """
-        with self._reachable("release"):
-            await self._release_as(task_owner(), asyncio.current_task())
+        owner = current_task_owner()
+        return self._release(owner, asyncio.current_task() if owner is not None else None)
 
-    async def extend(self, seconds: float) -> None:
-        """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`."""
-        owner = task_owner()
+    async def _release(self, owner: str | None, caller: asyncio.Task[Any] | None) -> None:
+        with self._reachable("release"):
+            await self._release_as(owner or task_owner(), caller or asyncio.current_task())
+
+    def extend(self, seconds: float) -> Coroutine[Any, Any, None]:
+        """The task's fixed lease now ends ``seconds`` from now; see :meth:`RLock.extend`.
+
+        Await it; the owner is the task that calls ``extend()`` (see :meth:`acquire`).
+        """
+        return self._extend(seconds, current_task_owner())
+
+    async def _extend(self, seconds: float, owner: str | None) -> None:
+        owner = owner or task_owner()
         hold = self._extend_prepare(owner, seconds, "task")
         call = extend_call(*self.hold_keys(owner), owner, seconds)
         sent_at = clock.monotonic()

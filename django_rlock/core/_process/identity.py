@@ -17,6 +17,13 @@ names, so that the engine can tell an owner that has ended (:func:`owner_alive`)
 a hold whose owner is gone can never be released by it, and the watchdog must
 not keep it alive. A task's end is also announced (:func:`on_task_end`), at
 once, on its event loop.
+
+An owner has ended only when that is certain, never on a guess: a worker
+thread that has returned, a task that is done. The main thread is the
+exception: when it returns while non-daemon threads still run, the process
+goes on, and so may the work its holds guard (a script that starts workers
+and returns). Its holds are the process's, and end with it
+(:mod:`django_rlock.core._process.leaks` gives them back at exit).
 """
 
 from __future__ import annotations
@@ -52,6 +59,12 @@ _task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.Wea
 _subjects: dict[str, weakref.ref[Any]] = {}
 
 
+# Owner ids retired by another thread than their own (retire_owner): the
+# thread takes a new id at its next lock call. Read on every thread_owner()
+# call, so a set (membership is one hash lookup) that is almost always empty.
+_retired: set[str] = set()
+
+
 # Called with a task's owner id when that task is done (see on_task_end).
 _task_end_hooks: list[Callable[[str], object]] = []
 
@@ -65,7 +78,9 @@ def thread_owner() -> str:
     """The owner id of the calling thread in this process."""
     owner: str | None = getattr(_local, "owner", None)
     # After a fork the surviving thread keeps its local: rebuild it for the new id.
-    if owner is None or not owner.startswith(_process_id):
+    if owner is None or not owner.startswith(_process_id) or (_retired and owner in _retired):
+        if owner is not None:
+            _retired.discard(owner)
         owner = f"{_process_id}:{next(_thread_numbers)}"
         _local.owner = owner
         _remember(owner, threading.current_thread())
@@ -82,6 +97,23 @@ def retire_thread_owner() -> None:
     if owner is not None:
         _local.owner = None
         _subjects.pop(owner, None)
+
+
+def retire_owner(owner: str) -> None:
+    """The thread named by ``owner`` takes a new owner id from its next lock call on.
+
+    For a thread other than the caller (a request's executor thread whose
+    unit of work ended): its holds under ``owner`` can no longer be re-entered
+    by it. Ids of tasks are not retired: a task's units of work end with it.
+    """
+    if not is_task_owner(owner):
+        _retired.add(owner)
+        _subjects.pop(owner, None)
+
+
+def is_task_owner(owner: str) -> bool:
+    """Whether ``owner`` names an asyncio task (else a thread) of any process."""
+    return ":task-" in owner
 
 
 def task_owner() -> str:
@@ -102,11 +134,21 @@ def task_owner() -> str:
     return owner
 
 
+def current_task_owner() -> str | None:
+    """The current task's owner id, or None outside a task (see :func:`task_owner`)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return task_owner() if asyncio.current_task() is not None else None
+
+
 def owner_alive(owner: str) -> bool:
     """False when ``owner`` is a thread of this process that has ended, or a task that is done.
 
     An owner id this process did not make (another process's) is taken as
-    alive: only its own process can tell.
+    alive: only its own process can tell. The main thread lives as long as
+    the process: non-daemon threads may go on after it returns (see the module).
     """
     ref = _subjects.get(owner)
     if ref is None:
@@ -115,8 +157,13 @@ def owner_alive(owner: str) -> bool:
     if subject is None:
         return False
     if isinstance(subject, threading.Thread):
-        return subject.is_alive()
+        return subject.is_alive() or subject is threading.main_thread()
     return not subject.done()
+
+
+def owners_of(thread: threading.Thread) -> list[str]:
+    """The owner ids of this process that name ``thread`` (one, or none if it never locked)."""
+    return [owner for owner, ref in list(_subjects.items()) if ref() is thread]
 
 
 def on_task_end(hook: Callable[[str], object]) -> None:
@@ -144,3 +191,4 @@ def _regenerate_after_fork() -> None:
     global _process_id  # noqa: PLW0603 -- the id is process state by definition
     _process_id = str(uuid.uuid4())
     _subjects.clear()  # the parent's threads and tasks are not this process's
+    _retired.clear()

@@ -21,67 +21,85 @@ Now:
 With ``release_leaked`` false the hold is only reported and left to expire
 (within the watchdog timeout, as if its process had died).
 
-A third finder is the end of a unit of work on a thread that lives on: a
-request (:mod:`django_rlock._requests`) or a Celery task run
-(:mod:`celery_rlock._worker`) calls :func:`work_started` and :func:`work_ended`,
-and the holds the thread took in between and still has are leaked. They are
-given back at once, so the thread's next request or task (same thread, same
-owner id) can never re-enter them; when they are only reported
-(``release_leaked`` false), the thread takes a new owner id instead, if it
-holds nothing older, and the next unit of work waits for them like anyone else.
+A third finder is the end of a unit of work: a request
+(:mod:`django_rlock._requests`) or a Celery task run (:mod:`django_rlock._celery`)
+calls :func:`work_started` and :func:`work_ended`, and the holds granted in
+between (:mod:`~django_rlock.core._process.scopes`: on whatever thread or task
+the unit's code ran, executor threads included) that are still held are
+leaked: reported and, with ``release_leaked``, given back at once, so the
+thread's next request or task (same thread, same owner id) can never
+re-enter them. A hold taken with a ``lease`` is not leaked (it ends with its
+lease, by design: a throttle takes one and keeps it); when a unit leaves
+such holds, or leaked holds only reported
+(``release_leaked`` false), their thread takes a new owner id, if it holds
+nothing older, so that its next unit of work waits for them like anyone else.
+
+What is never a leak, because its owner has not provably ended: a hold of
+the main thread after it returns while other threads run (the process goes
+on; its holds are given back as it exits, :func:`process_exiting`), a hold
+of a task that awaits the grant of a coroutine run in another task
+(``asyncio.wait_for``, ``shield``: the owner is bound when ``acquire()`` is
+called).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 
-from django_rlock.core._process import identity
-from django_rlock.core._protocol import clock
+from django_rlock.core._process import identity, scopes
 from django_rlock.core._protocol.holds import Hold, HoldRegistry, registries
 
 logger = logging.getLogger("django_rlock.lock")
 
 
-# Per thread: when each unit of work under way began (nested: a stack).
-_work = threading.local()
-
-
-def work_started() -> None:
-    """The calling thread begins a unit of work whose holds must end with it."""
-    stack: list[float] | None = getattr(_work, "started", None)
-    if stack is None:
-        stack = _work.started = []
-    stack.append(clock.monotonic())
+def work_started(what: str = "unit of work") -> None:
+    """A unit of work begins in the calling code's context; its holds must end with it."""
+    scopes.begin(what)
 
 
 def work_ended(what: str) -> None:
-    """The unit of work the calling thread began last has ended: what it kept is leaked.
+    """The unit of work begun last in the calling code's context has ended: what it kept is leaked.
 
     ``what`` names it in the report ("request", "task run"). Each watchdog hold
-    the thread took since :func:`work_started` and still has is reported and,
-    with the registry's ``release_leaked``, given back.
+    granted in it and still held is reported and, with the registry's
+    ``release_leaked``, given back; a thread that keeps holds of it (a lease,
+    a report only) takes a new owner id, if it holds nothing older.
     """
-    stack: list[float] | None = getattr(_work, "started", None)
-    if not stack:
+    scope = scopes.end()
+    if scope is None:
         return  # a unit of work this module did not see begin
-    since = stack.pop()
-    owner = identity.thread_owner()
     reason = f"the {what} that took it ended without releasing it"
-    kept = False
-    for registry in registries():
-        for hold in registry.holds_owned_by(owner):
-            if hold.acquired_at < since or not registry.report_leaked(hold, reason):
-                continue
-            if registry.release_leaked:
-                give_back(hold)
+    kept: dict[str, None] = {}  # thread owners that keep a hold of this unit
+    for hold in list(scope.holds):
+        if hold.released or hold.lost:
+            continue
+        if identity.is_task_owner(hold.owner):
+            continue  # a task's holds end with the task, on its own event loop
+        registry = next((each for each in registries() if each.keeps(hold)), None)
+        reported = registry is not None and registry.report_leaked(hold, reason)
+        if reported and registry is not None and registry.release_leaked:
+            give_back(hold)
+            continue
+        if not hold.released:
+            kept[hold.owner] = None
+    for owner in kept:
+        older = (
+            hold
+            for registry in registries()
+            for hold in registry.holds_owned_by(owner)
+            if hold.scope is not scope
+        )
+        if all(hold.leaked for hold in older):
+            # The holds are still this owner's on the server: under a new owner
+            # id its thread's next unit of work cannot re-enter them.
+            if owner == identity.thread_owner():
+                identity.retire_thread_owner()
             else:
-                kept = True
-    older = (hold for registry in registries() for hold in registry.holds_owned_by(owner))
-    if kept and all(hold.leaked for hold in older):
-        # Only reported, the holds are still this owner's on the server: under a
-        # new owner id the thread's next unit of work cannot re-enter them.
-        identity.retire_thread_owner()
+                identity.retire_owner(owner)
+            for registry in registries():
+                registry.disown(owner)
 
 
 def thread_gone(registry: HoldRegistry, hold: Hold) -> None:
@@ -122,4 +140,20 @@ def _task_ended(owner: str) -> None:
                 give_back(hold)
 
 
+def process_exiting() -> None:
+    """The process exits: the main thread's holds, kept until now, are given back.
+
+    Run by :mod:`atexit`, after Python has joined the non-daemon threads:
+    the work those holds guarded is over. Reported as leaks (nobody released
+    them), then given back with ``release_leaked``; else they expire.
+    """
+    reason = "the process exited without releasing it"
+    for owner in identity.owners_of(threading.main_thread()):
+        for registry in registries():
+            for hold in registry.holds_owned_by(owner):
+                if registry.report_leaked(hold, reason) and registry.release_leaked:
+                    give_back(hold)
+
+
 identity.on_task_end(_task_ended)
+atexit.register(process_exiting)

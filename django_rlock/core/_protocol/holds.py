@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from django_rlock.core._process import forking, lostholds, telling
+from django_rlock.core._process import forking, lostholds, scopes, telling
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.names import LockKeys
 
@@ -104,6 +104,9 @@ class Hold:
     released: bool = False
     #: Its owner (a thread or task) ended, or its request finished, still holding it.
     leaked: bool = False
+    #: The unit of work (request, task run) under way when it was granted, if
+    #: any: it ends with that unit (:mod:`~django_rlock.core._process.scopes`).
+    scope: scopes.Scope | None = None
 
     def add_lock(self, lock: HeldLock) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""
@@ -235,6 +238,16 @@ class HoldRegistry:
         with self._lock:
             return list(self._holds.get((key, owner), []))
 
+    def peek(self, key: str, owner: str) -> Hold | None:
+        """:meth:`newest`, without the mutex: for the owner's own calls, on its hot path.
+
+        Only the owner adds holds of its own, and reading a dict entry and a
+        list's last item is atomic in CPython, so the owner reads a hold it has.
+        Another thread may mark it lost or released meanwhile, as after any read.
+        """
+        stack = self._holds.get((key, owner))
+        return stack[-1] if stack else None
+
     def newest(self, key: str, owner: str) -> Hold | None:
         """``owner``'s newest hold on the lock keyed ``key``, None when it has none."""
         with self._lock:
@@ -260,6 +273,32 @@ class HoldRegistry:
                 for hold in self._holds[(key, owner)]
                 if not hold.lost and not hold.released
             ]
+
+    def disown(self, owner: str) -> list[Hold]:
+        """Forget every hold of ``owner``, an owner id retired while it still had holds.
+
+        Its thread goes on under a new id, so nobody can release them any more:
+        each is a lease hold running to its lease's end, or a leaked one left to
+        expire (``release_leaked`` false); neither is renewed. The server ends
+        them; this registry stops keeping them, which would otherwise grow with
+        every request that leaves a lease behind. Returns them.
+        """
+        with self._lock:
+            dropped = [
+                hold
+                for key in self._keys_of.pop(owner, {})
+                for hold in self._holds.pop((key, owner), [])
+            ]
+        for hold in dropped:
+            if hold.scope is not None:
+                hold.scope.holds.pop(hold, None)
+        return dropped
+
+    def keeps(self, hold: Hold) -> bool:
+        """Whether ``hold`` is one of this registry's live holds."""
+        with self._lock:
+            stack = self._holds.get((hold.key, hold.owner))
+            return stack is not None and hold in stack
 
     def report_leaked(self, hold: Hold, reason: str) -> bool:
         """Mark ``hold`` leaked and tell the :meth:`on_leaked` subscribers; False if not done.
@@ -336,7 +375,10 @@ class HoldRegistry:
                 top.count += 1
                 top.extend(sent_at, pttl_ms)
                 hold = top
-                hold.watchdog = hold.watchdog or lease is None
+                # A re-entry keeps the hold's kind: a lease hold is never turned
+                # into one the watchdog renews (LockBase._granted_lease asks
+                # for the rest of its lease; near its end the key may live a
+                # little longer than the lease, never renewed).
                 # The tightest bound of any entry holds, counted from the first grant.
                 if lock.max_hold is not None:
                     hold.max_hold = min(hold.max_hold or lock.max_hold, lock.max_hold)
@@ -361,6 +403,10 @@ class HoldRegistry:
                 )
                 stack.append(hold)
                 new = True
+                scope = scopes.current()
+                if scope is not None:
+                    hold.scope = scope
+                    scope.holds[hold] = None
             start_watch = hold.watchdog and not self._watched
             self._watched = self._watched or hold.watchdog
         if stale is not None:
@@ -488,6 +534,8 @@ class HoldRegistry:
     def _forget(self, hold: Hold) -> None:
         # Called with the mutex held: the hold is fully given back.
         hold.released = True
+        if hold.scope is not None:
+            hold.scope.holds.pop(hold, None)
         stack = self._holds.get((hold.key, hold.owner))
         if stack is not None and hold in stack:
             stack.remove(hold)

@@ -458,6 +458,11 @@ class LockEngine(Protocol):
     holds: HoldRegistry
 
 
+#: Below this much of a lease hold's life left (seconds), a re-entry asks for
+#: the watchdog's life instead of the rest of the lease (see _granted_lease).
+_LEASE_LEFT_MIN = 0.05
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -513,6 +518,28 @@ class LockBase:
         check_blocking(blocking, wait)
         watchdog = self._engine.watchdog_timeout
         return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+
+    def _granted_lease(self, owner: str, lease: float | None) -> float | None:
+        """The lease ``owner``'s acquire call asks for: ``lease``, else this lock's own.
+
+        A lease given to the lock (``client.lock(name, lease=4)``) applies to
+        ``acquire()`` as to ``with``. And a hold taken with a lease stays one:
+        re-entered with none (a helper's ``with`` inside a throttle's hold),
+        the call asks for what is left of it, which the acquire script (it
+        never shortens a held key) leaves as it is, so the hold is neither
+        renewed nor reported leaked, and still ends with its lease.
+        """
+        if lease is None:
+            lease = self.lease
+        if lease is None:
+            hold = self._registry.peek(self.hold_keys(owner)[0], owner)
+            if hold is not None and not hold.watchdog and not hold.lost:
+                left = hold.deadline - clock.monotonic()
+                # Near its end the key may be gone when the call lands: then
+                # it is a new grant, which the watchdog keeps as usual.
+                if left > _LEASE_LEFT_MIN:
+                    return left
+        return lease
 
     def _gave_up(self, owner: str, plan: AcquirePlan) -> None:
         """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing."""

@@ -269,7 +269,7 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        if blocking is True and timeout is None and lease is None:
+        if blocking is True and timeout is None and lease is None and self.lease is None:
             # The defaults, nothing to check (the common call: ``with lock:``).
             watchdog = self._engine.watchdog_timeout
             plan, lease_seconds = (
@@ -285,6 +285,7 @@ class RLock(LockBase):
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = thread_owner()
+        lease_seconds = self._granted_lease(owner, lease_seconds)
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
             # The plan's first step, one attempt that does not wait, is sent
