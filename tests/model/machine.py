@@ -318,7 +318,7 @@ def machine_for(
         ) -> tuple[int, str, str]:
             # A rival asks while the child's worker thread works on.
             self.world.main_thread_returns(name, works_for)
-            self.world.submit(rival, Acquire(name, None, 1.5))
+            self.world.submit(rival, Acquire(name, None, 1.0))
             return rival, name, ""
 
     OwnerModel.__name__ = OwnerModel.__qualname__ = "OwnerModel"

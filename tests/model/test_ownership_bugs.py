@@ -7,22 +7,22 @@ the recorded history (scopes begun and ended, claims, the library's leak
 reports, refused releases). The random machine reaches the same paths
 (``tests/model/test_owner_model.py``, ``benchmarks/model_soak.py --kind owners``).
 
-The paths that break on the code of this writing are marked ``xfail(strict=True,
-raises=OwnershipBroken)``: each fails with the model's violation, and turns
-into an XPASS (a failure) the moment the library is fixed, so its mark must
-then go. The legitimate ends (a thread ending with a hold, a unit of work
+The paths that broke before the fixes of issue 31 (asyncio ``wait_for`` on
+Python 3.11, ``shield`` and ``gather``; a lease hold of a unit of work
+re-entered by the next unit; a lease hold re-entered with the watchdog and
+released as leaked when its thread ended; a process whose main thread
+returned) each failed with the model's :class:`OwnershipBroken` at commit
+ebea227; the legitimate ends (a thread ending with a hold, a unit of work
 ending with one, a garbage-collector pass over lock objects in reference
-cycles) pass.
+cycles) passed there and pass now.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
-from tests.model.history import OwnershipBroken
 from tests.model.world import Acquire, Config, EndThread, NextUnit, Operation, Release, World
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -40,9 +40,6 @@ OWNERS = Config(
 )
 THREAD, RIVAL, TASK, WORKER = 0, 1, 2, 3
 
-#: Known open bugs of issue 31, each failing with the model's OwnershipBroken.
-KNOWN_BUG = pytest.mark.xfail(strict=True, raises=OwnershipBroken, reason="issue 31, open")
-
 
 def do(world: World, owner: int, op: Operation) -> None:
     """Have ``owner`` carry out ``op`` and wait until it has."""
@@ -53,15 +50,10 @@ def do(world: World, owner: int, op: Operation) -> None:
     "how",
     [
         "acquire",
-        pytest.param(
-            "wait_for",
-            # Python 3.12 awaits the call in the caller's task; 3.11 runs it in a task of its own.
-            marks=pytest.mark.xfail(
-                sys.version_info < (3, 12), strict=True, raises=OwnershipBroken, reason="issue 31"
-            ),
-        ),
-        pytest.param("shield", marks=KNOWN_BUG),
-        pytest.param("gather", marks=KNOWN_BUG),
+        # Python 3.11 runs wait_for's call in a task of its own; 3.12 in the caller's.
+        "wait_for",
+        "shield",
+        "gather",
     ],
 )
 def test_an_asyncio_task_owns_what_it_awaits(how: str) -> None:
@@ -108,7 +100,6 @@ def test_a_garbage_collector_pass_leaves_holds_in_reference_cycles_alone() -> No
         world.check()
 
 
-@KNOWN_BUG
 def test_a_lease_hold_outlives_its_unit_of_work_and_the_next_unit_waits() -> None:
     """The next unit on the same thread re-enters the last unit's lease hold (same owner id)."""
     with World(OWNERS) as world:
@@ -118,7 +109,6 @@ def test_a_lease_hold_outlives_its_unit_of_work_and_the_next_unit_waits() -> Non
         world.check()
 
 
-@KNOWN_BUG
 def test_a_lease_hold_re_entered_with_the_watchdog_stays_a_lease() -> None:
     """acquire(lease=N), then a watchdog re-entry (a helper's ``with``): the hold becomes
     a watchdog hold, so its thread's end reports it leaked and releases it before its lease."""
@@ -130,7 +120,6 @@ def test_a_lease_hold_re_entered_with_the_watchdog_stays_a_lease() -> None:
         world.check()
 
 
-@KNOWN_BUG
 def test_a_process_whose_main_thread_returned_keeps_its_hold_while_it_works() -> None:
     """The main thread took the lock, started a non-daemon thread, returned: the process
     still works, so its hold lives; a rival waits until the process is done."""

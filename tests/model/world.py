@@ -1158,7 +1158,7 @@ class World:
         The child's scope is open until its worker thread (non-daemon: the
         process lives on) says it is done; the child exits only once this
         side has recorded that, so the end recorded is never late. Returns
-        whether the child was granted the lock (it waits 1.5 s at most).
+        whether the child was granted the lock (it waits 0.5 s at most).
         """
         number = len(self.children)
         child = subprocess.Popen(
@@ -1178,7 +1178,7 @@ class World:
             text=True,
         )
         assert child.stdout is not None and child.stdin is not None
-        first = child.stdout.readline().split()  # bounded: the child's acquire waits 1.5 s
+        first = child.stdout.readline().split()  # bounded: the child's acquire waits 0.5 s
         granted = bool(first) and first[0] == "granted"
         self.history.operation(f"process main thread {first[0] if first else 'failed'}")
         scope: Scope | None = None
@@ -1447,7 +1447,7 @@ url, prefix, name, timeout, works_for = sys.argv[1:6]
 began = time.monotonic()
 lock = LockClient(url, key_prefix=prefix, watchdog_timeout=float(timeout)).lock(name)
 sent = time.monotonic()
-granted = lock.acquire(timeout=1.5)
+granted = lock.acquire(timeout=0.5)
 print("granted" if granted else "refused", began, sent, time.monotonic(), flush=True)
 
 def work():
