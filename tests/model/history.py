@@ -495,8 +495,19 @@ class History:
         with self._lock:
             self.refused_releases.append(RefusedRelease(claim, error, started, answered))
 
+    def paused(self, since: float, until: float) -> None:
+        """No thread of the process ran from ``since`` to ``until`` (a loaded machine, a GC).
+
+        A pause excuses what comes near it as an injected fault does: renewals
+        were late, a hold may have expired.
+        """
+        with self._lock:
+            self.operations["process paused (scheduling lag)"] += 1
+            self.fault_windows.append((since, until))
+            self.steps.append(f"{until:.3f} process paused {1000 * (until - since):.0f} ms")
+
     def fault_near(self, since: float, until: float, margin: float) -> bool:
-        """Whether an injected fault was under way between ``since`` and ``until``.
+        """Whether an injected fault (or a pause) was under way between ``since`` and ``until``.
 
         A fault's effects outlast it by up to ``margin`` (a grant whose reply
         was lost lives its lease; a hold unrenewed under a partition is

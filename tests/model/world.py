@@ -111,6 +111,9 @@ T = TypeVar("T")
 #: socket timeouts, so reaching it means a call hangs.
 BUSY_LIMIT = 30.0
 
+#: How often the pause watch (World._watch_pauses) wakes, in seconds.
+PAUSE_TICK = 0.02
+
 #: Releases the end of a run retries, besides one per hold (see Owner.release_tries).
 RELEASE_RETRIES = 10
 
@@ -899,6 +902,9 @@ class World:
         self.child_errors: dict[int, str] = {}
         #: When the last full garbage collection ended (see gc_pass).
         self.last_full_gc = 0.0
+        self._pauses_stop = threading.Event()
+        self._pauses = threading.Thread(target=self._watch_pauses, name="model-pauses", daemon=True)
+        self._pauses.start()
         self.closed = False
 
     def __enter__(self) -> World:
@@ -1128,6 +1134,23 @@ class World:
 
     # -- the garbage collector and other processes -------------------------------------
 
+    def _watch_pauses(self) -> None:
+        """Note each time this process could not run for a third of a watchdog timeout.
+
+        On a loaded machine (or in a long garbage collection) every thread of
+        the process may wait that long for a core: the watchdog's renewals are
+        late and a hold may expire, as under a stalled server. Such a pause is
+        not injected, but it excuses what comes near it as a fault does
+        (History.paused); the run's figures count them.
+        """
+        longest = self.config.watchdog_timeout / 3
+        last = time.monotonic()
+        while not self._pauses_stop.wait(PAUSE_TICK):
+            now = time.monotonic()
+            if now - last - PAUSE_TICK > longest:
+                self.history.paused(last + PAUSE_TICK, now)
+            last = now
+
     def gc_pass(self, generation: int) -> None:
         """A ``gc.collect(generation)`` on a thread of its own (not a fault: nothing may change).
 
@@ -1306,6 +1329,8 @@ class World:
         self.operator.close()
 
     def _stop_the_rest(self) -> None:
+        self._pauses_stop.set()
+        self._pauses.join(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.loop_thread.join(10)
         if not self.loop.is_running():
