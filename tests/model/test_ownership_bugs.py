@@ -61,7 +61,9 @@ def test_an_asyncio_task_owns_what_it_awaits(how: str) -> None:
     the lock (a rival waits), and its own release goes through."""
     with World(OWNERS) as world:
         do(world, TASK, Acquire("a", lease=None, wait=1.5, how=how))
-        time.sleep(0.2)  # a leak release, were there one, comes as the inner task ends
+        # A leak release, were there one, comes as the inner task ends; past two
+        # watchdog timeouts, a hold the watchdog stopped renewing has expired.
+        time.sleep(2 * OWNERS.watchdog_timeout)
         do(world, RIVAL, Acquire("a", lease=None, wait=0.5))
         do(world, TASK, Release("a"))
         world.check()

@@ -680,6 +680,9 @@ class ThreadOwner(Owner):
                 done.set_result(None)
 
     def _do(self, op: Operation) -> None:
+        # The library may give the thread a new owner id (after a unit of work that
+        # kept a hold): the model reads the library's books under the current one.
+        self.owner_id = thread_owner()
         if isinstance(op, Acquire):
             lease = self.acquire_lease(op)
             if lease is False:
