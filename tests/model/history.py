@@ -34,7 +34,7 @@ main thread returned while a worker thread goes on. What it is granted there
 is a :class:`Claim`: from the grant until its owner starts giving back its
 last count, or, for a hold taken without a lease, until its scope ends (then
 the library may report it leaked and give it back); a hold first taken with a
-lease is claimed until the earliest end its leases asked for, whatever scope
+lease is claimed until the latest end its leases asked for, whatever scope
 it was taken in. :meth:`History.check_ownership` finds, outside the windows of
 injected faults: a rival granted while another scope's claim on the name was
 open (a unit of work re-entering an earlier unit's lease hold is a rival too);
@@ -172,9 +172,10 @@ class Scope:
 class Claim:
     """What one scope counts on holding of one name, as its owner keeps the books.
 
-    ``lease_end`` is the earliest ``sent + lease`` of its acquisitions with a
-    lease (the server keeps the grant at least until then); None when none
-    had one. ``first_lease`` is the lease of the grant (None: the watchdog's):
+    ``lease_end`` is the latest ``sent + lease`` of its acquisitions with a
+    lease (a re-entry never shortens the key's life, and the hold lived until
+    each re-entry of it: the server keeps it at least until then); None when
+    none had one. ``first_lease`` is the lease of the grant (None: the watchdog's):
     a lease hold stays a lease, so only a watchdog claim ends with its scope.
     """
 

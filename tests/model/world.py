@@ -432,8 +432,11 @@ class Owner:
         """Count a grant in the owner's scope: a new claim, or one more of its claim."""
         key = (op.name, op.side)
         claim = self.claims.get(key)
-        if claim is not None and claim.natural_end() <= sent_at:
-            claim = None  # its lease ended: this is a new grant
+        hold = self.top(op.name, op.side)
+        if claim is not None and (
+            claim.hold is not hold if claim.hold is not None else claim.natural_end() <= sent_at
+        ):
+            claim = None  # the library counts a new hold (its lease ended): a new grant
         lease_end = None if lease is None else sent_at + lease
         if claim is None:
             assert self.scope is not None
@@ -446,16 +449,15 @@ class Owner:
                 granted_at=at,
                 first_lease=lease,
                 lease_end=lease_end,
-                hold=self.top(op.name, op.side),
+                hold=hold,
             )
             self.history.claimed(claim)
             return
         claim.count += 1
         if lease_end is not None:
-            # The earliest end any of its leases asked for: the server keeps it that long.
-            claim.lease_end = min(
-                lease_end, math.inf if claim.lease_end is None else claim.lease_end
-            )
+            # A re-entry never shortens the key's life (it lengthens it to its ttl), and
+            # the hold lived until this re-entry: it lives at least until the latest end.
+            claim.lease_end = max(lease_end, claim.lease_end or lease_end)
 
     def claim_releasing(self, name: str, side: str) -> tuple[Claim | None, float]:
         """As a release starts: the claim it gives back one count of (None: none claimed)."""
