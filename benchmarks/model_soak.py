@@ -11,15 +11,22 @@ that broke, with how long into the soak it first did.
 ``--kind`` picks what the names are: ``lock`` (the default), ``fair`` (fair
 locks), ``semaphore`` (two semaphores of 2 permits), ``rwlock`` (two
 read-write locks), ``mixed`` (one of each in one world, so one watchdog
-renews every kind together), a comma-separated list of those, or ``all``
-(lock, fair, semaphore, rwlock, mixed); the time is shared out evenly and
-each kind gets its own summary.
+renews every kind together), ``owners`` (owners that end their scopes:
+threads that end holding, units of work, garbage-collector passes, asyncio
+``wait_for``/``shield``/``gather``, leases in units of work, a child process
+whose main thread returns; ownership checked from the history, issue 31),
+``owners-quiet`` (the same with no fault: a fault excuses what comes near
+it), a comma-separated list of those, or ``all``; the time is shared out
+evenly and each kind gets its own summary.
 
 By default the paths of the known bugs are open too (``--known-bugs none``
 keeps to what the suite's green model runs; ``--known-bugs mixed,close``
 opens some): ``mixed`` lease and watchdog re-entry, ``retry`` of an acquire
 at once after its reply was lost, ``data-loss`` (FLUSHALL, restarts without
-persistence), ``close`` of a client with live holds.
+persistence), ``close`` of a client with live holds; for the owners kinds
+also ``asyncio-ways``, ``unit-leases`` and ``main-thread`` (the paths of
+issue 31's bugs, fixed now: tests/model/test_ownership_bugs.py; ``mixed``
+opens the lease hold re-entered with the watchdog there).
 Exit status 1 when any invariant broke.
 """
 
@@ -38,10 +45,11 @@ from hypothesis.errors import FlakyStrategyDefinition
 
 from tests.model.history import History, ModelViolation
 from tests.model.machine import run_model
-from tests.model.world import DATA_LOSS, FAULTS, Config
+from tests.model.test_owner_model import OWNERS, QUIET
+from tests.model.world import DATA_LOSS, FAULTS, WAYS, Config
 
 #: The known bugs whose paths the machine can open (see the module docstring).
-KNOWN_BUGS = ("mixed", "retry", "data-loss", "close")
+KNOWN_BUGS = ("mixed", "retry", "data-loss", "close", "asyncio-ways", "unit-leases", "main-thread")
 
 #: How many violations of each invariant the summary shows in full.
 SAMPLES = 5
@@ -53,6 +61,8 @@ KINDS: dict[str, Config] = {
     "semaphore": Config(names=(), semaphores=("s", "t"), permits=2),
     "rwlock": Config(names=(), rw_names=("r", "w")),
     "mixed": Config(names=("a",), semaphores=("s",), permits=2, rw_names=("r",)),
+    "owners": OWNERS,
+    "owners-quiet": QUIET,
 }
 
 
@@ -132,6 +142,15 @@ def main(argv: list[str] | None = None) -> int:
             mixed_reentry="mixed" in opened,
             retry_unanswered="retry" in opened,
         )
+        if kind.startswith("owners"):
+            config = replace(
+                config,
+                # Their own faults: no lost replies (each would excuse the rest of its run).
+                faults=KINDS[kind].faults,
+                ways=WAYS if "asyncio-ways" in opened else OWNERS.ways,
+                unit_leases="unit-leases" in opened,
+                processes="main-thread" in opened,
+            )
         tally = soak(args, config, args.seconds / len(kinds))
         print_summary(args, kind, config, tally)
         broken = broken or bool(tally.violations)
@@ -178,6 +197,7 @@ def print_summary(args: argparse.Namespace, kind: str, config: Config, tally: Ta
     owners = (
         f"{config.sync_clients * config.owners_per_client} threads on {config.sync_clients} "
         f"clients, {config.async_owners} asyncio tasks on one"
+        + (f", {config.unit_workers} unit-of-work threads" if config.unit_workers else "")
     )
     names = [
         *(f"{name} (fair lock)" if config.fair else name for name in config.names),

@@ -25,6 +25,24 @@ freely; an owner's own read while it writes is allowed), and only write grants
 carry tokens; a semaphore's permit beliefs of one name never add up to more
 than its permits at one instant (an owner's re-entry is one more permit, a
 release ends one from the moment it starts), and carry no tokens.
+
+Ownership (issue 31) is judged from what the owners say, not from what the
+library counts. Every owner works inside a :class:`Scope` it announces: a
+thread's or an asyncio task's life, a unit of work on a long-lived thread (a
+request, a task run: ``work_started``/``work_ended``), a child process whose
+main thread returned while a worker thread goes on. What it is granted there
+is a :class:`Claim`: from the grant until its owner starts giving back its
+last count, or, for a hold taken without a lease, until its scope ends (then
+the library may report it leaked and give it back); a hold first taken with a
+lease is claimed until the latest end its leases asked for, whatever scope
+it was taken in. :meth:`History.check_ownership` finds, outside the windows of
+injected faults: a rival granted while another scope's claim on the name was
+open (a unit of work re-entering an earlier unit's lease hold is a rival too);
+the library reporting leaked (and giving back) a hold whose claim was open;
+an owner's own release refused (LockNotOwnedError, LockLostError) while its
+claim was open; an acquire that returned True with no hold of the caller's
+recorded (the grant went to another owner id, such as a task ``wait_for`` or
+``shield`` ran it in).
 """
 
 from __future__ import annotations
@@ -43,17 +61,21 @@ __all__ = [
     "DOUBLE_HOLDER",
     "HOLDER_NOT_TOLD",
     "LEAK",
+    "OWNERSHIP",
     "PERMITS",
     "RELEASE_OUTCOME",
     "TOKEN_ORDER",
     "UPGRADE",
     "Belief",
+    "Claim",
     "DoubleHolder",
     "History",
     "HolderNotTold",
     "Leak",
     "ModelViolation",
+    "OwnershipBroken",
     "Revocation",
+    "Scope",
     "TokenWentBackwards",
     "TooManyPermits",
     "Violation",
@@ -68,6 +90,7 @@ HOLDER_NOT_TOLD = "holder not told its hold ended"
 LEAK = "something grew"
 PERMITS = "more permits believed than the semaphore has"
 UPGRADE = "wrong outcome of a reader asking to write"
+OWNERSHIP = "a hold ended while its owner was inside the scope that took it"
 
 #: The kinds of belief: a lock's hold, a semaphore's permits, a read-write lock's sides.
 LOCK, PERMIT, READ, WRITE = "lock", "permit", "read", "write"
@@ -107,6 +130,10 @@ class WrongUpgradeOutcome(ModelViolation):
     """A reader asking to write was granted, or an owner reading nothing was refused as one."""
 
 
+class OwnershipBroken(ModelViolation):
+    """A hold was given back, or a rival granted, while its owner's scope still claimed it."""
+
+
 _ERRORS: dict[str, type[ModelViolation]] = {
     DOUBLE_HOLDER: DoubleHolder,
     TOKEN_ORDER: TokenWentBackwards,
@@ -115,7 +142,107 @@ _ERRORS: dict[str, type[ModelViolation]] = {
     LEAK: Leak,
     PERMITS: TooManyPermits,
     UPGRADE: WrongUpgradeOutcome,
+    OWNERSHIP: OwnershipBroken,
 }
+
+#: The kinds of scope an owner announces (see the module docstring).
+THREAD_SCOPE, TASK_SCOPE, UNIT_SCOPE, PROCESS_SCOPE = "thread", "task", "unit of work", "process"
+
+
+@dataclass(eq=False)
+class Scope:
+    """One owner's announced unit of ownership, from ``began`` until ``ended``."""
+
+    owner: str
+    kind: str
+    number: int
+    began: float
+    ended: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner} {self.kind} #{self.number}"
+
+    def describe(self) -> str:
+        ended = "still open" if self.ended is None else f"ended {self.ended:.3f}"
+        return f"{self.label} (began {self.began:.3f}, {ended})"
+
+
+@dataclass(eq=False)
+class Claim:
+    """What one scope counts on holding of one name, as its owner keeps the books.
+
+    ``lease_end`` is the latest ``sent + lease`` of its acquisitions with a
+    lease (a re-entry never shortens the key's life, and the hold lived until
+    each re-entry of it: the server keeps it at least until then); None when
+    none had one. ``first_lease`` is the lease of the grant (None: the watchdog's):
+    a lease hold stays a lease, so only a watchdog claim ends with its scope.
+    """
+
+    scope: Scope
+    name: str
+    kind: str
+    #: How the grant was asked for ("acquire", "wait_for", "shield", "gather", "cycle"...).
+    how: str
+    sent_at: float
+    granted_at: float
+    first_lease: float | None
+    lease_end: float | None
+    count: int = 1
+    #: When the owner started giving back its last count.
+    released_at: float | None = None
+    #: The library's hold of the owner's id, as recorded after the grant (None: no hold).
+    hold: Hold | None = None
+    #: False for a claim of another process (its library's holds are not visible here).
+    in_process: bool = True
+
+    def natural_end(self) -> float:
+        """When the claim ends unless its owner gives it back first (inf: not yet known)."""
+        ends = [math.inf]
+        if self.lease_end is not None:
+            ends.append(self.lease_end)
+        if self.first_lease is None and self.scope.ended is not None:
+            ends.append(self.scope.ended)
+        return min(ends)
+
+    def end_by(self, now: float) -> float:
+        """When the claim ended, or ``now`` while it is open."""
+        ends = [now, self.natural_end()]
+        if self.released_at is not None:
+            ends.append(self.released_at)
+        return min(ends)
+
+    def describe(self) -> str:
+        lease = "watchdog" if self.first_lease is None else f"lease {self.first_lease:g}s"
+        ends = []
+        if self.released_at is not None:
+            ends.append(f"release started {self.released_at:.3f}")
+        if self.lease_end is not None:
+            ends.append(f"lease ends {self.lease_end:.3f}")
+        return (
+            f"{self.name!r} claimed by {self.scope.describe()} via {self.how} ({lease}, "
+            f"count {self.count}): sent {self.sent_at:.3f}, granted {self.granted_at:.3f}"
+            + "".join(f", {end}" for end in ends)
+        )
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    """The library reported ``hold`` leaked at ``at`` (and, by default, gave it back)."""
+
+    at: float
+    hold: Hold
+    reason: str
+
+
+@dataclass(frozen=True)
+class RefusedRelease:
+    """An owner's release of a claimed hold raised ``error`` (LockNotOwnedError, LockLostError)."""
+
+    claim: Claim
+    error: str
+    started: float
+    answered: float
 
 
 @dataclass(eq=False)
@@ -235,6 +362,13 @@ class History:
     _by_hold: dict[int, Belief] = field(default_factory=dict)
     _replies: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
     _reported: set[tuple[object, ...]] = field(default_factory=set)
+    scopes: list[Scope] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    leak_reports: list[LeakReport] = field(default_factory=list)
+    refused_releases: list[RefusedRelease] = field(default_factory=list)
+    #: When each injected fault was under way: (from, until); until inf for one
+    #: whose moment is not known (a lost reply is armed for the next call).
+    fault_windows: list[tuple[float, float]] = field(default_factory=list)
 
     def granted(
         self, owner: str, hold: Hold, granted_at: float, kind: str = LOCK, name: str = ""
@@ -315,9 +449,12 @@ class History:
         with self._lock:
             self.operations[outcome] += 1
 
-    def fault(self, kind: str, detail: str = "") -> None:
+    def fault(self, kind: str, detail: str = "", lasts: float = 0.0) -> None:
+        """Note a fault injected now, under way for ``lasts`` seconds (inf: not known)."""
+        now = clock.monotonic()
         with self._lock:
             self.faults[kind] += 1
+            self.fault_windows.append((now, now + lasts))
             self.steps.append(f"{clock.monotonic():.3f} fault: {kind} {detail}".rstrip())
 
     def violated(self, invariant: str, detail: str) -> None:
@@ -327,6 +464,59 @@ class History:
     def step(self, text: str) -> None:
         with self._lock:
             self.steps.append(f"{clock.monotonic():.3f} {text}")
+
+    def scope_began(self, owner: str, kind: str, at: float | None = None) -> Scope:
+        """``owner`` announces a new scope of ``kind``, from now (or ``at``) on."""
+        with self._lock:
+            number = sum(1 for scope in self.scopes if scope.owner == owner)
+            scope = Scope(owner, kind, number, clock.monotonic() if at is None else at)
+            self.scopes.append(scope)
+            self.steps.append(f"{scope.began:.3f} {scope.label} began")
+        return scope
+
+    def scope_ended(self, scope: Scope, at: float | None = None) -> None:
+        """``scope`` ends now (or ``at``): its holds taken without a lease may be given back."""
+        at = clock.monotonic() if at is None else at
+        with self._lock:
+            scope.ended = at
+            self.steps.append(f"{at:.3f} {scope.label} ended")
+
+    def claimed(self, claim: Claim) -> None:
+        with self._lock:
+            self.claims.append(claim)
+
+    def leaked(self, hold: Hold, reason: str) -> None:
+        """The library reported ``hold`` leaked (its ``on_leaked`` subscribers are told)."""
+        at = clock.monotonic()
+        with self._lock:
+            self.leak_reports.append(LeakReport(at, hold, reason))
+            self.steps.append(f"{at:.3f} library: {hold.name!r} leaked: {reason}")
+
+    def release_refused(self, claim: Claim, error: str, started: float, answered: float) -> None:
+        with self._lock:
+            self.refused_releases.append(RefusedRelease(claim, error, started, answered))
+
+    def paused(self, since: float, until: float) -> None:
+        """No thread of the process ran from ``since`` to ``until`` (a loaded machine, a GC).
+
+        A pause excuses what comes near it as an injected fault does: renewals
+        were late, a hold may have expired.
+        """
+        with self._lock:
+            self.operations["process paused (scheduling lag)"] += 1
+            self.fault_windows.append((since, until))
+            self.steps.append(f"{until:.3f} process paused {1000 * (until - since):.0f} ms")
+
+    def fault_near(self, since: float, until: float, margin: float) -> bool:
+        """Whether an injected fault (or a pause) was under way between ``since`` and ``until``.
+
+        A fault's effects outlast it by up to ``margin`` (a grant whose reply
+        was lost lives its lease; a hold unrenewed under a partition is
+        declared lost a watchdog timeout later).
+        """
+        with self._lock:
+            windows = list(self.fault_windows)
+        return any(start < until and end + margin > since for start, end in windows)
 
     def raise_first(self) -> None:
         """Raise the first violation recorded (its own ModelViolation subclass), if any."""
@@ -478,6 +668,97 @@ class History:
                         + "; ".join(f"[{held.describe()}]" for held, _ in holding.values()),
                     )
         return found
+
+    def check_ownership(self, margin: float) -> list[Violation]:
+        """Holds ended while their scope claimed them (new ones only; see the module docstring).
+
+        ``margin`` is how long a fault's effects may outlast it.
+        """
+        now = clock.monotonic()
+        with self._lock:
+            claims = list(self.claims)
+            reports = list(self.leak_reports)
+            refusals = list(self.refused_releases)
+        found = []
+        for claim in claims:
+            if (
+                claim.in_process
+                and claim.hold is None
+                and not self.fault_near(claim.sent_at, claim.granted_at, margin)
+            ):
+                found += self._report_once(
+                    (OWNERSHIP, "orphan", id(claim)),
+                    OWNERSHIP,
+                    f"acquire returned True but the library recorded no hold of the caller: "
+                    f"[{claim.describe()}] (the grant went to another owner id)",
+                )
+        found += self._check_rivals(claims, now, margin)
+        for report in reports:
+            for claim in claims:
+                if claim.hold is not report.hold:
+                    continue
+                if claim.sent_at <= report.at < claim.end_by(now) and not self.fault_near(
+                    claim.sent_at, report.at, margin
+                ):
+                    found += self._report_once(
+                        (OWNERSHIP, "leak", id(report), id(claim)),
+                        OWNERSHIP,
+                        f"the library reported leaked at {report.at:.3f} ({report.reason}) "
+                        f"a hold its owner still claimed: [{claim.describe()}]",
+                    )
+        for refusal in refusals:
+            claim = refusal.claim
+            if claim.released_at is not None and claim.released_at < refusal.started:
+                continue  # given back before this call: a release too many
+            open_until = claim.natural_end()
+            if refusal.answered < open_until and not self.fault_near(
+                claim.sent_at, refusal.answered, margin
+            ):
+                found += self._report_once(
+                    (OWNERSHIP, "refused", id(refusal)),
+                    OWNERSHIP,
+                    f"{claim.scope.owner}'s release raised {refusal.error} "
+                    f"(started {refusal.started:.3f}) while it claimed the hold: "
+                    f"[{claim.describe()}]",
+                )
+        return found
+
+    def _check_rivals(self, claims: list[Claim], now: float, margin: float) -> list[Violation]:
+        """A claim granted while another scope's exclusive claim on its name was open."""
+        by_name: dict[str, list[Claim]] = {}
+        for claim in claims:
+            if claim.kind != PERMIT:
+                by_name.setdefault(claim.name, []).append(claim)
+        found = []
+        for same_name in by_name.values():
+            same_name.sort(key=lambda claim: claim.granted_at)
+            for index, first in enumerate(same_name):
+                first_end = first.end_by(now)
+                for second in same_name[index + 1 :]:
+                    if second.granted_at >= first_end:
+                        continue
+                    if second.scope is first.scope or first.kind == second.kind == READ:
+                        continue
+                    since = min(first.sent_at, second.sent_at)
+                    if self.fault_near(since, second.granted_at, margin):
+                        continue
+                    found += self._report_once(
+                        (OWNERSHIP, "rival", id(first), id(second)),
+                        OWNERSHIP,
+                        f"{second.scope.label} was granted {first.name!r} at "
+                        f"{second.granted_at:.3f} while [{first.describe()}] was open"
+                        + self._leaks_of(first),
+                    )
+        return found
+
+    def _leaks_of(self, claim: Claim) -> str:
+        """The library's leak reports of ``claim``'s hold, for a violation's report."""
+        with self._lock:
+            reports = [report for report in self.leak_reports if report.hold is claim.hold]
+        return "".join(
+            f"; the library reported it leaked at {report.at:.3f}: {report.reason}"
+            for report in reports
+        )
 
     def _report(
         self, first: Belief, second: Belief, invariant: str, detail: str

@@ -11,6 +11,12 @@ Names of every kind the config lists are drawn alike; for a read-write lock
 an operation also draws its side (``read`` or ``write``), so owners read,
 write, read while writing and ask to write while reading.
 
+When the config lets owners end their scopes (threads that end, units of
+work, asyncio ``wait_for``/``shield``/``gather``, a child process whose main
+thread returns, garbage-collector passes), the machine is a subclass with a
+rule for each, and acquires draw how they ask; without, it draws exactly as
+before.
+
 Each example ends by releasing everything and checking that nothing grew
 (keys, channels, connections, threads), see :meth:`World.close`.
 """
@@ -36,7 +42,16 @@ from hypothesis.stateful import (
 )
 
 from tests.model.history import History, ModelViolation
-from tests.model.world import DATA_LOSS, Acquire, Config, Release, World
+from tests.model.world import (
+    DATA_LOSS,
+    WAYS,
+    Acquire,
+    Config,
+    EndThread,
+    NextUnit,
+    Release,
+    World,
+)
 
 __all__ = ["ViolationFound", "machine_for", "run_model"]
 
@@ -91,6 +106,24 @@ def machine_for(
     clients = st.integers(0, config.clients - 1)
     # Up to about twice the watchdog timeout: long enough to outlast renewals.
     spans = st.sampled_from([0.2, 0.5, 1.0, 1.6])
+    owning = bool(
+        config.thread_ends
+        or config.unit_workers
+        or config.gc_passes
+        or config.processes
+        or set(config.ways) - {"acquire"}
+    )
+    ways = (*config.ways, *(("cycle",) if config.gc_passes else ()))
+    # Drawn only when there is a choice, so runs without draw exactly as before.
+    hows = st.sampled_from(ways) if len(ways) > 1 else st.just(ways[0])
+    tasks = range(
+        config.sync_clients * config.owners_per_client,
+        config.sync_clients * config.owners_per_client + config.async_owners,
+    )
+
+    def how_for(owner: int, how: str) -> str:
+        """A thread asks with acquire() (or through a cycle): the asyncio ways are a task's."""
+        return how if owner in tasks or how not in WAYS else "acquire"
 
     def allowed(fault: str) -> Callable[[object], bool]:
         return lambda _machine: fault in config.faults
@@ -124,12 +157,20 @@ def machine_for(
             lease=leases,
             wait=st.sampled_from(WAITS),
             side=sides,
+            how=hows,
         )
         def acquire(
-            self, owner: int, name: str, lease: float | None, wait: float | None, side: str
+            self,
+            *,
+            owner: int,
+            name: str,
+            lease: float | None,
+            wait: float | None,
+            side: str,
+            how: str,
         ) -> tuple[int, str, str]:
             side = self.side(name, side)
-            self.world.submit(owner, Acquire(name, lease, wait, side))
+            self.world.submit(owner, Acquire(name, lease, wait, side, how_for(owner, how)))
             return owner, name, side
 
         @rule(
@@ -139,18 +180,21 @@ def machine_for(
             lease=leases,
             wait=st.sampled_from(WAITS),
             side=sides,
+            how=hows,
         )
         def contend(
             self,
+            *,
             contenders: list[int],
             name: str,
             lease: float | None,
             wait: float | None,
             side: str,
+            how: str,
         ) -> MultipleResults[tuple[int, str, str]]:
             side = self.side(name, side)
             for owner in contenders:
-                self.world.submit(owner, Acquire(name, lease, wait, side))
+                self.world.submit(owner, Acquire(name, lease, wait, side, how_for(owner, how)))
             return multiple(*((owner, name, side) for owner in contenders))
 
         @rule(grant=consumes(grants))
@@ -239,4 +283,43 @@ def machine_for(
                     finished(self.world.history)
 
     LockModel.__name__ = LockModel.__qualname__ = "LockModel"
-    return LockModel
+    if not owning:
+        return LockModel
+    thread_owners = st.sampled_from(config.thread_owners or (0,))
+    unit_owners = st.sampled_from(config.unit_owners or (0,))
+
+    class OwnerModel(LockModel):
+        """The lock model with owners that end their scopes (see the module docstring)."""
+
+        @precondition(lambda _machine: config.thread_ends and bool(config.thread_owners))
+        @rule(owner=thread_owners)
+        def a_thread_ends(self, owner: int) -> None:
+            self.world.submit(owner, EndThread())
+
+        @precondition(lambda _machine: bool(config.unit_workers))
+        @rule(owner=unit_owners)
+        def a_unit_of_work_ends(self, owner: int) -> None:
+            self.world.submit(owner, NextUnit())
+
+        @precondition(lambda _machine: config.gc_passes)
+        @rule(generation=st.sampled_from([0, 1, 2]))
+        def garbage_collector_runs(self, generation: int) -> None:
+            self.world.gc_pass(generation)
+
+        @precondition(lambda _machine: config.processes and bool(config.names))
+        @rule(
+            target=LockModel.grants,
+            name=st.sampled_from(config.names or ("",)),
+            rival=owners,
+            works_for=st.sampled_from([0.5, 1.5]),
+        )
+        def a_main_thread_returns(
+            self, name: str, rival: int, works_for: float
+        ) -> tuple[int, str, str]:
+            # A rival asks while the child's worker thread works on.
+            self.world.main_thread_returns(name, works_for)
+            self.world.submit(rival, Acquire(name, None, 1.0))
+            return rival, name, ""
+
+    OwnerModel.__name__ = OwnerModel.__qualname__ = "OwnerModel"
+    return OwnerModel

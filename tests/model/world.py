@@ -15,6 +15,19 @@ sync threads (each its own owner, several per client) and asyncio tasks on one
 :class:`AsyncLockClient`; each runs the operations it is given in order, on
 its own, so operations of different owners overlap in time as in production.
 
+Owners announce the scopes they work in (:class:`~tests.model.history.Scope`):
+a thread's life (``Config.thread_ends``: a thread may end holding, and a new
+thread takes its place), an asyncio task's life (its acquires may go through
+``asyncio.wait_for``, ``shield`` or ``gather``: ``Config.ways``), a unit of
+work on a long-lived thread (``Config.unit_workers``: ``work_started`` and
+``work_ended("request")``, as Django's request signals and Celery's task-run
+signals call them), a child process whose main thread takes a lock, starts a
+non-daemon thread and returns (``Config.processes``). With
+``Config.gc_passes``, ``gc.collect()`` runs on a thread of its own at random
+and owners acquire through lock objects left in reference cycles. What each
+scope claims is checked against what the library did
+(:meth:`~tests.model.history.History.check_ownership`).
+
 Names may also be semaphores (``Config.semaphores``: owners take and give
 back permits) and read-write locks (``Config.rw_names``: owners take the
 ``read`` or the ``write`` side), each judged by its own invariants
@@ -29,7 +42,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
+import math
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +58,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, RLock
+from django_rlock.core._process import leaks
 from django_rlock.core._process.identity import task_owner, thread_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.fairlock import FairKeys, fair_keys
@@ -58,11 +76,17 @@ from tests.model.history import (
     LEAK,
     LOCK,
     PERMIT,
+    PROCESS_SCOPE,
     READ,
     RELEASE_OUTCOME,
+    TASK_SCOPE,
+    THREAD_SCOPE,
+    UNIT_SCOPE,
     UPGRADE,
     WRITE,
+    Claim,
     History,
+    Scope,
 )
 from tests.servers import RedisServer
 
@@ -70,8 +94,11 @@ __all__ = [
     "BUG_FAULTS",
     "DATA_LOSS",
     "FAULTS",
+    "WAYS",
     "Acquire",
     "Config",
+    "EndThread",
+    "NextUnit",
     "Release",
     "World",
 ]
@@ -84,6 +111,9 @@ T = TypeVar("T")
 #: socket timeouts, so reaching it means a call hangs.
 BUSY_LIMIT = 30.0
 
+#: How often the pause watch (World._watch_pauses) wakes, in seconds.
+PAUSE_TICK = 0.02
+
 #: Releases the end of a run retries, besides one per hold (see Owner.release_tries).
 RELEASE_RETRIES = 10
 
@@ -95,6 +125,10 @@ FAULTS = frozenset(
 DATA_LOSS = frozenset({"flushall", "restart"})
 #: Everything the world can inject; ``close`` closes a client with live holds.
 BUG_FAULTS = DATA_LOSS | {"close"}
+
+#: How an asyncio owner can ask for a lock: ``await lock.acquire()``, or that call
+#: under ``asyncio.wait_for``, ``asyncio.shield`` or ``asyncio.gather``.
+WAYS = ("acquire", "wait_for", "shield", "gather")
 
 
 @dataclass(frozen=True)
@@ -126,8 +160,27 @@ class Config:
     permits: int = 2
     #: Names that are read-write locks: owners take their ``read`` or ``write`` side.
     rw_names: tuple[str, ...] = ()
+    #: How the asyncio owners acquire (some of :data:`WAYS`).
+    ways: tuple[str, ...] = ("acquire",)
+    #: Thread owners may end holding what they hold; a new thread takes each one's place.
+    thread_ends: bool = False
+    #: Long-lived threads serving units of work one after another (after the other owners).
+    unit_workers: int = 0
+    #: A unit of work may take lease holds (they outlive the unit, and the thread's next
+    #: unit must not re-enter them); off, its acquires ask for the watchdog.
+    unit_leases: bool = True
+    #: ``gc.collect()`` on a thread of its own at random; acquires through lock objects
+    #: left in reference cycles.
+    gc_passes: bool = False
+    #: A child process's main thread takes a lock, starts a non-daemon thread, returns.
+    processes: bool = False
 
     def __post_init__(self) -> None:
+        unknown = set(self.ways) - set(WAYS)
+        if unknown:
+            raise ValueError(f"ways {sorted(unknown)}: not among {WAYS}")
+        if self.unit_workers and not self.sync_clients:
+            raise ValueError("unit workers are threads: they need a sync client")
         if len(set(self.all_names)) != len(self.all_names):
             raise ValueError(
                 f"a name has one kind: names {self.names}, semaphores {self.semaphores} and "
@@ -153,7 +206,23 @@ class Config:
 
     @property
     def owners(self) -> int:
-        return self.sync_clients * self.owners_per_client + self.async_owners
+        return self.sync_clients * self.owners_per_client + self.async_owners + self.unit_workers
+
+    @property
+    def thread_owners(self) -> tuple[int, ...]:
+        """The indexes of the owners that are threads of their own (not unit workers)."""
+        return tuple(range(self.sync_clients * self.owners_per_client))
+
+    @property
+    def unit_owners(self) -> tuple[int, ...]:
+        """The indexes of the unit workers."""
+        first = self.sync_clients * self.owners_per_client + self.async_owners
+        return tuple(range(first, first + self.unit_workers))
+
+    @property
+    def margin(self) -> float:
+        """How long a fault's effects may outlast it (see History.fault_near)."""
+        return self.longest_hold + 2 * self.socket_timeout + 1.0
 
     @property
     def clients(self) -> int:
@@ -177,6 +246,19 @@ class Acquire:
     lease: float | None
     wait: float | None
     side: str = ""
+    #: How: "acquire", one of :data:`WAYS` (asyncio owners), or "cycle": through a
+    #: lock object of its own, left in a reference cycle for the garbage collector.
+    how: str = "acquire"
+
+
+@dataclass(frozen=True)
+class EndThread:
+    """The owner's thread ends, holding what it holds; a new thread takes its place."""
+
+
+@dataclass(frozen=True)
+class NextUnit:
+    """The unit worker's unit of work ends (``work_ended``) and its next one starts."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +282,7 @@ class ReleaseAll:
     """Release every hold the owner has, until its library records none (end of a run)."""
 
 
-Operation = Acquire | Release | ReportLost | ReleaseAll
+Operation = Acquire | Release | ReportLost | ReleaseAll | EndThread | NextUnit
 
 
 class Owner:
@@ -221,6 +303,11 @@ class Owner:
         self.owner_id = ""
         #: How the owner's last release ended (None: it went through).
         self.last_release_error: BaseException | None = None
+        #: Whether the owner works in units of work (ThreadOwner's unit workers).
+        self.units = False
+        #: The scope the owner works in now, and what it claims there by (name, side).
+        self.scope: Scope | None = None
+        self.claims: dict[tuple[str, str], Claim] = {}
 
     # -- implemented by the thread and the task owners -----------------------------
 
@@ -284,6 +371,8 @@ class Owner:
     def acquire_lease(self, op: Acquire) -> float | bool | None:
         """The lease to ask for, or False to skip the operation (known-bug discipline)."""
         config = self.world.config
+        if self.units and not config.unit_leases and op.lease is not None:
+            op = Acquire(op.name, None, op.wait, op.side, op.how)  # a known bug's path
         top = self.top(op.name, op.side)
         held = top is not None and not top.lost
         until = self.tainted.get(op.name)
@@ -302,7 +391,11 @@ class Owner:
         if not granted:
             return
         hold = self.top(name, side)
-        assert hold is not None, "acquire returned True but the library records no hold"
+        if hold is None:
+            # The grant went to another owner id (a task wait_for or shield ran it in):
+            # the claim says so (History.check_ownership), there is no belief to keep.
+            self.history.operation("acquire granted to another owner id")
+            return
         kind = self.kind(name, side)
         if hold is not before:
             # Under the model's name: a broken world's lock may be another name's.
@@ -316,6 +409,89 @@ class Owner:
         # Unanswered (a timeout, a reset twice, however the library words it): the
         # server may have granted it. Stay off until that grant has expired.
         self.tainted[name] = clock.monotonic() + self.world.config.longest_hold + 0.5
+
+    # -- scopes and claims (History.check_ownership) ------------------------------------
+
+    def begin_scope(self, kind: str) -> None:
+        self.scope = self.history.scope_began(self.label, kind)
+        self.claims = {}
+
+    def end_scope(self) -> None:
+        """The owner's scope ends now: its watchdog claims end with it, its lease claims run on."""
+        scope = self.scope
+        assert scope is not None
+        now = clock.monotonic()
+        for claim in self.claims.values():
+            belief = None if claim.hold is None else self.history.belief_of(claim.hold)
+            if claim.first_lease is None and belief is not None and belief.released_at is None:
+                belief.released_at = now  # from here on the library may give it back
+        self.history.scope_ended(scope)
+        self.claims = {}
+
+    def claim_granted(self, op: Acquire, lease: float | None, sent_at: float, at: float) -> None:
+        """Count a grant in the owner's scope: a new claim, or one more of its claim."""
+        key = (op.name, op.side)
+        claim = self.claims.get(key)
+        hold = self.top(op.name, op.side)
+        if claim is not None and (
+            claim.hold is not hold if claim.hold is not None else claim.natural_end() <= sent_at
+        ):
+            claim = None  # the library counts a new hold (its lease ended): a new grant
+        lease_end = None if lease is None else sent_at + lease
+        if claim is None:
+            assert self.scope is not None
+            claim = self.claims[key] = Claim(
+                scope=self.scope,
+                name=op.name,
+                kind=self.kind(op.name, op.side),
+                how=op.how,
+                sent_at=sent_at,
+                granted_at=at,
+                first_lease=lease,
+                lease_end=lease_end,
+                hold=hold,
+            )
+            self.history.claimed(claim)
+            return
+        claim.count += 1
+        if lease_end is not None:
+            # A re-entry never shortens the key's life (it lengthens it to its ttl), and
+            # the hold lived until this re-entry: it lives at least until the latest end.
+            claim.lease_end = max(lease_end, claim.lease_end or lease_end)
+
+    def claim_releasing(self, name: str, side: str) -> tuple[Claim | None, float]:
+        """As a release starts: the claim it gives back one count of (None: none claimed)."""
+        started = clock.monotonic()
+        claim = self.claims.get((name, side))
+        if claim is None:
+            return None, started
+        claim.count -= 1
+        if claim.count <= 0:
+            claim.released_at = started
+            del self.claims[name, side]
+        return claim, started
+
+    def claim_released(
+        self, before: tuple[Claim | None, float], error: BaseException | None
+    ) -> None:
+        claim, started = before
+        if claim is not None and isinstance(error, LockNotOwnedError):
+            self.history.release_refused(claim, type(error).__name__, started, clock.monotonic())
+
+    def cycled_lock(self, name: str, side: str) -> Any:
+        """A lock object of its own for ``name``, left in a reference cycle once used.
+
+        Only the garbage collector frees it (``gc.collect()`` on whichever
+        thread runs it): a library that released on a finalizer would release
+        here, its owner still holding.
+        """
+        links = self.world.links[self.client_index]
+        client = links.sync if links.sync is not None else links.aio
+        assert client is not None
+        lock = self.world.make_lock(client, name, side)
+        knot: dict[str, Any] = {"lock": lock}
+        knot["itself"] = knot
+        return lock
 
     def release_tries(self, name: str, side: str) -> int:
         """How many releases the end of a run makes at most on ``name``'s ``side``.
@@ -444,15 +620,24 @@ EXPECTED = (redis.RedisError, LockNotOwnedError, ConnectionError, TimeoutError)
 
 
 class ThreadOwner(Owner):
-    """An owner that is a thread of its own, with one RLock per name on its client."""
+    """An owner that is a thread of its own, with one RLock per name on its client.
 
-    def __init__(self, label: str, world: World, client_index: int) -> None:
+    A unit worker (``units``) works in units of work, announced to the library
+    as a request's are; another thread owner's scope is its thread's life.
+    """
+
+    def __init__(self, label: str, world: World, client_index: int, *, units: bool = False) -> None:
         super().__init__(label, world, client_index)
+        self.units = units
         self.ops: queue.Queue[tuple[Operation, concurrent.futures.Future[None]] | None] = (
             queue.Queue()
         )
-        self.thread = threading.Thread(target=self._run, name=f"model-{label}", daemon=True)
-        self.thread.start()
+        self.thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name=f"model-{self.label}", daemon=True)
+        thread.start()
+        return thread
 
     def lock(self, name: str, side: str = "") -> RLock:
         return self.world.sync_lock(self.client_index, name, side)
@@ -470,11 +655,25 @@ class ThreadOwner(Owner):
 
     def _run(self) -> None:
         self.owner_id = thread_owner()
+        if self.units:
+            leaks.work_started()
+        self.begin_scope(UNIT_SCOPE if self.units else THREAD_SCOPE)
         while True:
             item = self.ops.get()
             if item is None:
+                self.end_scope()
+                if self.units:
+                    leaks.work_ended("request")
                 return
             op, done = item
+            if isinstance(op, EndThread):
+                # The scope ends as the thread does: what it holds may be given back
+                # from here (its watchdog holds), and the next thread is a new owner.
+                self.end_scope()
+                self.history.operation("thread ended")
+                self.thread = self._start_thread()
+                done.set_result(None)
+                return
             try:
                 self._do(op)
             except BaseException as error:  # noqa: BLE001 -- handed to whoever waits on it
@@ -483,6 +682,9 @@ class ThreadOwner(Owner):
                 done.set_result(None)
 
     def _do(self, op: Operation) -> None:
+        # The library may give the thread a new owner id (after a unit of work that
+        # kept a hold): the model reads the library's books under the current one.
+        self.owner_id = thread_owner()
         if isinstance(op, Acquire):
             lease = self.acquire_lease(op)
             if lease is False:
@@ -491,8 +693,10 @@ class ThreadOwner(Owner):
             assert lease is not True
             before = self.top(op.name, op.side)
             read = self.reading(op)
+            lock = self.cycled_lock(op.name, op.side) if op.how == "cycle" else None
+            sent_at = clock.monotonic()
             try:
-                granted = self.lock(op.name, op.side).acquire(
+                granted = (lock if lock is not None else self.lock(op.name, op.side)).acquire(
                     blocking=op.wait is not None, timeout=op.wait, lease=lease
                 )
             except LockUpgradeError:
@@ -501,17 +705,29 @@ class ThreadOwner(Owner):
             except EXPECTED as failure:
                 self.acquire_failed(op.name, op.side, failure)
                 return
+            finally:
+                del lock  # only the reference cycle keeps it now
             at = clock.monotonic()
+            if granted:
+                self.claim_granted(op, lease, sent_at, at)
             self.acquired(op.name, op.side, before, granted, at)
             self.check_upgrade(op, before, read, granted, at)
+        elif isinstance(op, NextUnit):
+            self.end_scope()
+            leaks.work_ended("request")
+            leaks.work_started()
+            self.begin_scope(UNIT_SCOPE)
+            self.history.operation("unit of work ended")
         elif isinstance(op, Release):
             before_release = self.releasing(op.name, op.side)
+            before_claim = self.claim_releasing(op.name, op.side)
             error: BaseException | None = None
             try:
                 self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
             self.last_release_error = error
+            self.claim_released(before_claim, error)
             self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
             for name, side in op.believed:
@@ -558,6 +774,7 @@ class TaskOwner(Owner):
 
     async def _run(self) -> None:
         self.owner_id = task_owner()
+        self.begin_scope(TASK_SCOPE)
         while True:
             item = await self.ops.get()
             if item is None:
@@ -579,10 +796,9 @@ class TaskOwner(Owner):
             assert lease is not True
             before = self.top(op.name, op.side)
             read = self.reading(op)
+            sent_at = clock.monotonic()
             try:
-                granted = await self.lock(op.name, op.side).acquire(
-                    blocking=op.wait is not None, timeout=op.wait, lease=lease
-                )
+                granted = await self._acquire(op, lease)
             except LockUpgradeError:
                 self.upgrade_refused(op, read)
                 return
@@ -590,22 +806,42 @@ class TaskOwner(Owner):
                 self.acquire_failed(op.name, op.side, failure)
                 return
             at = clock.monotonic()
+            if granted:
+                self.claim_granted(op, lease, sent_at, at)
             self.acquired(op.name, op.side, before, granted, at)
             self.check_upgrade(op, before, read, granted, at)
         elif isinstance(op, Release):
             before_release = self.releasing(op.name, op.side)
+            before_claim = self.claim_releasing(op.name, op.side)
             error: BaseException | None = None
             try:
                 await self.lock(op.name, op.side).release()
             except EXPECTED as caught:
                 error = caught
             self.last_release_error = error
+            self.claim_released(before_claim, error)
             self.released(op.name, op.side, before_release, error)
         elif isinstance(op, ReportLost):
             for name, side in op.believed:
                 self.report_lost(name, side, self.lock(name, side).lost)
         else:
             await self._release_all()
+
+    async def _acquire(self, op: Acquire, lease: float | None) -> bool:
+        """Ask as ``op.how`` says: the task awaits the grant, however it is wrapped."""
+        lock = self.cycled_lock(op.name, op.side) if op.how == "cycle" else None
+        call = (lock if lock is not None else self.lock(op.name, op.side)).acquire(
+            blocking=op.wait is not None, timeout=op.wait, lease=lease
+        )
+        del lock  # only the reference cycle (and the call) keeps it now
+        if op.how == "wait_for":
+            return bool(await asyncio.wait_for(call, BUSY_LIMIT))
+        if op.how == "shield":
+            return bool(await asyncio.shield(call))
+        if op.how == "gather":
+            granted, _ = await asyncio.gather(call, asyncio.sleep(0))
+            return bool(granted)
+        return bool(await call)
 
     async def _release_all(self) -> None:
         config = self.world.config
@@ -661,6 +897,19 @@ class World:
                 self.owners.append(ThreadOwner(label, self, index))
         for number in range(config.async_owners):
             self.owners.append(TaskOwner(f"task-{number}", self, config.sync_clients))
+        for number in range(config.unit_workers):
+            index = number % config.sync_clients
+            self.owners.append(ThreadOwner(f"worker-{number}", self, index, units=True))
+        #: Child processes (Config.processes) and the threads reading what they say.
+        self.children: list[tuple[subprocess.Popen[str], threading.Thread]] = []
+        self.children_started = 0
+        #: What each child wrote on its stderr, once it exited (read by its reader thread).
+        self.child_errors: dict[int, str] = {}
+        #: When the last full garbage collection ended (see gc_pass).
+        self.last_full_gc = 0.0
+        self._pauses_stop = threading.Event()
+        self._pauses = threading.Thread(target=self._watch_pauses, name="model-pauses", daemon=True)
+        self._pauses.start()
         self.closed = False
 
     def __enter__(self) -> World:
@@ -726,6 +975,7 @@ class World:
             return hold
 
         registry.grant = granted  # type: ignore[method-assign]
+        registry.on_leaked(history.leaked)
         return client
 
     def make_lock(self, client: LockClient | AsyncLockClient, name: str, side: str) -> Any:
@@ -781,7 +1031,7 @@ class World:
 
     def partition(self, index: int, seconds: float) -> None:
         """Cut client ``index`` off for ``seconds`` (its calls and renewals time out)."""
-        self.history.fault("partition", f"client {index} for {seconds}s")
+        self.history.fault("partition", f"client {index} for {seconds}s", lasts=seconds)
         proxy = self.links[index].proxy
         proxy.blackhole()
         try:
@@ -791,7 +1041,7 @@ class World:
 
     def stall(self, seconds: float, how: str) -> None:
         """Stop the server answering for ``seconds``: CLIENT PAUSE, or DEBUG SLEEP."""
-        self.history.fault(f"stall ({how})", f"{seconds}s")
+        self.history.fault(f"stall ({how})", f"{seconds}s", lasts=seconds)
         if how == "pause":
             self.admin.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "ALL")  # type: ignore[no-untyped-call]
             time.sleep(seconds)
@@ -800,7 +1050,8 @@ class World:
 
     def lose_reply(self, index: int, how: str) -> None:
         """Arm client ``index``'s link: its next script call runs, its reply is lost."""
-        self.history.fault(f"lost reply ({how})", f"client {index}")
+        # Armed now, it hits whichever call comes next: its moment is not known.
+        self.history.fault(f"lost reply ({how})", f"client {index}", lasts=math.inf)
         proxy = self.links[index].proxy
         if how == "drop":
             proxy.drop_reply_after(b"EVALSHA")  # connection reset: the engine resends
@@ -832,7 +1083,7 @@ class World:
 
     def restart(self, down_for: float) -> None:
         """SHUTDOWN NOSAVE, ``down_for`` seconds down, start again on the same port."""
-        self.history.fault("restart", f"down {down_for}s")
+        self.history.fault("restart", f"down {down_for}s", lasts=down_for + 1.0)
         process = self.server.process
         assert process is not None
         with self.history.revoking("restart", None):
@@ -849,7 +1100,8 @@ class World:
 
     def close_client(self, index: int) -> None:
         """Close client ``index`` with its owners' holds live, check they are told, reconnect."""
-        self.history.fault("client closed with live holds", f"client {index}")
+        # Reconnecting takes a moment; the margin covers the rest.
+        self.history.fault("client closed with live holds", f"client {index}", lasts=1.0)
         self.settle()
         now = clock.monotonic()
         believed: dict[int, tuple[tuple[str, str], ...]] = {}
@@ -885,12 +1137,142 @@ class World:
                 self.owners[number].submit(ReportLost(names)).result(BUSY_LIMIT)
         self._connect(index)
 
+    # -- the garbage collector and other processes -------------------------------------
+
+    def _watch_pauses(self) -> None:
+        """Note each time this process could not run for a third of a watchdog timeout.
+
+        On a loaded machine (or in a long garbage collection) every thread of
+        the process may wait that long for a core: the watchdog's renewals are
+        late and a hold may expire, as under a stalled server. Such a pause is
+        not injected, but it excuses what comes near it as a fault does
+        (History.paused); the run's figures count them.
+        """
+        longest = self.config.watchdog_timeout / 3
+        last = time.monotonic()
+        while not self._pauses_stop.wait(PAUSE_TICK):
+            now = time.monotonic()
+            if now - last - PAUSE_TICK > longest:
+                self.history.paused(last + PAUSE_TICK, now)
+            last = now
+
+    def gc_pass(self, generation: int) -> None:
+        """A ``gc.collect(generation)`` on a thread of its own (not a fault: nothing may change).
+
+        A full collection of this process stops every thread for a while
+        (about 0.1 s here): passes back to back would starve the watchdog as
+        a stalled server does, so a full one comes at most once per watchdog
+        timeout, as a real process's would.
+        """
+        if generation == 2:
+            wait = self.last_full_gc + self.config.watchdog_timeout - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        started = time.monotonic()
+        thread = threading.Thread(
+            target=gc.collect, args=(generation,), name="model-gc", daemon=True
+        )
+        thread.start()
+        thread.join(BUSY_LIMIT)
+        took = time.monotonic() - started
+        if generation == 2:
+            self.last_full_gc = time.monotonic()
+        self.history.step(f"gc.collect({generation}) on a thread of its own, {1000 * took:.0f} ms")
+        self.history.operation("gc pass")
+
+    def main_thread_returns(self, name: str, works_for: float) -> bool:
+        """A child process takes ``name``; its main thread starts a worker thread and returns.
+
+        The child's scope is open until its worker thread (non-daemon: the
+        process lives on) says it is done; the child exits only once this
+        side has recorded that, so the end recorded is never late. Returns
+        whether the child was granted the lock (it waits 0.5 s at most).
+        """
+        number = len(self.children)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _CHILD,
+                self.server.url,
+                PREFIX,
+                name,
+                str(self.config.watchdog_timeout),
+                str(works_for),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        first = child.stdout.readline().split()  # bounded: the child's acquire waits 0.5 s
+        granted = bool(first) and first[0] == "granted"
+        self.history.operation(f"process main thread {first[0] if first else 'failed'}")
+        scope: Scope | None = None
+        if granted:
+            began, sent_at, granted_at = map(float, first[1:4])
+            scope = self.history.scope_began(f"process-{number}", PROCESS_SCOPE, at=began)
+            self.history.claimed(
+                Claim(
+                    scope=scope,
+                    name=name,
+                    kind=LOCK,
+                    how="main thread, then returned",
+                    sent_at=sent_at,
+                    granted_at=granted_at,
+                    first_lease=None,
+                    lease_end=None,
+                    in_process=False,
+                )
+            )
+        self.children_started += 1
+        reader = threading.Thread(
+            target=self._follow_child, args=(child, scope), name="model-child", daemon=True
+        )
+        reader.start()
+        self.children.append((child, reader))
+        return granted
+
+    def _follow_child(self, child: subprocess.Popen[str], scope: Scope | None) -> None:
+        """Record the child's scope end as its worker thread says it, then let it exit."""
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stderr is not None
+        for line in child.stdout:
+            words = line.split()
+            if words and words[0] == "ended":
+                if scope is not None:
+                    self.history.scope_ended(scope, at=float(words[1]))
+                with contextlib.suppress(OSError):
+                    child.stdin.write("recorded\n")
+                    child.stdin.flush()
+        # Its stdout closed: it has exited, or is about to (a few lines at most on stderr).
+        self.child_errors[child.pid] = child.stderr.read()
+
+    def _wait_for_children(self) -> None:
+        """Every child exited (bounded): its holds ended with it."""
+        for child, reader in self.children:
+            try:
+                child.wait(BUSY_LIMIT)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(10)
+                self.history.violated(LEAK, f"a child process still ran after {BUSY_LIMIT} s")
+            reader.join(10)
+            if child.returncode:
+                errors = self.child_errors.get(child.pid, "")
+                self.history.violated(
+                    LEAK, f"a child process failed ({child.returncode}): {errors[-2000:]}"
+                )
+        self.children = []
+
     # -- checks ------------------------------------------------------------------------
 
     def check(self) -> None:
         """Raise the first violation found so far (see :mod:`tests.model.history`)."""
         self.history.check_overlaps()
         self.history.check_tokens()
+        self.history.check_ownership(self.config.margin)
         if self.config.semaphores:
             self.history.check_permits(self.config.permits)
         self.history.raise_first()
@@ -907,6 +1289,7 @@ class World:
                 self.settle()
                 releases = [(owner, owner.submit(ReleaseAll())) for owner in self.owners]
                 self.settle()
+                self._wait_for_children()
             except AssertionError:
                 if check:
                     raise
@@ -927,6 +1310,10 @@ class World:
                 self._check_nothing_left_on_the_server()
         finally:
             self._stop_owners_and_clients()
+            for child, reader in self.children:
+                child.kill()
+                child.wait(10)
+                reader.join(10)
             self._stop_the_rest()
         if check:
             self._check_no_thread_left()
@@ -947,6 +1334,8 @@ class World:
         self.operator.close()
 
     def _stop_the_rest(self) -> None:
+        self._pauses_stop.set()
+        self._pauses.join(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.loop_thread.join(10)
         if not self.loop.is_running():
@@ -975,6 +1364,8 @@ class World:
         indexes: dict[str, int] = {}
         # A fencing counter per name and a request latch per owner and name at most.
         bound = len(names) * (1 + config.owners)
+        # Each thread that ended and each child process was an owner id of its own.
+        bound += len(names) * (self.history.operations["thread ended"] + self.children_started)
         for name in config.semaphores:
             semaphore = semaphore_keys(PREFIX, name)
             waiters.add(semaphore.waiters)
@@ -1074,6 +1465,29 @@ class World:
         if left:
             self.history.violated(LEAK, f"threads left behind: {left}")
         self.history.raise_first()
+
+
+#: The child process of World.main_thread_returns: argv is the server's URL, the key
+#: prefix, the name, the watchdog timeout, and how long its worker thread works.
+_CHILD = """
+import sys, threading, time
+from django_rlock.core import LockClient
+
+url, prefix, name, timeout, works_for = sys.argv[1:6]
+began = time.monotonic()
+lock = LockClient(url, key_prefix=prefix, watchdog_timeout=float(timeout)).lock(name)
+sent = time.monotonic()
+granted = lock.acquire(timeout=0.5)
+print("granted" if granted else "refused", began, sent, time.monotonic(), flush=True)
+
+def work():
+    time.sleep(float(works_for))
+    print("ended", time.monotonic(), flush=True)
+    sys.stdin.readline()  # until the model has recorded the end
+
+if granted:
+    threading.Thread(target=work).start()
+"""
 
 
 def _eventually(measure: Callable[[], T], seconds: float) -> T:
