@@ -126,6 +126,10 @@ class CacheLock(RLock):
             )
         wait = timeout if timeout is not None else blocking_timeout
         blocking = self.blocking if blocking is None else blocking
+        if not blocking and timeout is not None:
+            # As every lock kind (threading.Lock too); redis-py's own name,
+            # blocking_timeout, stays ignored with blocking=False, as redis-py does.
+            raise ValueError("can't specify a timeout for a non-blocking call")
         if wait is None and blocking:
             wait = self.timeout
         # redis-py ignores a wait given with blocking=False: one attempt either way.

@@ -322,3 +322,14 @@ def test_a_busy_cache_lock_answers_the_holders_time_not_its_lease(
     assert response.status_code == 409
     assert response["Retry-After"] == "1"
     assert busy.value.retry_after is not None and busy.value.retry_after < 2
+
+
+@pytest.mark.usefixtures("redis_caches")
+def test_cache_lock_refuses_a_timeout_with_blocking_false() -> None:
+    # As every lock kind (and threading.Lock); redis-py's blocking_timeout is
+    # still ignored with blocking=False, as redis-py ignores it.
+    lock = caches["shop"].lock("strict")
+    with pytest.raises(ValueError, match="non-blocking"):
+        lock.acquire(blocking=False, timeout=5)
+    assert lock.acquire(blocking=False, blocking_timeout=5) is True
+    lock.release()
