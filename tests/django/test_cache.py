@@ -328,7 +328,9 @@ def test_a_busy_cache_lock_answers_the_holders_time_not_its_lease(
 def test_cache_lock_refuses_a_timeout_with_blocking_false() -> None:
     # As every lock kind (and threading.Lock); redis-py's blocking_timeout is
     # still ignored with blocking=False, as redis-py ignores it.
-    lock = caches["shop"].lock("strict")
+    cache = caches["shop"]
+    assert isinstance(cache, RedisCache)
+    lock = cache.lock("strict")
     with pytest.raises(ValueError, match="non-blocking"):
         lock.acquire(blocking=False, timeout=5)
     assert lock.acquire(blocking=False, blocking_timeout=5) is True
