@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
 
 import redis
 from django.test import Client
@@ -22,6 +23,8 @@ from django_rlock.core._sync.watchdog import get_watchdog
 REQUESTS = 400
 #: Growth allowed over the whole run (a client the last request's loop left).
 SLACK = 5
+#: Seconds the server may take to drop connections closed here (a loaded machine).
+SETTLE = 5.0
 
 
 def _open_fds() -> int:
@@ -37,6 +40,26 @@ def _figures(r: redis.Redis, backend: RedisLockBackend) -> dict[str, int]:
     }
 
 
+def _settled_figures(
+    r: redis.Redis, backend: RedisLockBackend, before: dict[str, int]
+) -> dict[str, int]:
+    """The figures once the server has seen the closed sockets go (bounded wait).
+
+    A socket closed here leaves the server's CLIENT LIST only when the server
+    handles its close: on a loaded machine that comes later (seen: 29 of 50
+    closed connections still listed, while this process's descriptors were
+    all back). The measurement is retried, not the assertion.
+    """
+    deadline = time.monotonic() + SETTLE
+    while True:
+        after = _figures(r, backend)
+        if all(count <= before[what] + SLACK for what, count in after.items()):
+            return after
+        if time.monotonic() > deadline:
+            return after
+        time.sleep(0.05)
+
+
 def test_async_view_requests_under_wsgi_leave_nothing_behind(r: redis.Redis) -> None:
     client = Client()
     backend = locks["default"]
@@ -46,7 +69,7 @@ def test_async_view_requests_under_wsgi_leave_nothing_behind(r: redis.Redis) -> 
     before = _figures(r, backend)
     for order in range(REQUESTS):
         assert client.get(f"/async/{order}/").status_code == 200
-    after = _figures(r, backend)
+    after = _settled_figures(r, backend, before)
     print(f"FIGURES async views under WSGI: {REQUESTS} requests, {before} -> {after}")
     for what, count in after.items():
         assert count <= before[what] + SLACK, f"{what} grew from {before[what]} to {count}"
@@ -73,7 +96,7 @@ def test_loops_closed_without_shutdown_leave_at_most_one_client(r: redis.Redis) 
     for order in range(50):
         run_in_a_loop_closed_by_hand(order)
     gc.collect()  # the dead loops' asyncio sockets close with their objects
-    after = _figures(r, backend)
+    after = _settled_figures(r, backend, before)
     print(f"FIGURES loops closed by hand: 50 loops, {before} -> {after}")
     for what, count in after.items():
         assert count <= before[what] + SLACK, f"{what} grew from {before[what]} to {count}"
