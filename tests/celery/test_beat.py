@@ -250,10 +250,13 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
         with beat(env) as second:
             second.wait_for_output("beat: Starting...")
             wait_sends(store, run, 2)
+            # The first term's token, read while it alone leads: read after the
+            # handover, it could already hold the second term's (a loaded machine
+            # let the second beat send before the test looked), never "new" again.
+            old = {send["token"] for send in sends(store, run)}
             assert first.stop() == 0  # saves the schedule, releases the lock
             stopped_at = time.time()
             wait_until(lambda: leader_pid(store, run) == second.pid, "the second beat to lead")
-            old = {send["token"] for send in sends(store, run)}
             wait_until(
                 lambda: len([s for s in sends(store, run) if s["token"] not in old]) >= 2,
                 "two sends of the second beat",
