@@ -42,7 +42,11 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.signals": ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"],
     "django_rlock.middleware": ["LockErrorMiddleware", "invalid_name_response"],
-    "django_rlock.testing": ["held_elsewhere", "isolated_rlocks", "rlocks", "rlocks_server"],
+    "django_rlock.testing": [
+        "GuardedTestRunner", "IsolatedRLocksMixin", "NotIsolatedError", "guard_rlocks",
+        "held_elsewhere", "isolated_rlocks", "override_rlocks", "rlocks", "rlocks_server",
+        "shared_server",
+    ],
     "django_rlock.cache": ["RedisCache", "check_lock_cache", "lock_client_for"],
     "django_rlock.backends.base": [
         "AsyncLock", "AsyncReadWriteLock", "BaseLockBackend", "InvalidLockBackendError",
@@ -161,6 +165,8 @@ NOT_EXPORTED = {
     # The embedded backend's start-up failure: a settings/deployment problem of
     # that backend, reported from the module that starts the server.
     "EmbeddedServerError": "django_rlock.backends._embedded_server",
+    # A test's failure (an AssertionError) under the opt-in guard, raised in tests only.
+    "NotIsolatedError": "django_rlock.testing",
 }
 
 
