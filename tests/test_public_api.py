@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pathlib
+import typing
 
 import pytest
 
@@ -58,14 +59,15 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.backends.locmem": ["LocMemLockBackend"],
     "django_rlock.core": [
-        "FairLock", "InvalidLockNameError", "LockClient", "LockError", "LockLostError",
-        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
-        "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock", "RateLimitExceeded",
-        "ReadLock", "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
+        "FairLock", "InvalidLockNameError", "Leadership", "LockClient", "LockError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "LockTimeout", "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock",
+        "RateLimitExceeded", "RateLimiter", "ReadLock", "ReadWriteLock", "RedLock", "Semaphore",
+        "Term", "WriteLock",
     ],
     "django_rlock.core.aio": [
-        "AsyncFairLock", "AsyncLockClient", "AsyncRLock", "AsyncReadLock",
-        "AsyncReadWriteLock", "AsyncSemaphore", "AsyncWriteLock",
+        "AsyncFairLock", "AsyncLeadership", "AsyncLockClient", "AsyncRLock", "AsyncRateLimiter",
+        "AsyncReadLock", "AsyncReadWriteLock", "AsyncSemaphore", "AsyncWriteLock",
     ],
     "django_rlock.core.exceptions": [
         "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
@@ -209,3 +211,40 @@ def test_every_error_raised_anywhere_is_caught_by_an_exported_one() -> None:
     assert uncatchable == []
     assert "ConfigurationError" in celery_rlock.__all__
     assert "AlreadyQueued" in celery_rlock.__all__
+
+
+#: Client methods whose return type is internal: the engine's door for the Django and
+#: Celery faces (tests/test_structure.py), not a user's call.
+FRIEND_METHODS = frozenset({"LockClient.watched_holds", "AsyncLockClient.send"})
+
+
+def _returned_classes(owner: type) -> dict[str, type]:
+    """The classes of this project that ``owner``'s public methods are annotated to return."""
+    returned: dict[str, type] = {}
+    for name, method in inspect.getmembers(owner, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        hint = typing.get_type_hints(method).get("return")
+        for candidate in (hint, *typing.get_args(hint)):
+            if inspect.isclass(candidate) and candidate.__module__.startswith("django_rlock"):
+                returned[f"{owner.__name__}.{name}"] = candidate
+    return returned
+
+
+@pytest.mark.parametrize("client", ["LockClient", "AsyncLockClient"])
+def test_every_class_a_client_returns_is_importable_from_a_documented_module(client: str) -> None:
+    from django_rlock.core import LockClient  # noqa: PLC0415 -- parametrized by name
+    from django_rlock.core.aio import AsyncLockClient  # noqa: PLC0415
+
+    owner = {"LockClient": LockClient, "AsyncLockClient": AsyncLockClient}[client]
+    exported = {
+        id(getattr(importlib.import_module(module), name))
+        for module, names in DOCUMENTED.items()
+        for name in names
+    }
+    hidden = {
+        method: f"{cls.__module__}.{cls.__qualname__}"
+        for method, cls in _returned_classes(owner).items()
+        if id(cls) not in exported and method not in FRIEND_METHODS
+    }
+    assert hidden == {}
