@@ -145,16 +145,19 @@ def home_page(readme: str) -> str:
             "then sections with '## Install': update docs/hooks.py's home_page"
         )
     commands = body[:about].strip("\n").replace("```sh\n", "``` { .sh .rlock-wrap }\n", 1)
-    return "\n\n".join(
-        [
-            title,
-            body[about:first_section].strip("\n"),
-            body[install:after_install].strip("\n"),
-            "## Try it\n\n" + commands,
-            body[first_section:install].strip("\n"),
-            body[after_install:].strip("\n"),
-        ]
-    ) + "\n"
+    return (
+        "\n\n".join(
+            [
+                title,
+                body[about:first_section].strip("\n"),
+                body[install:after_install].strip("\n"),
+                "## Try it\n\n" + commands,
+                body[first_section:install].strip("\n"),
+                body[after_install:].strip("\n"),
+            ]
+        )
+        + "\n"
+    )
 
 
 def _repository_file(target: str, docs: str, here: str) -> tuple[str | None, str]:
