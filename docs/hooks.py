@@ -124,13 +124,35 @@ def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> st
     return _LINK.sub(rewrite, markdown)
 
 
+#: A table of a page (Markdown's tables carry no class; mkdocstrings' do).
+_TABLE = re.compile(r"<table>.*?</table>", re.S)
+#: A code span, its text already escaped as HTML.
+_CODE = re.compile(r"<code>(?P<text>[^<]*)</code>")
+#: Where a name in a table may wrap: after a dot, an underscore, a slash or a bracket.
+_NAME_JOINT = re.compile(r"(?<=[._/\[])(?=\w)")
+
+
+def on_page_content(html: str, page: Page, config: Any, files: Files) -> str:
+    """Names in tables wrap only between their words (``RLOCK_`` / ``WATCHDOG_`` / ``TIMEOUT``).
+
+    Material lets code break anywhere, which split names mid-word in the
+    settings table; docs/stylesheets/extra.css forbids that, and these
+    ``<wbr>`` give the names the places where a narrow column may wrap them.
+    """
+
+    def joints(code: re.Match[str]) -> str:
+        return "<code>" + _NAME_JOINT.sub("<wbr>", code["text"]) + "</code>"
+
+    return _TABLE.sub(lambda table: _CODE.sub(joints, table[0]), html)
+
+
 def home_page(readme: str) -> str:
     """README.md in the order a reader of the site needs: what it is, how to install it.
 
     The README opens with the two commands (``make demo``, ``make test``): a
     clone's first step. The site's reader has no clone yet: its home page opens
     with what the library is, then Install, then the commands under a heading
-    of their own ("Try it"), their block wrapped rather than scrolled sideways
+    of their own ("Try it"), these shell blocks wrapped rather than scrolled sideways
     (``rlock-wrap``, docs/stylesheets/extra.css), then the rest as the README has
     it. A README whose shape this does not recognize fails the build.
     """
@@ -144,13 +166,13 @@ def home_page(readme: str) -> str:
             "README.md no longer opens with the commands, then a bold paragraph, "
             "then sections with '## Install': update docs/hooks.py's home_page"
         )
-    commands = body[:about].strip("\n").replace("```sh\n", "``` { .sh .rlock-wrap }\n", 1)
+    commands = _wrapped(body[:about].strip("\n"))
     return (
         "\n\n".join(
             [
                 title,
                 body[about:first_section].strip("\n"),
-                body[install:after_install].strip("\n"),
+                _wrapped(body[install:after_install].strip("\n")),
                 "## Try it\n\n" + commands,
                 body[first_section:install].strip("\n"),
                 body[after_install:].strip("\n"),
@@ -158,6 +180,11 @@ def home_page(readme: str) -> str:
         )
         + "\n"
     )
+
+
+def _wrapped(markdown: str) -> str:
+    """``markdown`` with its shell blocks marked to wrap their long lines (``rlock-wrap``)."""
+    return markdown.replace("```sh\n", "``` { .sh .rlock-wrap }\n")
 
 
 def _repository_file(target: str, docs: str, here: str) -> tuple[str | None, str]:
