@@ -37,18 +37,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+import logging
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.signals import got_request_exception
+from django.dispatch import receiver
+from django.urls import get_resolver
+from django.utils.module_loading import import_string
 
 from django_rlock import _conf as conf
 from django_rlock._handler import create_backend, locks
+from django_rlock._shortcuts import rlock, semaphore
 from django_rlock.backends.locmem import LocMemLockBackend
-from django_rlock.exceptions import LockSettingError
+from django_rlock.exceptions import InvalidLockNameError, LockError, LockSettingError
+from django_rlock.middleware import LockErrorMiddleware
 
 TAG = "django_rlock"
 
@@ -172,3 +182,143 @@ def check_transaction_binding(
             id="django_rlock.W005",
         )
     ]
+
+
+# -- Missing pieces: a view's lock errors with nothing to answer them ----------------
+#
+# ``django_rlock.W020`` (deploy): a view of the URLconf calls ``rlock()``, ``semaphore()`` or
+# ``locks[...]`` while ``MIDDLEWARE`` has no ``LockErrorMiddleware``: a busy lock
+# there answers 500, not 409. At run time, the first lock error that escapes a view
+# unanswered is logged once, naming the fix (a check cannot see every call path).
+
+#: The names whose use in a view's code means it takes locks itself (not ``@locked``).
+_LOCK_TAKERS = {"rlock": rlock, "semaphore": semaphore, "locks": locks}
+
+#: Lock errors already told about by :func:`hint_unanswered_lock_error` (once each).
+_told: set[type[BaseException]] = set()
+
+
+def has_lock_error_middleware() -> bool:
+    """Whether ``MIDDLEWARE`` has ``LockErrorMiddleware`` (or a subclass of it)."""
+    for path in getattr(settings, "MIDDLEWARE", None) or ():
+        try:
+            middleware = import_string(path)
+        except ImportError:
+            continue  # Django reports an unimportable middleware itself
+        if isinstance(middleware, type) and issubclass(middleware, LockErrorMiddleware):
+            return True
+    return False
+
+
+def _view_functions(patterns: Sequence[Any]) -> Iterator[Callable[..., Any]]:
+    """Every view function of a URLconf's ``patterns``: class-based views' methods too."""
+    for pattern in patterns:
+        nested = getattr(pattern, "url_patterns", None)
+        if nested is not None:
+            yield from _view_functions(nested)
+            continue
+        callback = getattr(pattern, "callback", None)
+        view_class = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+        if isinstance(view_class, type):
+            yield from (
+                method for method in vars(view_class).values() if inspect.isfunction(method)
+            )
+        elif callable(callback):
+            yield callback
+
+
+def _takes_locks(view: Callable[..., Any]) -> bool:
+    """Whether ``view`` (or a function it wraps) calls ``rlock``, ``semaphore`` or ``locks``.
+
+    Read from the code's global names, each resolved in the function's globals
+    to django-rlock's own object (``from django_rlock import rlock``, or
+    ``django_rlock.rlock``): another ``rlock`` is not ours.
+    """
+    ours = {id(taker) for taker in _LOCK_TAKERS.values()}
+    function: Any = view
+    for _ in range(20):  # a chain of decorators, bounded
+        code = getattr(function, "__code__", None)
+        scope = getattr(function, "__globals__", {})
+        if code is not None and not str(getattr(function, "__module__", "")).startswith(
+            "django_rlock"
+        ):
+            package = sys.modules.get("django_rlock")
+            for names in _global_names(code):
+                if any(id(scope.get(name)) in ours for name in names):
+                    return True
+                qualified = set(names) & set(_LOCK_TAKERS)  # django_rlock.rlock(...)
+                if qualified and package is not None and scope.get("django_rlock") is package:
+                    return True
+        function = getattr(function, "__wrapped__", None)
+        if function is None:
+            return False
+    return False
+
+
+def _global_names(code: types.CodeType) -> Iterator[tuple[str, ...]]:
+    """The global and attribute names of ``code`` and of the functions nested in it."""
+    yield code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _global_names(constant)
+
+
+# A deployment check (`manage.py check --deploy`), as a 500 where a 409 was meant is a
+# production answer; in development the run-time hint below tells at the first one. Tagged
+# "urls" only, as Django's checks of the URLconf are: `--tag django_rlock` stays the settings'.
+@register("urls", deploy=True)
+def check_lock_error_middleware(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W020: views take locks with ``rlock()`` while nothing turns a busy lock into a 409."""
+    if has_lock_error_middleware():
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # noqa: BLE001 -- a broken URLconf is reported by Django's own checks
+        return []
+    takers = sorted(
+        {
+            f"{view.__module__}.{view.__qualname__}"
+            for view in _view_functions(patterns)
+            if _takes_locks(view)
+        }
+    )
+    if not takers:
+        return []
+    shown = ", ".join(takers[:5]) + (f" and {len(takers) - 5} more" if len(takers) > 5 else "")
+    return [
+        Warning(
+            f"Views take locks with rlock(), semaphore() or locks[...] ({shown}) but MIDDLEWARE "
+            "has no LockErrorMiddleware: a busy lock there answers 500 (LockTimeout), and so "
+            "does its server being down (LockUnavailableError).",
+            hint="Add 'django_rlock.middleware.LockErrorMiddleware' to MIDDLEWARE (409 with "
+            "Retry-After, 503 when the server is down), or lock the view with @locked, which "
+            "answers its own lock's errors. Silence django_rlock.W020 if a 500 is intended.",
+            id="django_rlock.W020",
+        )
+    ]
+
+
+@receiver(got_request_exception, dispatch_uid="django_rlock.hint_unanswered_lock_error")
+def hint_unanswered_lock_error(sender: object, request: Any = None, **kwargs: Any) -> None:
+    """Log, once per error class, a lock error that escaped a view with no middleware for it.
+
+    Django sends ``got_request_exception`` inside its ``except`` block, only for an
+    exception no middleware answered: a ``LockErrorMiddleware`` would have.
+    """
+    error = sys.exc_info()[1]
+    if not isinstance(error, LockError | InvalidLockNameError) or type(error) in _told:
+        return
+    if has_lock_error_middleware():
+        return  # it is there, and chose to let this one through ("raise")
+    _told.add(type(error))
+    path = getattr(request, "path", "?")
+    logging.getLogger("django_rlock").warning(
+        "%s escaped the view of %s and answers 500: add "
+        "'django_rlock.middleware.LockErrorMiddleware' to MIDDLEWARE to answer lock errors "
+        "(a busy lock: 409 with Retry-After; its server down: 503), or lock the view with "
+        "@locked (told once per error class)",
+        type(error).__name__,
+        path,
+    )

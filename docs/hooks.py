@@ -61,9 +61,24 @@ class SphinxMarkup(griffe.Extension):
         """Rewrite a member's docstring (every docstring is found by now, ``#:`` ones too)."""
         _rewrite(obj)
 
+    def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:
+        """Leave out a class's special methods (``__enter__``, ``__reduce__``...).
+
+        What ``with`` or pickling does is said in the class's docstring, and
+        ``__init__``'s parameters are the class's own (merge_init_into_class). A
+        ``public`` flag would not do: the reference reaches most classes through
+        an alias (a package's re-export), whose members are aliases without it.
+        """
+        for name in [name for name in cls.members if _is_special(name) and name != "__init__"]:
+            del cls.members[name]
+
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         """Rewrite a package's own docstring (``on_object`` sees its members only)."""
         _rewrite(pkg)
+
+
+def _is_special(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _rewrite(obj: griffe.Object) -> None:
@@ -81,7 +96,12 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> str:
-    """The page's links to repository files: to the site's page of it, else to GitHub."""
+    """The page's links to repository files: to the site's page of it, else to GitHub.
+
+    The home page is also put in a reader's order (:func:`home_page`).
+    """
+    if page.file.src_uri == HOME:
+        markdown = home_page(markdown)
     docs = Path(config["docs_dir"]).resolve().relative_to(ROOT).as_posix()
     here = posixpath.dirname(page.file.src_uri)
 
@@ -102,6 +122,69 @@ def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> st
         return f"]({target}{link['title'] or ''})"
 
     return _LINK.sub(rewrite, markdown)
+
+
+#: A table of a page (Markdown's tables carry no class; mkdocstrings' do).
+_TABLE = re.compile(r"<table>.*?</table>", re.S)
+#: A code span, its text already escaped as HTML.
+_CODE = re.compile(r"<code>(?P<text>[^<]*)</code>")
+#: Where a name in a table may wrap: after a dot, an underscore, a slash or a bracket.
+_NAME_JOINT = re.compile(r"(?<=[._/\[])(?=\w)")
+
+
+def on_page_content(html: str, page: Page, config: Any, files: Files) -> str:
+    """Names in tables wrap only between their words (``RLOCK_`` / ``WATCHDOG_`` / ``TIMEOUT``).
+
+    Material lets code break anywhere, which split names mid-word in the
+    settings table; docs/stylesheets/extra.css forbids that, and these
+    ``<wbr>`` give the names the places where a narrow column may wrap them.
+    """
+
+    def joints(code: re.Match[str]) -> str:
+        return "<code>" + _NAME_JOINT.sub("<wbr>", code["text"]) + "</code>"
+
+    return _TABLE.sub(lambda table: _CODE.sub(joints, table[0]), html)
+
+
+def home_page(readme: str) -> str:
+    """README.md in the order a reader of the site needs: what it is, how to install it.
+
+    The README opens with the two commands (``make demo``, ``make test``): a
+    clone's first step. The site's reader has no clone yet: its home page opens
+    with what the library is, then Install, then the commands under a heading
+    of their own ("Try it"), these shell blocks wrapped rather than scrolled sideways
+    (``rlock-wrap``, docs/stylesheets/extra.css), then the rest as the README has
+    it. A README whose shape this does not recognize fails the build.
+    """
+    title, _, body = readme.partition("\n")
+    about = body.find("\n**")  # the paragraph in bold: what the library is
+    first_section = body.find("\n## ")
+    install = body.find("\n## Install\n")
+    after_install = body.find("\n## ", install + 1)
+    if not (title.startswith("# ") and 0 <= about < first_section <= install < after_install):
+        raise ValueError(
+            "README.md no longer opens with the commands, then a bold paragraph, "
+            "then sections with '## Install': update docs/hooks.py's home_page"
+        )
+    commands = _wrapped(body[:about].strip("\n"))
+    return (
+        "\n\n".join(
+            [
+                title,
+                body[about:first_section].strip("\n"),
+                _wrapped(body[install:after_install].strip("\n")),
+                "## Try it\n\n" + commands,
+                body[first_section:install].strip("\n"),
+                body[after_install:].strip("\n"),
+            ]
+        )
+        + "\n"
+    )
+
+
+def _wrapped(markdown: str) -> str:
+    """``markdown`` with its shell blocks marked to wrap their long lines (``rlock-wrap``)."""
+    return markdown.replace("```sh\n", "``` { .sh .rlock-wrap }\n")
 
 
 def _repository_file(target: str, docs: str, here: str) -> tuple[str | None, str]:

@@ -17,7 +17,7 @@ used by the Django and Celery faces, but not a contract.
 """
 
 from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.leader import Term
+from django_rlock.core._sync.leader import Leadership, Term
 from django_rlock.core._sync.locks import (
     FairLock,
     ReadLock,
@@ -27,6 +27,7 @@ from django_rlock.core._sync.locks import (
     WriteLock,
 )
 from django_rlock.core._sync.multilock import MultiLock, RedLock
+from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core.exceptions import (
     InvalidLockNameError,
     LockError,
@@ -43,6 +44,7 @@ from django_rlock.core.exceptions import (
 __all__ = [
     "FairLock",
     "InvalidLockNameError",
+    "Leadership",
     "LockClient",
     "LockError",
     "LockLostError",
@@ -55,6 +57,7 @@ __all__ = [
     "MultiLock",
     "RLock",
     "RateLimitExceeded",
+    "RateLimiter",
     "ReadLock",
     "ReadWriteLock",
     "RedLock",

@@ -14,6 +14,7 @@ current asyncio task.
 """
 
 from django_rlock.core._aio.client import AsyncLockClient
+from django_rlock.core._aio.leader import AsyncLeadership
 from django_rlock.core._aio.locks import (
     AsyncFairLock,
     AsyncReadLock,
@@ -22,11 +23,14 @@ from django_rlock.core._aio.locks import (
     AsyncSemaphore,
     AsyncWriteLock,
 )
+from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
 
 __all__ = [
     "AsyncFairLock",
+    "AsyncLeadership",
     "AsyncLockClient",
     "AsyncRLock",
+    "AsyncRateLimiter",
     "AsyncReadLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
