@@ -29,14 +29,14 @@ ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 #: internal: underscored (or inside an underscored package), with no ``__all__``.
 DOCUMENTED: dict[str, list[str]] = {
     "django_rlock": [
-        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
-        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded", "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
-        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
-        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded",
     ],
@@ -54,7 +54,8 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.backends.locmem": ["LocMemLockBackend"],
     "django_rlock.core": [
-        "FairLock", "InvalidLockNameError", "LockClient", "LockError", "LockLostError",
+        "DeadlockError", "FairLock", "InvalidLockNameError", "LockClient", "LockError",
+        "LockLostError",
         "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
         "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock", "RateLimitExceeded",
         "ReadLock", "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
@@ -64,12 +65,13 @@ DOCUMENTED: dict[str, list[str]] = {
         "AsyncReadWriteLock", "AsyncSemaphore", "AsyncWriteLock",
     ],
     "django_rlock.core.exceptions": [
-        "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
+        "DeadlockError", "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
         "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
         "LockUnavailableError", "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.core.defaults": [
-        "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS", "DEFAULT_REPLICA_SYNC_TIMEOUT",
+        "DEFAULT_DEADLOCK_TIMEOUT", "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS",
+        "DEFAULT_REPLICA_SYNC_TIMEOUT",
         "DEFAULT_WATCHDOG_TIMEOUT", "MIN_WATCHDOG_TIMEOUT", "renewal_interval",
         "renewal_socket_timeout",
     ],

@@ -28,6 +28,7 @@ from django_rlock.core._sync.locks import (
 )
 from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core.exceptions import (
+    DeadlockError,
     InvalidLockNameError,
     LockError,
     LockLostError,
@@ -41,6 +42,7 @@ from django_rlock.core.exceptions import (
 )
 
 __all__ = [
+    "DeadlockError",
     "FairLock",
     "InvalidLockNameError",
     "LockClient",

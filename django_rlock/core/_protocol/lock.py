@@ -450,6 +450,8 @@ class LockEngine(Protocol):
     #: ``"rlock"`` or ``"redisson"`` (:mod:`~django_rlock.core._protocol.layouts`).
     layout: str
     watchdog_timeout: float
+    #: Seconds a plain lock's waiter waits before it looks for a deadlock (None: never).
+    deadlock_timeout: float | None
     min_replicas: int
     #: ``"publish"``, or ``"spublish"`` on a cluster with sharded pub/sub.
     publish_command: str
@@ -491,6 +493,13 @@ class LockBase:
         self.lease = check_lease(options.get("lease"))
         self.blocking = check_blocking(options.get("blocking", True), self.timeout)
         self.max_hold = check_max_hold(options.get("max_hold"))
+        # Seconds a waiter waits before it looks for a deadlock (None: never). The
+        # plain lock alone checks, on its own layout (_protocol/deadlocks.py):
+        # the fair lock, the read-write lock, the semaphore and the Redisson
+        # layout do not yet.
+        self._deadlock_timeout = (
+            engine.deadlock_timeout if self.kind == "lock" and self.layout == RLOCK else None
+        )
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -516,8 +525,13 @@ class LockBase:
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
         check_blocking(blocking, wait)
-        watchdog = self._engine.watchdog_timeout
-        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+        plan = AcquirePlan(
+            blocking=blocking,
+            wait=wait,
+            watchdog_timeout=self._engine.watchdog_timeout,
+            deadlock_timeout=self._deadlock_timeout,
+        )
+        return plan, lease_seconds
 
     def _granted_lease(self, owner: str, lease: float | None) -> float | None:
         """The lease ``owner``'s acquire call asks for: ``lease``, else this lock's own.
