@@ -40,7 +40,7 @@ class Graph:
 
     def __init__(self) -> None:
         self.holds: dict[str, tuple[bytes | None, list[bytes]]] = {}
-        self.edges: dict[str, bytes] = {}
+        self.edges: dict[str, str] = {}
 
     def hold(self, name: str, owner: str, token: int, thread: str = "T") -> None:
         description = f'{{"host":"h","pid":1,"thread":"{thread}"}}'.encode()
