@@ -352,3 +352,15 @@ def test_detection_off_never_raises(r: redis.Redis, redis_url: str) -> None:
 def test_a_bad_deadlock_timeout_is_refused(redis_url: str, value: object) -> None:
     with pytest.raises(ValueError, match="deadlock_timeout"):
         LockClient(redis_url, deadlock_timeout=value)  # type: ignore[arg-type]
+
+
+def test_the_victims_call_is_reported_once_with_its_error(client: LockClient) -> None:
+    """The registry's gave-up event carries the error: the Django face's signal hears it."""
+    events: list[Any] = []
+    client.holds.on_gave_up(events.append)
+    members = run_ring(client, ["e1", "e2"])
+    victim = next(member for member in members if member.outcome == "deadlock")
+    deadlocks = [event for event in events if event.deadlock is not None]
+    assert len(deadlocks) == 1
+    assert deadlocks[0].deadlock is victim.error
+    assert deadlocks[0].name == victim.second

@@ -116,7 +116,7 @@ from django_rlock.core._sync.locks import (
     first_return_reply,
     sleep_cap,
 )
-from django_rlock.core.exceptions import LockNotOwnedError
+from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -225,9 +225,15 @@ class AsyncRLock(LockBase):
             # The plan's first step, one attempt that does not wait, is sent
             # here: an uncontended grant (the common case) drives no generator.
             granted = await drive_async(plan, shell, await shell.attempt(False, 0.0))
-        finally:
+        except DeadlockError as error:
+            shell.close(registered=plan.registered)  # out of the graph before it is told
+            self._gave_up(owner, plan, error)
+            raise
+        except BaseException:
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
+            raise
+        shell.close(registered=plan.registered)
         if not granted:
             self._gave_up(owner, plan)
         return granted

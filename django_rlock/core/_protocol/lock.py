@@ -95,6 +95,7 @@ from django_rlock.core._protocol.names import (
 from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -555,10 +556,15 @@ class LockBase:
                     return left
         return lease
 
-    def _gave_up(self, owner: str, plan: AcquirePlan) -> None:
-        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing."""
+    def _gave_up(
+        self, owner: str, plan: AcquirePlan, deadlock: DeadlockError | None = None
+    ) -> None:
+        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing.
+
+        ``deadlock``: the error it raises to break a deadlock.
+        """
         would_wait = plan.blocking and not plan.zero_wait
-        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait)
+        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""

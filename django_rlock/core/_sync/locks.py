@@ -187,6 +187,7 @@ from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packe
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockLostError,
     LockTimeout,
     LockUpgradeError,
@@ -302,8 +303,14 @@ class RLock(LockBase):
             # The plan's first step, one attempt that does not wait, is sent
             # here: an uncontended grant (the common case) drives no generator.
             granted = drive(plan, shell, shell.attempt(False, 0.0))
-        finally:
+        except DeadlockError as error:
+            shell.close(registered=plan.registered)  # out of the graph before it is told
+            self._gave_up(owner, plan, error)
+            raise
+        except BaseException:
             shell.close(registered=plan.registered)
+            raise
+        shell.close(registered=plan.registered)
         if not granted:
             self._gave_up(owner, plan)
         return granted
