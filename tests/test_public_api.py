@@ -40,7 +40,9 @@ DOCUMENTED: dict[str, list[str]] = {
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded",
     ],
-    "django_rlock.signals": ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"],
+    "django_rlock.signals": [
+        "lock_acquired", "lock_deadlock", "lock_leaked", "lock_lost", "lock_released",
+    ],
     "django_rlock.middleware": ["LockErrorMiddleware", "invalid_name_response"],
     "django_rlock.testing": ["held_elsewhere", "isolated_rlocks", "rlocks", "rlocks_server"],
     "django_rlock.cache": ["RedisCache", "check_lock_cache", "lock_client_for"],
