@@ -352,8 +352,9 @@ class AsyncRLock(LockBase):
             if not detector.written or not await redis_client.pexpire(
                 detector.key, detector.life_ms
             ):
+                value = detector.edge_value()
                 detector.written = True  # before the call: a lost reply may have written it
-                await redis_client.set(detector.key, detector.edge_value(), px=detector.life_ms)
+                await redis_client.set(detector.key, value, px=detector.life_ms)
             cycle = await self._walk(detector)
             if cycle is None:
                 return

@@ -245,7 +245,7 @@ class Detector:
         self.written = False
 
     def edge_value(self) -> str:
-        """The value to write: the first incarnation, or a new one after the last expired."""
+        """The value to write: the first incarnation, or a new one once one was written."""
         if self.written:
             edge = self._edge
             self._edge = Edge(edge.started_ms, edge.call_id, edge.incarnation + 1, edge.lock)

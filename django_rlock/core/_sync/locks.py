@@ -110,7 +110,7 @@ from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 
 from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import describe
@@ -504,13 +504,14 @@ class RLock(LockBase):
         redis_client = self.client.redis
         try:
             if not detector.written or not redis_client.pexpire(detector.key, detector.life_ms):
+                value = detector.edge_value()
                 detector.written = True  # before the call: a lost reply may have written it
-                redis_client.set(detector.key, detector.edge_value(), px=detector.life_ms)
+                redis_client.set(detector.key, value, px=detector.life_ms)
             cycle = self._walk(detector)
             if cycle is None:
                 return
             again = self._walk(detector)
-        except RedisError as error:
+        except (RedisError, RedisClusterException) as error:
             logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
             return
         if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
@@ -536,7 +537,7 @@ class RLock(LockBase):
         """Delete the caller's wait edge as its wait ends (a failure leaves it to expire)."""
         try:
             self.client.redis.delete(detector.key)
-        except RedisError as error:
+        except (RedisError, RedisClusterException) as error:
             logger.debug("could not delete a wait edge of %r: %s", self.name, type(error).__name__)
 
     def __enter__(self) -> RLock:
