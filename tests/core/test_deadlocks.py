@@ -364,3 +364,52 @@ def test_the_victims_call_is_reported_once_with_its_error(client: LockClient) ->
     assert len(deadlocks) == 1
     assert deadlocks[0].deadlock is victim.error
     assert deadlocks[0].name == victim.second
+
+
+def test_a_waiter_on_a_cycle_it_is_not_part_of_waits_and_gets_its_lock(
+    client: LockClient, r: redis.Redis
+) -> None:
+    """A third thread waits for a member's lock: the cycle breaks once, and it gets in."""
+    barrier = threading.Barrier(3)
+    members = [
+        Member(client, "t1", "t2", barrier),
+        Member(client, "t2", "t1", barrier),
+    ]
+    tail_outcome: list[str] = []
+
+    def tail() -> None:
+        barrier.wait(HANG)
+        try:
+            with client.lock("t1"):
+                tail_outcome.append("granted")
+        except DeadlockError:
+            tail_outcome.append("deadlock")
+
+    tail_thread = threading.Thread(target=tail)
+    for thread in (*members, tail_thread):
+        thread.start()
+    for thread in (*members, tail_thread):
+        thread.join(HANG)
+        assert not thread.is_alive()
+    assert_one_victim([member.outcome for member in members])
+    assert tail_outcome == ["granted"]
+    assert no_edges_left(r)
+
+
+def test_a_dead_holder_is_waited_out_not_reported(r: redis.Redis, redis_url: str) -> None:
+    """A holder that stopped (its lease runs out) never waits: no cycle, the waiter gets in."""
+    with LockClient(redis_url, key_prefix="test", deadlock_timeout=0.2) as client:
+        dead = client.lock("dead")
+        # Taken and never released, as by a process that died: the lease ends it.
+        assert dead.acquire(lease=1.5)
+        outcome: list[str] = []
+
+        def waiter() -> None:
+            with client.lock("dead"):
+                outcome.append("granted")
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        thread.join(HANG)
+        assert outcome == ["granted"]
+    assert no_edges_left(r)
