@@ -413,3 +413,38 @@ def test_a_dead_holder_is_waited_out_not_reported(r: redis.Redis, redis_url: str
         thread.join(HANG)
         assert outcome == ["granted"]
     assert no_edges_left(r)
+
+
+def test_random_order_every_deadlock_is_broken_and_every_unit_finishes(
+    r: redis.Redis, redis_url: str
+) -> None:
+    """Pairs of few locks in any order: cycles form again and again; none stays unbroken."""
+    with LockClient(redis_url, key_prefix="test", deadlock_timeout=0.1) as client:
+        names = [f"any:{i}" for i in range(3)]
+        finished: list[int] = []
+        broken: list[DeadlockError] = []
+
+        def worker(seed: int) -> None:
+            rng = random.Random(seed)
+            for unit in range(8):
+                first, second = rng.sample(names, 2)
+                for _ in range(100):  # retried as a database's victim is
+                    try:
+                        with client.lock(first):
+                            time.sleep(0.01)
+                            with client.lock(second):
+                                time.sleep(0.01)
+                        finished.append(unit)
+                        break
+                    except DeadlockError as error:
+                        broken.append(error)
+
+        threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+            assert not thread.is_alive(), "a cycle was never broken"
+    assert len(finished) == 4 * 8
+    assert all(isinstance(error, DeadlockError) for error in broken)
+    assert no_edges_left(r)
