@@ -146,6 +146,29 @@ def test_two_processes_in_opposite_order(redis_url: str, r: redis.Redis) -> None
     assert no_edges_left(r)
 
 
+def test_three_processes_in_a_ring(redis_url: str, r: redis.Redis) -> None:
+    timeout = str(DEADLOCK_TIMEOUT)
+    module = "tests.core.deadlock_member"
+    with (
+        python_module(module, redis_url, "p1", "p2", timeout, stdin=True) as a,
+        python_module(module, redis_url, "p2", "p3", timeout, stdin=True) as b,
+        python_module(module, redis_url, "p3", "p1", timeout, stdin=True) as c,
+    ):
+        children = (a, b, c)
+        for child in children:
+            assert read_answer(child) == {"held": True}
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        answers = [read_answer(child) for child in children]
+    assert_one_victim([answer["outcome"] for answer in answers])
+    victim = next(answer for answer in answers if answer["outcome"] == "deadlock")
+    assert victim["seconds"] < SOON
+    assert {entry["holder"]["pid"] for entry in victim["cycle"]} == {a.pid, b.pid, c.pid}
+    assert no_edges_left(r)
+
+
 def test_two_asyncio_tasks_in_opposite_order(redis_url: str, r: redis.Redis) -> None:
     async def scenario() -> list[Any]:
         async with AsyncLockClient(
@@ -447,4 +470,30 @@ def test_random_order_every_deadlock_is_broken_and_every_unit_finishes(
             assert not thread.is_alive(), "a cycle was never broken"
     assert len(finished) == 4 * 8
     assert all(isinstance(error, DeadlockError) for error in broken)
+    assert no_edges_left(r)
+
+
+def test_no_check_and_no_edge_when_a_wait_is_short_or_there_is_none(
+    client: LockClient, r: redis.Redis
+) -> None:
+    """Zero cost: uncontended calls and waits shorter than deadlock_timeout never walk."""
+    lock = client.lock("quick")
+    for _ in range(20):
+        with lock:
+            pass
+    holding = threading.Event()
+
+    def brief_holder() -> None:
+        with client.lock("quick"):
+            holding.set()
+            time.sleep(DEADLOCK_TIMEOUT / 5)
+
+    holder = threading.Thread(target=brief_holder)
+    holder.start()
+    assert holding.wait(HANG)
+    with lock:  # waits about a fifth of deadlock_timeout
+        pass
+    holder.join(HANG)
+    stats = r.info("commandstats")
+    assert "cmdstat_hgetall" not in stats  # the walk's read of a lock (inside its script)
     assert no_edges_left(r)
