@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
 
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
@@ -359,6 +359,8 @@ class AsyncRLock(LockBase):
             if cycle is None:
                 return
             again = await self._walk(detector)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
         except RedisError as error:
             logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
             return

@@ -113,7 +113,7 @@ if TYPE_CHECKING:
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall",
 )  # fmt: skip
 
 

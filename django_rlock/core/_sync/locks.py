@@ -110,7 +110,12 @@ from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
-from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
+from redis.exceptions import (
+    NoPermissionError,
+    OutOfMemoryError,
+    RedisClusterException,
+    RedisError,
+)
 
 from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import describe
@@ -511,6 +516,8 @@ class RLock(LockBase):
             if cycle is None:
                 return
             again = self._walk(detector)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
         except (RedisError, RedisClusterException) as error:
             logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
             return
