@@ -21,6 +21,7 @@ from django_rlock.core._protocol.deadlocks import (
     deadlock_error,
     edge_key,
     edge_life,
+    read_hold_call,
     walk,
 )
 from django_rlock.core._protocol.plan import AcquirePlan, drive
@@ -56,7 +57,7 @@ class Graph:
             read = next(steps)
             while True:
                 if read[0] == "hold":
-                    assert read[2] == f"{read[1]}:fence"
+                    assert read_hold_call(read[1]).keys == [read[1], f"{read[1]}:fence"]
                     token, fields = self.holds.get(read[1], (None, []))
                     reply: Any = [token, fields]
                 else:

@@ -91,6 +91,7 @@ from django_rlock.core._protocol.deadlocks import (
     DeadlockScripts,
     Detector,
     deadlock_error,
+    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
@@ -376,7 +377,8 @@ class AsyncRLock(LockBase):
             read = next(steps)
             while True:
                 if read[0] == "hold":
-                    reply = await read_hold(keys=[read[1], read[2]], args=[])
+                    call = read_hold_call(read[1])
+                    reply = await read_hold(keys=call.keys, args=call.args)
                 else:
                     reply = await redis_client.get(read[1])
                 read = steps.send(reply)

@@ -69,6 +69,7 @@ from typing import Any
 
 from django_rlock.core._process.holder import is_holder_field, read_holder
 from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.names import LockKeys, milliseconds
 from django_rlock.core.exceptions import DeadlockError
@@ -95,6 +96,11 @@ class DeadlockScripts(ScriptSet):
     def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
         """Make the script."""
         self.read_hold = plain(READ_HOLD)
+
+
+def read_hold_call(lock: str) -> ScriptCall:
+    """The READ_HOLD call of the lock whose hash key is ``lock``."""
+    return ScriptCall(keys=[lock, LockKeys.around("", lock).fence], args=[])
 
 
 def check_deadlock_timeout(value: object) -> float | None:
@@ -174,8 +180,8 @@ class Cycle:
     readings: tuple[Any, ...] = field(repr=False)
 
 
-#: A read the walk asks the shell for: ``("hold", hash key, fence key)`` ->
-#: the READ_HOLD reply; ``("edge", key)`` -> the GET reply.
+#: A read the walk asks the shell for: ``("hold", hash key)`` -> the reply of
+#: its :func:`read_hold_call`; ``("edge", key)`` -> the GET reply.
 Read = tuple[str, ...]
 
 
@@ -198,7 +204,7 @@ def walk(prefix: str, owner: str, lock: str) -> Generator[Read, Any, Cycle | Non
     edges: list[Edge] = []
     seen = {owner}
     for _ in range(MAX_CYCLE):
-        reply = yield ("hold", lock, LockKeys.around("", lock).fence)
+        reply = yield ("hold", lock)
         readings.append(reply)
         token, flat = (reply[0], reply[1]) if isinstance(reply, list | tuple) else (None, [])
         fields = _fields(flat or [])

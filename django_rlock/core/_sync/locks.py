@@ -136,6 +136,7 @@ from django_rlock.core._protocol.deadlocks import (
     DeadlockScripts,
     Detector,
     deadlock_error,
+    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import (
     FairKeys,
@@ -533,7 +534,8 @@ class RLock(LockBase):
             read = next(steps)
             while True:
                 if read[0] == "hold":
-                    reply = read_hold(keys=[read[1], read[2]], args=[])
+                    call = read_hold_call(read[1])
+                    reply = read_hold(keys=call.keys, args=call.args)
                 else:
                     reply = redis_client.get(read[1])
                 read = steps.send(reply)
