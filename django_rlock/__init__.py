@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from django_rlock._ratelimits import rate_limited
     from django_rlock._shortcuts import rlock, semaphore
     from django_rlock.exceptions import (
+        DeadlockError,
         InvalidLockBackendError,
         InvalidLockNameError,
         LockError,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeadlockError",
     "InvalidLockBackendError",
     "InvalidLockNameError",
     "LockError",
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "DeadlockError": "django_rlock.exceptions",
     "InvalidLockBackendError": "django_rlock.exceptions",
     "InvalidLockNameError": "django_rlock.exceptions",
     "LockError": "django_rlock.exceptions",

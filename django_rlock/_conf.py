@@ -29,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.layouts import LAYOUTS, RLOCK, SHARDED_SUBSCRIPTION_MODES
 from django_rlock.core._protocol.names import (
     check_key_prefix,
@@ -36,6 +37,7 @@ from django_rlock.core._protocol.names import (
     check_watchdog_timeout,
 )
 from django_rlock.core.defaults import (
+    DEFAULT_DEADLOCK_TIMEOUT,
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_ALIAS,
     DEFAULT_REPLICA_SYNC_TIMEOUT,
@@ -70,6 +72,7 @@ DEFAULTS: Final[Mapping[str, object]] = {
     "MAX_HOLD": None,
     "LAYOUT": RLOCK,
     "SHARDED_SUBSCRIPTION": "auto",
+    "DEADLOCK_TIMEOUT": DEFAULT_DEADLOCK_TIMEOUT,
 }
 
 #: Every key an ``RLOCKS`` alias may contain.
@@ -303,6 +306,18 @@ def max_hold(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> float | 
     found, source = lookup("MAX_HOLD", alias, value)
     try:
         return check_max_hold(found)
+    except ValueError as error:
+        raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
+
+
+def deadlock_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float | None:
+    """``DEADLOCK_TIMEOUT``: seconds a waiter waits before it looks for a deadlock (default 1).
+
+    None turns detection off (see docs/deadlocks.md).
+    """
+    found, source = lookup("DEADLOCK_TIMEOUT", alias)
+    try:
+        return check_deadlock_timeout(found)
     except ValueError as error:
         raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
 

@@ -20,7 +20,8 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 
 * ``outcome`` of an acquire call: ``acquired``; ``timeout`` (its wait ran
   out); ``busy`` (it made one attempt only, ``blocking=False`` or a zero
-  timeout, and the lock was held). A re-entry is not an acquisition.
+  timeout, and the lock was held); ``deadlock`` (it gave up to break a
+  deadlock: DeadlockError). A re-entry is not an acquisition.
 * ``django_rlock_wait_seconds``: how long each acquire call waited, whether it
   got the lock or not; ``django_rlock_hold_seconds``: how long each hold
   lasted, from its grant to its owner's last release (a lost hold too).
@@ -140,7 +141,7 @@ def _create_series() -> _Series:
         acquisitions=Counter(
             "django_rlock_acquisitions",
             "Lock acquire calls, by outcome: acquired, timeout (the wait ran out), "
-            "busy (one attempt, the lock was held).",
+            "busy (one attempt, the lock was held), deadlock (DeadlockError).",
             [*per_lock, "outcome"],
         ),
         wait=Histogram(
@@ -252,7 +253,10 @@ class LockMetrics:
         if lock is None:
             return
         alias, label, series = self.backend.alias, _label(lock), self._series
-        outcome = "timeout" if event.would_wait else "busy"
+        if event.deadlock is not None:
+            outcome = "deadlock"
+        else:
+            outcome = "timeout" if event.would_wait else "busy"
         series.acquisitions.labels(alias, label, outcome).inc()
         series.wait.labels(alias, label).observe(event.waited)
 

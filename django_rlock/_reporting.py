@@ -12,6 +12,9 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
 * a WARNING on the ``django_rlock.slow`` logger when a wait took longer than
   ``SLOW_WAIT`` seconds or a hold lasted longer than ``SLOW_HOLD``, naming the
   lock, its alias, the seconds and the code location that took the lock;
+* a WARNING on ``django_rlock.lock`` naming the cycle and
+  :data:`~django_rlock.signals.lock_deadlock` when an acquire gave up to
+  break a deadlock;
 * an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
   when a hold outlived its thread, task or request (:mod:`django_rlock.core._process.leaks`,
   :mod:`django_rlock._requests`), naming the code that took it.
@@ -33,7 +36,13 @@ from django_rlock._metrics import LockMetrics, for_backend
 from django_rlock.core._process import forking
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
-from django_rlock.signals import lock_acquired, lock_leaked, lock_lost, lock_released
+from django_rlock.signals import (
+    lock_acquired,
+    lock_deadlock,
+    lock_leaked,
+    lock_lost,
+    lock_released,
+)
 
 slow_logger = logging.getLogger("django_rlock.slow")
 logger = logging.getLogger("django_rlock.lock")
@@ -110,10 +119,33 @@ class Reporter:
         lock = self._ours(event.lock)
         if lock is None:
             return
+        if event.deadlock is not None:
+            self._deadlocked(lock, event)
         location = lock.location
         if location is None and self.backend.slow_wait is not None:
             location = caller_location()
         self._log_slow_wait(lock.name, event.waited, location, acquired=False)
+
+    def _deadlocked(self, lock: AnyAliasLock, event: GaveUp) -> None:
+        error = event.deadlock
+        assert error is not None  # only called for a deadlock's event
+        backend = self.backend
+        # The message names every lock and holder of the cycle, never an owner id.
+        logger.warning(
+            "%s (alias %r)",
+            error,
+            backend.alias,
+            extra={"lock_name": lock.name, "alias": backend.alias, "seconds": event.waited},
+        )
+        lock_deadlock.send(
+            sender=type(backend),
+            name=lock.name,
+            alias=backend.alias,
+            lock=lock,
+            cycle=error.cycle,
+            waited=event.waited,
+            error=error,
+        )
 
     def _released(self, hold: Hold) -> None:
         lock = self._ours(hold.locks[0]) if hold.locks else None

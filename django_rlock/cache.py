@@ -57,6 +57,7 @@ from django_rlock.core._protocol.names import (
     check_timeout,
 )
 from django_rlock.core._sync.client import LockClient
+from django_rlock.core.defaults import DEFAULT_DEADLOCK_TIMEOUT
 from django_rlock.exceptions import LockSettingError
 
 __all__ = ["RedisCache", "check_lock_cache", "lock_client_for"]
@@ -64,7 +65,7 @@ __all__ = ["RedisCache", "check_lock_cache", "lock_client_for"]
 #: The cache key under which a cache's locks are namespaced.
 LOCK_KEY = "rlock"
 
-_shared_clients: dict[tuple[tuple[str, ...], str, float], LockClient] = {}
+_shared_clients: dict[tuple[tuple[str, ...], str, float, float | None], LockClient] = {}
 _shared_clients_lock = threading.Lock()
 
 
@@ -132,7 +133,9 @@ class RedisCache(DjangoRedisCache):
         lease = _seconds(check_lease, timeout, "timeout", "the lease")
         wait = _seconds(check_timeout, blocking_timeout, "blocking_timeout", "the longest wait")
         prefix = cache_lock_prefix(self, version)
-        lock_client = _shared_client(self, prefix, conf.watchdog_timeout(None))
+        lock_client = _shared_client(
+            self, prefix, conf.watchdog_timeout(None), conf.deadlock_timeout(None)
+        )
         return CacheLock(
             lock_client,
             check_name(name),
@@ -165,9 +168,14 @@ def cache_lock_prefix(cache: DjangoRedisCache, version: int | None = None) -> st
         ) from None
 
 
-def _shared_client(cache: DjangoRedisCache, prefix: str, watchdog_timeout: float) -> LockClient:
+def _shared_client(
+    cache: DjangoRedisCache,
+    prefix: str,
+    watchdog_timeout: float,
+    deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
+) -> LockClient:
     servers: list[str] = cache._servers  # type: ignore[attr-defined]  # Django's own attribute
-    key = (tuple(servers), prefix, watchdog_timeout)
+    key = (tuple(servers), prefix, watchdog_timeout, deadlock_timeout)
     client = _shared_clients.get(key)
     if client is None:
         with _shared_clients_lock:
@@ -180,6 +188,7 @@ def _shared_client(cache: DjangoRedisCache, prefix: str, watchdog_timeout: float
                     redis.Redis(connection_pool=pool),
                     key_prefix=prefix,
                     watchdog_timeout=watchdog_timeout,
+                    deadlock_timeout=deadlock_timeout,
                 )
                 _shared_clients[key] = client
     return client
@@ -210,12 +219,19 @@ def check_lock_cache(cache_alias: object, where: str) -> DjangoRedisCache:
 
 
 def lock_client_for(
-    cache_alias: str, *, key_prefix: str | None, watchdog_timeout: float
+    cache_alias: str,
+    *,
+    key_prefix: str | None,
+    watchdog_timeout: float,
+    deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
 ) -> LockClient:
-    """The shared lock client over a cache's pool; ``key_prefix=None`` uses the cache's."""
+    """The shared lock client over a cache's pool; ``key_prefix=None`` uses the cache's.
+
+    ``deadlock_timeout`` as for :class:`~django_rlock.core.LockClient`.
+    """
     cache = check_lock_cache(cache_alias, f"cache {cache_alias!r}")
     prefix = cache_lock_prefix(cache) if key_prefix is None else key_prefix
-    return _shared_client(cache, prefix, watchdog_timeout)
+    return _shared_client(cache, prefix, watchdog_timeout, deadlock_timeout)
 
 
 @receiver(setting_changed)

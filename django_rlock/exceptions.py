@@ -15,6 +15,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rlock.core.exceptions import (
+    DeadlockError,
     InvalidLockNameError,
     LockError,
     LockLostError,
@@ -28,6 +29,7 @@ from django_rlock.core.exceptions import (
 )
 
 __all__ = [
+    "DeadlockError",
     "InvalidLockBackendError",
     "InvalidLockNameError",
     "LockError",

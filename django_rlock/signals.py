@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"]
+__all__ = ["lock_acquired", "lock_deadlock", "lock_leaked", "lock_lost", "lock_released"]
 
 #: Sent when a caller goes from holding nothing to holding the lock (re-entries
 #: send nothing). Arguments: ``name`` (the lock name), ``alias`` (the RLOCKS
@@ -38,3 +38,10 @@ lock_lost = Signal()
 #: "release"``; False when it is left to expire, ``"warn"``). Sent on the thread
 #: that noticed: the request's, the ended task's event loop, or the watchdog's.
 lock_leaked = Signal()
+
+#: Sent when an acquire call gave up to break a deadlock (it raises
+#: :class:`~django_rlock.exceptions.DeadlockError`), on the caller's thread,
+#: after it left the wait-for graph. Arguments: ``name``, ``alias``, ``lock``,
+#: ``cycle`` (the error's: each lock of the cycle with its holder), ``waited``
+#: (seconds the call waited), ``error`` (the DeadlockError).
+lock_deadlock = Signal()

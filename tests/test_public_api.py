@@ -31,18 +31,20 @@ ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 #: internal: underscored (or inside an underscored package), with no ``__all__``.
 DOCUMENTED: dict[str, list[str]] = {
     "django_rlock": [
-        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
-        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded", "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
-        "InvalidLockBackendError", "InvalidLockNameError", "LockError", "LockLostError",
-        "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded",
     ],
-    "django_rlock.signals": ["lock_acquired", "lock_leaked", "lock_lost", "lock_released"],
+    "django_rlock.signals": [
+        "lock_acquired", "lock_deadlock", "lock_leaked", "lock_lost", "lock_released",
+    ],
     "django_rlock.middleware": ["LockErrorMiddleware", "invalid_name_response"],
     "django_rlock.testing": [
         "GuardedTestRunner", "IsolatedRLocksMixin", "NotIsolatedError", "guard_rlocks",
@@ -60,23 +62,24 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.backends.locmem": ["LocMemLockBackend"],
     "django_rlock.core": [
-        "FairLock", "InvalidLockNameError", "Leadership", "LockClient", "LockError",
-        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
-        "LockTimeout", "LockUnavailableError", "LockUpgradeError", "MultiLock", "RLock",
-        "RateLimitExceeded", "RateLimiter", "ReadLock", "ReadWriteLock", "RedLock", "Semaphore",
-        "Term", "WriteLock",
+        "DeadlockError", "FairLock", "InvalidLockNameError", "Leadership", "LockClient",
+        "LockError", "LockLostError", "LockNotOwnedError", "LockNotReplicatedError",
+        "LockOutOfMemoryError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
+        "MultiLock", "RLock", "RateLimitExceeded", "RateLimiter", "ReadLock", "ReadWriteLock",
+        "RedLock", "Semaphore", "Term", "WriteLock",
     ],
     "django_rlock.core.aio": [
         "AsyncFairLock", "AsyncLeadership", "AsyncLockClient", "AsyncRLock", "AsyncRateLimiter",
         "AsyncReadLock", "AsyncReadWriteLock", "AsyncSemaphore", "AsyncWriteLock",
     ],
     "django_rlock.core.exceptions": [
-        "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
+        "DeadlockError", "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
         "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
         "LockUnavailableError", "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.core.defaults": [
-        "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS", "DEFAULT_REPLICA_SYNC_TIMEOUT",
+        "DEFAULT_DEADLOCK_TIMEOUT", "DEFAULT_KEY_PREFIX", "DEFAULT_LOCK_ALIAS",
+        "DEFAULT_REPLICA_SYNC_TIMEOUT",
         "DEFAULT_WATCHDOG_TIMEOUT", "MIN_WATCHDOG_TIMEOUT", "renewal_interval",
         "renewal_socket_timeout",
     ],

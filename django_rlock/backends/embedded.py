@@ -138,6 +138,7 @@ class EmbeddedRedisLockBackend(RedisLockBackend):
             redis_client,
             key_prefix=self.key_prefix,
             watchdog_timeout=self.watchdog_timeout,
+            deadlock_timeout=self.deadlock_timeout,
             server=self.server_label(),
         )
         self.reporter.attach(client.holds)

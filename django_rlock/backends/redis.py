@@ -186,7 +186,10 @@ class RedisLockBackend(BaseLockBackend):
         if self.cache_alias is not None:
             prefix = self.key_prefix if "KEY_PREFIX" in self.params else None
             shared = lock_client_for(
-                self.cache_alias, key_prefix=prefix, watchdog_timeout=self.watchdog_timeout
+                self.cache_alias,
+                key_prefix=prefix,
+                watchdog_timeout=self.watchdog_timeout,
+                deadlock_timeout=self.deadlock_timeout,
             )
             self.reporter.attach(shared.holds)
             return shared
@@ -202,6 +205,7 @@ class RedisLockBackend(BaseLockBackend):
             self._redis,
             key_prefix=self.key_prefix,
             watchdog_timeout=self.watchdog_timeout,
+            deadlock_timeout=self.deadlock_timeout,
             min_replicas=self.min_replicas,
             replica_sync_timeout=self.replica_sync_timeout,
             server=self.server_label(),
@@ -315,6 +319,7 @@ class RedisLockBackend(BaseLockBackend):
             redis.asyncio.Redis(connection_pool=pool),
             key_prefix=self.key_prefix,
             watchdog_timeout=self.watchdog_timeout,
+            deadlock_timeout=self.deadlock_timeout,
             server=self.server_label(),
             layout=self.layout,
             sharded_subscription=self.sharded_subscription,

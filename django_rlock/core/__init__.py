@@ -29,6 +29,7 @@ from django_rlock.core._sync.locks import (
 from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core.exceptions import (
+    DeadlockError,
     InvalidLockNameError,
     LockError,
     LockLostError,
@@ -42,6 +43,7 @@ from django_rlock.core.exceptions import (
 )
 
 __all__ = [
+    "DeadlockError",
     "FairLock",
     "InvalidLockNameError",
     "Leadership",

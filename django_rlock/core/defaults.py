@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "DEFAULT_DEADLOCK_TIMEOUT",
     "DEFAULT_KEY_PREFIX",
     "DEFAULT_LOCK_ALIAS",
     "DEFAULT_REPLICA_SYNC_TIMEOUT",
@@ -36,6 +37,10 @@ DEFAULT_LOCK_ALIAS: Final = "default"
 
 #: Seconds an acquire waits for its replicas to confirm (``min_replicas``).
 DEFAULT_REPLICA_SYNC_TIMEOUT: Final = 1.0
+
+#: Seconds a waiter waits before it looks for a deadlock, then between two looks
+#: (PostgreSQL's ``deadlock_timeout``); None turns detection off.
+DEFAULT_DEADLOCK_TIMEOUT: Final = 1.0
 
 #: Seconds a watchdog hold outlives its last renewal (Redisson's lockWatchdogTimeout).
 DEFAULT_WATCHDOG_TIMEOUT: Final = 30.0

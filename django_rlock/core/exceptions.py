@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "DeadlockError",
     "InvalidLockNameError",
     "LockError",
     "LockLostError",
@@ -135,6 +136,34 @@ class LockOutOfMemoryError(LockError):
     held still succeed on Redis >= 7 (their scripts may run under OOM), so a
     full server stops new grants without stranding the holders.
     """
+
+
+class DeadlockError(LockError):
+    """The caller's wait closed a cycle of waiters (a deadlock): its acquire gave up.
+
+    Like a database's "deadlock detected": each member of the cycle holds a
+    lock the next one waits for, so none could ever go on. Exactly one member
+    of a cycle gets this error (the one whose acquire call began last); the
+    others keep waiting and get their locks once this caller releases what it
+    holds. Nothing was granted by the failed acquire: release the locks you
+    hold (leave the ``with`` blocks) and retry, or take locks in one global
+    order so that no cycle can form.
+
+    ``name`` is the lock the caller waited for; ``cycle`` lists the cycle from
+    there, one entry per lock: ``{"lock": name, "holder": {"host", "pid",
+    "thread", "task_id", "task_name", "acquired_at"}}`` (the holder as stored
+    with the grant; None when unknown). The caller's own hold closes the list.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        cycle: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        super().__init__(message, name=name)
+        self.cycle = cycle
 
 
 class LockUpgradeError(LockError):

@@ -164,7 +164,10 @@ def test_minimal_acl_runs_the_whole_lifecycle(acl_server: RedisServer) -> None:
     admin = acl_server.client()
     _set_user(admin, COMMANDS)
     user_url = f"redis://locker:pw@127.0.0.1:{acl_server.port}/0"
-    with LockClient(user_url, key_prefix="rlock", watchdog_timeout=3) as client:
+    # deadlock_timeout: the first wait below checks for a deadlock (its edge, its walk).
+    with LockClient(
+        user_url, key_prefix="rlock", watchdog_timeout=3, deadlock_timeout=0.05
+    ) as client:
         lifecycle(client, admin)
     with (
         LockClient(user_url, key_prefix="other") as outside,
@@ -185,7 +188,10 @@ def test_each_missing_permission_fails_with_a_clear_noperm(
     user_url = f"redis://locker:pw@127.0.0.1:{acl_server.port}/0"
     caplog.set_level(logging.WARNING)
     error: BaseException | None = None
-    with LockClient(user_url, key_prefix="rlock", watchdog_timeout=3) as client:
+    # deadlock_timeout: the first wait below checks for a deadlock (its edge, its walk).
+    with LockClient(
+        user_url, key_prefix="rlock", watchdog_timeout=3, deadlock_timeout=0.05
+    ) as client:
         try:
             lifecycle(client, admin)
         except (redis.RedisError, AssertionError) as raised:
@@ -223,7 +229,7 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "user rlock on >PASSWORD resetkeys ~rlock:* resetchannels &rlock:* -@all "
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
-        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel"
+        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel +hgetall"
     )
 
 

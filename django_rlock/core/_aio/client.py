@@ -44,7 +44,11 @@ from django_rlock.core._protocol.rwlock import RWScripts
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.connection import redact_url
 from django_rlock.core._sync.scripts import OomSafeBase, raise_if_refused
-from django_rlock.core.defaults import DEFAULT_KEY_PREFIX, DEFAULT_WATCHDOG_TIMEOUT
+from django_rlock.core.defaults import (
+    DEFAULT_DEADLOCK_TIMEOUT,
+    DEFAULT_KEY_PREFIX,
+    DEFAULT_WATCHDOG_TIMEOUT,
+)
 
 T = TypeVar("T")
 
@@ -59,6 +63,8 @@ class AsyncLockClient:
     with Redisson's RLock); ``sharded_subscription`` may be ``"auto"`` or
     ``"off"``: this client listens with SUBSCRIBE only, which is what Redisson
     does on one server (SPUBLISH is for a cluster, which this client does not serve).
+    ``deadlock_timeout`` as for :class:`LockClient`: sync and asyncio waiters of
+    one deployment are one wait-for graph.
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class AsyncLockClient:
         server: str | None = None,
         layout: str = RLOCK,
         sharded_subscription: str = "auto",
+        deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
     ) -> None:
         if sharded_subscription == "on":
             raise NotImplementedError(
@@ -86,6 +93,7 @@ class AsyncLockClient:
             server=server or (redact_url(connection) if isinstance(connection, str) else None),
             layout=layout,
             sharded_subscription=sharded_subscription,
+            deadlock_timeout=deadlock_timeout,
         )
         self.layout = self.engine.layout
         #: How errors name the server: never with its credentials.

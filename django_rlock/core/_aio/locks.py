@@ -70,12 +70,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
 
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
@@ -84,6 +85,13 @@ from django_rlock.core._protocol.calls import (
     extend_call,
     hold_count_reply,
     ttl_reply,
+)
+from django_rlock.core._protocol.deadlocks import (
+    Cycle,
+    DeadlockScripts,
+    Detector,
+    deadlock_error,
+    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
@@ -109,7 +117,7 @@ from django_rlock.core._sync.locks import (
     first_return_reply,
     sleep_cap,
 )
-from django_rlock.core.exceptions import LockNotOwnedError
+from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -121,6 +129,8 @@ if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold
 
 T = TypeVar("T")
+
+logger = logging.getLogger("django_rlock.lock")
 
 
 class Client(Protocol):
@@ -216,9 +226,15 @@ class AsyncRLock(LockBase):
             # The plan's first step, one attempt that does not wait, is sent
             # here: an uncontended grant (the common case) drives no generator.
             granted = await drive_async(plan, shell, await shell.attempt(False, 0.0))
-        finally:
+        except DeadlockError as error:
+            shell.close(registered=plan.registered)  # out of the graph before it is told
+            self._gave_up(owner, plan, error)
+            raise
+        except BaseException:
             # No await: a cancelled acquire still leaves nothing behind.
             shell.close(registered=plan.registered)
+            raise
+        shell.close(registered=plan.registered)
         if not granted:
             self._gave_up(owner, plan)
         return granted
@@ -320,6 +336,61 @@ class AsyncRLock(LockBase):
     async def _abandon(self, waiter_id: str) -> None:
         call = self._abandon_call(waiter_id)
         await self._abandon_sender()(keys=call.keys, args=call.args)
+
+    # -- deadlock detection (see _protocol/deadlocks.py) ---------------------------
+
+    def _detector(self, owner: str, started: float) -> Detector:
+        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
+        every = self._deadlock_timeout
+        if every is None:
+            raise RuntimeError(f"{self!r} does not look for deadlocks")
+        return Detector(self._engine.key_prefix, owner, self.keys.hash, every, started)
+
+    async def _check_deadlock(self, detector: Detector, started: float) -> None:
+        """Write or renew the task's wait edge, then look for a cycle (as :class:`RLock`'s)."""
+        redis_client = self.client.redis
+        try:
+            if not detector.written or not await redis_client.pexpire(
+                detector.key, detector.life_ms
+            ):
+                value = detector.edge_value()
+                detector.written = True  # before the call: a lost reply may have written it
+                await redis_client.set(detector.key, value, px=detector.life_ms)
+            cycle = await self._walk(detector)
+            if cycle is None:
+                return
+            again = await self._walk(detector)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except RedisError as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
+
+    async def _walk(self, detector: Detector) -> Cycle | None:
+        """One walk of the wait-for graph from the task (``_protocol.deadlocks.walk``)."""
+        redis_client = self.client.redis
+        read_hold = self.client.scripts[DeadlockScripts].read_hold
+        steps = detector.walk()
+        try:
+            read = next(steps)
+            while True:
+                if read[0] == "hold":
+                    call = read_hold_call(read[1])
+                    reply = await read_hold(keys=call.keys, args=call.args)
+                else:
+                    reply = await redis_client.get(read[1])
+                read = steps.send(reply)
+        except StopIteration as done:
+            return cast("Cycle | None", done.value)
+
+    async def _forget_edge(self, detector: Detector) -> None:
+        """Delete the task's wait edge as its wait ends (a failure leaves it to expire)."""
+        try:
+            await self.client.redis.delete(detector.key)
+        except RedisError as error:
+            logger.debug("could not delete a wait edge of %r: %s", self.name, type(error).__name__)
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
@@ -502,10 +573,18 @@ class _AsyncWaiting:
     def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
         self.subscription: AsyncSubscription | None = None
+        # Made by the first deadlock check (most calls never wait that long).
+        self.detector: Detector | None = None
 
     def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
+
+    def check_deadlock(self) -> Awaitable[None]:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        return self.lock._check_deadlock(detector, self.started)
 
     def listen(self) -> None:
         self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
@@ -514,6 +593,10 @@ class _AsyncWaiting:
         if self.subscription is None:
             return
         self.lock.client.listener.unsubscribe(self.subscription)
+        if self.detector is not None and self.detector.written:
+            # The owner's next call (a release too) waits for it: the owner never
+            # runs on with an edge saying it waits (see _protocol/deadlocks.py).
+            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
         if registered:
             # After the owner's cancelled attempt, if any: an ABANDON that overtook
             # it would leave the waiter it then registers in the set, to be woken in vain.

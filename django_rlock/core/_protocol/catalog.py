@@ -13,6 +13,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
+from django_rlock.core._protocol.deadlocks import DeadlockScripts
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import LockScripts, ScriptSet
 from django_rlock.core._protocol.ratelimit import RateLimiterScripts
@@ -29,6 +30,8 @@ KINDS: dict[str, type[ScriptSet]] = {
     # layout="redisson": the plain lock on Redisson's keys (RENEW is the lock's own)
     "redisson-lock": RedissonScripts,
     "ratelimit": RateLimiterScripts,
+    # the deadlock detector's read of a lock's holder and grant
+    "deadlock": DeadlockScripts,
 }
 
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 from django_rlock.core._process import forking, lostholds, scopes, telling
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core.exceptions import DeadlockError
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -141,6 +142,9 @@ class GaveUp:
     #: False when the call made one attempt only (``blocking=False`` or a zero
     #: timeout): the lock was busy. True when a wait for it ran out.
     would_wait: bool = True
+    #: The error when the call gave up to break a deadlock (its ``cycle`` names
+    #: every lock and holder), else None.
+    deadlock: DeadlockError | None = None
 
 
 #: Called with an acquire call that gave up (see :meth:`HoldRegistry.on_gave_up`).
@@ -512,11 +516,19 @@ class HoldRegistry:
             )
 
     def gave_up(
-        self, lock: HeldLock, owner: str, requested_at: float, *, would_wait: bool = True
+        self,
+        lock: HeldLock,
+        owner: str,
+        requested_at: float,
+        *,
+        would_wait: bool = True,
+        deadlock: DeadlockError | None = None,
     ) -> None:
         """An acquire call of ``owner`` on ``lock``, begun at ``requested_at``, got nothing.
 
-        ``would_wait`` is False for a call that made one attempt only (see :class:`GaveUp`).
+        ``would_wait`` is False for a call that made one attempt only;
+        ``deadlock`` the error of a call that gave up to break a deadlock (see
+        :class:`GaveUp`).
         """
         if not self._gave_up:
             return
@@ -528,6 +540,7 @@ class HoldRegistry:
             lock=lock,
             waited=clock.monotonic() - requested_at,
             would_wait=would_wait,
+            deadlock=deadlock,
         )
         _notify(self._gave_up, event)
 

@@ -95,6 +95,7 @@ from django_rlock.core._protocol.names import (
 from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -112,7 +113,7 @@ if TYPE_CHECKING:
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall",
 )  # fmt: skip
 
 
@@ -450,6 +451,8 @@ class LockEngine(Protocol):
     #: ``"rlock"`` or ``"redisson"`` (:mod:`~django_rlock.core._protocol.layouts`).
     layout: str
     watchdog_timeout: float
+    #: Seconds a plain lock's waiter waits before it looks for a deadlock (None: never).
+    deadlock_timeout: float | None
     min_replicas: int
     #: ``"publish"``, or ``"spublish"`` on a cluster with sharded pub/sub.
     publish_command: str
@@ -491,6 +494,13 @@ class LockBase:
         self.lease = check_lease(options.get("lease"))
         self.blocking = check_blocking(options.get("blocking", True), self.timeout)
         self.max_hold = check_max_hold(options.get("max_hold"))
+        # Seconds a waiter waits before it looks for a deadlock (None: never). The
+        # plain lock alone checks, on its own layout (_protocol/deadlocks.py):
+        # the fair lock, the read-write lock, the semaphore and the Redisson
+        # layout do not yet.
+        self._deadlock_timeout = (
+            engine.deadlock_timeout if self.kind == "lock" and self.layout == RLOCK else None
+        )
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 
@@ -516,8 +526,13 @@ class LockBase:
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
         check_blocking(blocking, wait)
-        watchdog = self._engine.watchdog_timeout
-        return AcquirePlan(blocking=blocking, wait=wait, watchdog_timeout=watchdog), lease_seconds
+        plan = AcquirePlan(
+            blocking=blocking,
+            wait=wait,
+            watchdog_timeout=self._engine.watchdog_timeout,
+            deadlock_timeout=self._deadlock_timeout,
+        )
+        return plan, lease_seconds
 
     def _granted_lease(self, owner: str, lease: float | None) -> float | None:
         """The lease ``owner``'s acquire call asks for: ``lease``, else this lock's own.
@@ -541,10 +556,15 @@ class LockBase:
                     return left
         return lease
 
-    def _gave_up(self, owner: str, plan: AcquirePlan) -> None:
-        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing."""
+    def _gave_up(
+        self, owner: str, plan: AcquirePlan, deadlock: DeadlockError | None = None
+    ) -> None:
+        """Tell the registry that ``owner``'s acquire call, run by ``plan``, got nothing.
+
+        ``deadlock``: the error it raises to break a deadlock.
+        """
         would_wait = plan.blocking and not plan.zero_wait
-        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait)
+        self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""

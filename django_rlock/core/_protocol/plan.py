@@ -12,6 +12,10 @@ how long to wait; a shell performs each step and sends its result back:
   the subscription's own calls (see :class:`~django_rlock.core._sync.waiting.Subscription`).
   A wait that returns :data:`HANDED` ends the plan granted: the shell has
   recorded a grant the release handed it (a fair lock's handoff).
+* ``("check_deadlock",)``: look for a wait-for cycle through the caller
+  (:mod:`~django_rlock.core._protocol.deadlocks`); the shell raises
+  :class:`~django_rlock.core.exceptions.DeadlockError` when the caller is the
+  cycle's victim, else the plan goes on waiting.
 
 The generator returns whether the lock was granted. Whatever happens (a
 timeout, an error, a cancellation), the shell leaves the waiting set when
@@ -21,6 +25,12 @@ The rules: one attempt first; a non-blocking call or a zero wait stops there.
 Otherwise the waiter subscribes, has the subscription confirmed *before* it
 retries (so no release can slip between), and then sleeps until woken or the
 holder's PTTL ends, whichever is first: never a fixed poll.
+
+Deadlock checks (``deadlock_timeout``, None: none). A caller that has waited
+that long checks, then again every ``deadlock_timeout`` while it waits. A sleep
+is cut short for a check only: after the check the caller sleeps on for what
+was left of it, with no acquire call in between (the lock is never polled),
+and a call that is granted or gives up sooner never checks at all.
 """
 
 from __future__ import annotations
@@ -51,7 +61,14 @@ _SUBSCRIPTION_CALLS = frozenset({"wait_subscribed", "mark", "wait"})
 class AcquirePlan:
     """One acquire call's decisions: what to send next, how long to wait, when to give up."""
 
-    def __init__(self, *, blocking: bool, wait: float | None, watchdog_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        blocking: bool,
+        wait: float | None,
+        watchdog_timeout: float,
+        deadlock_timeout: float | None = None,
+    ) -> None:
         self.started = clock.monotonic()
         self.blocking = blocking
         self.deadline = math.inf if wait is None else self.started + wait
@@ -60,6 +77,10 @@ class AcquirePlan:
         #: The caller may be in the lock's waiting set (an attempt as a waiter
         #: was sent and did not bring a grant): the shell must leave it.
         self.registered = False
+        #: Seconds between deadlock checks (None: the caller never checks).
+        self.deadlock_timeout = deadlock_timeout
+        #: When the next deadlock check is due (monotonic seconds).
+        self.next_check = math.inf if deadlock_timeout is None else self.started + deadlock_timeout
 
     def steps(self, first: Any = NOT_SENT) -> Generator[Step, Any, bool]:
         """The plan; see the module's docstring for the steps and their results.
@@ -91,10 +112,32 @@ class AcquirePlan:
             remaining = self.deadline - clock.monotonic()
             if remaining <= 0:
                 return False
-            woken = yield ("wait", since, min(pttl, remaining, announced))
+            woken = yield from self._sleep(since, min(pttl, remaining, announced))
             if woken is HANDED:
                 self.registered = False  # the handoff took it out of the queue
                 return True
+
+    def _sleep(self, since: Any, seconds: float) -> Generator[Step, Any, Any]:
+        """One sleep of at most ``seconds`` (woken after ``since``), broken for deadlock checks.
+
+        Returns what the ``wait`` step answered last. A checking caller's sleep
+        ends at its next check at the latest; when it ended for the check (not
+        woken, the sleep not over), the check runs and the sleep goes on for
+        what is left. Without checks it is exactly one ``wait`` step.
+        """
+        every = self.deadlock_timeout
+        if every is None:
+            return (yield ("wait", since, seconds))
+        end = clock.monotonic() + seconds
+        while True:
+            now = clock.monotonic()
+            if now >= self.next_check:
+                yield ("check_deadlock",)
+                now = clock.monotonic()
+                self.next_check = now + every
+            woken = yield ("wait", since, max(min(end, self.next_check) - now, 0.0))
+            if woken or clock.monotonic() >= end:
+                return woken
 
 
 def _target(shell: Any, step: Step) -> Callable[..., Any]:

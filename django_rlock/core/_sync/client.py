@@ -28,6 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
+from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
 from django_rlock.core._protocol.layouts import (
     REDISSON,
@@ -68,6 +69,7 @@ from django_rlock.core._sync.waiting import Listener, ReleaseListener
 from django_rlock.core._sync.watchdog import get_watchdog
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import (
+    DEFAULT_DEADLOCK_TIMEOUT,
     DEFAULT_KEY_PREFIX,
     DEFAULT_REPLICA_SYNC_TIMEOUT,
     DEFAULT_WATCHDOG_TIMEOUT,
@@ -103,6 +105,11 @@ class LockClient:
     :class:`LockUnavailableError` when it cannot be reached); by default the
     URL without its credentials, or the host and port of a passed-in client.
 
+    ``deadlock_timeout``: seconds a waiter of a plain lock waits before it
+    looks for a deadlock (a cycle of waiters, across every process on this
+    deployment), then between two looks; one member of a cycle found gets
+    :class:`DeadlockError` (see docs/deadlocks.md). None turns detection off.
+
     ``min_replicas`` (Redisson's checkLockSyncedSlaves) makes every acquire
     wait, with WAIT, until that many replicas have the grant, at most
     ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
@@ -129,8 +136,11 @@ class LockClient:
         server: str | None = None,
         layout: str = RLOCK,
         sharded_subscription: str = "auto",
+        deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
+        #: Seconds a plain lock's waiter waits before it looks for a deadlock (None: never).
+        self.deadlock_timeout = check_deadlock_timeout(deadlock_timeout)
         #: ``"rlock"`` or ``"redisson"``: whose keys the locks use (see :meth:`lock`).
         self.layout = check_layout(layout)
         self.sharded_subscription = check_sharded_subscription(sharded_subscription)

@@ -110,7 +110,12 @@ from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import (
+    NoPermissionError,
+    OutOfMemoryError,
+    RedisClusterException,
+    RedisError,
+)
 
 from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import describe
@@ -125,6 +130,13 @@ from django_rlock.core._protocol.calls import (
     release_call,
     release_template,
     ttl_reply,
+)
+from django_rlock.core._protocol.deadlocks import (
+    Cycle,
+    DeadlockScripts,
+    Detector,
+    deadlock_error,
+    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import (
     FairKeys,
@@ -182,6 +194,7 @@ from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockLostError,
     LockTimeout,
     LockUpgradeError,
@@ -274,7 +287,12 @@ class RLock(LockBase):
             # The defaults, nothing to check (the common call: ``with lock:``).
             watchdog = self._engine.watchdog_timeout
             plan, lease_seconds = (
-                AcquirePlan(blocking=True, wait=None, watchdog_timeout=watchdog),
+                AcquirePlan(
+                    blocking=True,
+                    wait=None,
+                    watchdog_timeout=watchdog,
+                    deadlock_timeout=self._deadlock_timeout,
+                ),
                 None,
             )
         else:
@@ -292,8 +310,14 @@ class RLock(LockBase):
             # The plan's first step, one attempt that does not wait, is sent
             # here: an uncontended grant (the common case) drives no generator.
             granted = drive(plan, shell, shell.attempt(False, 0.0))
-        finally:
+        except DeadlockError as error:
+            shell.close(registered=plan.registered)  # out of the graph before it is told
+            self._gave_up(owner, plan, error)
+            raise
+        except BaseException:
             shell.close(registered=plan.registered)
+            raise
+        shell.close(registered=plan.registered)
         if not granted:
             self._gave_up(owner, plan)
         return granted
@@ -483,6 +507,64 @@ class RLock(LockBase):
         except Exception:
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
+    # -- deadlock detection (see _protocol/deadlocks.py) ---------------------------
+
+    def _detector(self, owner: str, started: float) -> Detector:
+        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
+        every = self._deadlock_timeout
+        if every is None:
+            raise RuntimeError(f"{self!r} does not look for deadlocks")
+        return Detector(self._engine.key_prefix, owner, self.keys.hash, every, started)
+
+    def _check_deadlock(self, detector: Detector, started: float) -> None:
+        """Write or renew the caller's wait edge, then look for a cycle through it.
+
+        Raises :class:`DeadlockError` when a confirmed cycle names the caller
+        its victim. A failed Redis call skips this check (the wait goes on,
+        and the next check tries again): detection never fails an acquire.
+        """
+        redis_client = self.client.redis
+        try:
+            if not detector.written or not redis_client.pexpire(detector.key, detector.life_ms):
+                value = detector.edge_value()
+                detector.written = True  # before the call: a lost reply may have written it
+                redis_client.set(detector.key, value, px=detector.life_ms)
+            cycle = self._walk(detector)
+            if cycle is None:
+                return
+            again = self._walk(detector)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except (RedisError, RedisClusterException) as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
+
+    def _walk(self, detector: Detector) -> Cycle | None:
+        """One walk of the wait-for graph from the caller (``_protocol.deadlocks.walk``)."""
+        redis_client = self.client.redis
+        read_hold = self.client.scripts[DeadlockScripts].read_hold
+        steps = detector.walk()
+        try:
+            read = next(steps)
+            while True:
+                if read[0] == "hold":
+                    call = read_hold_call(read[1])
+                    reply = read_hold(keys=call.keys, args=call.args)
+                else:
+                    reply = redis_client.get(read[1])
+                read = steps.send(reply)
+        except StopIteration as done:
+            return cast("Cycle | None", done.value)
+
+    def _forget_edge(self, detector: Detector) -> None:
+        """Delete the caller's wait edge as its wait ends (a failure leaves it to expire)."""
+        try:
+            self.client.redis.delete(detector.key)
+        except (RedisError, RedisClusterException) as error:
+            logger.debug("could not delete a wait edge of %r: %s", self.name, type(error).__name__)
+
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
             raise self._timeout_error(self.ttl())
@@ -666,7 +748,16 @@ class RLock(LockBase):
 class _Waiting:
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
-    __slots__ = ("_listening", "lease", "lock", "owner", "started", "subscription", "until")
+    __slots__ = (
+        "_listening",
+        "detector",
+        "lease",
+        "lock",
+        "owner",
+        "started",
+        "subscription",
+        "until",
+    )
 
     def __init__(self, lock: RLock, owner: str, lease: float | None, plan: AcquirePlan) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
@@ -675,6 +766,14 @@ class _Waiting:
         self.subscription: Subscription | None = None
         # The subscription's context, entered by listen (most calls never listen).
         self._listening: AbstractContextManager[Subscription] | None = None
+        # Made by the first deadlock check (most calls never wait that long).
+        self.detector: Detector | None = None
+
+    def check_deadlock(self) -> None:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
@@ -692,6 +791,10 @@ class _Waiting:
         if listening is None:
             return
         try:
+            if self.detector is not None and self.detector.written:
+                # Before the call returns: the owner must not run on with an edge
+                # saying it waits (see _protocol/deadlocks.py).
+                self.lock._forget_edge(self.detector)
             if registered and self.subscription is not None:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:

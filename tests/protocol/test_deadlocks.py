@@ -1,0 +1,264 @@
+"""Deadlock detection without a server: the plan's checks, the walk, the edge, the victim rule.
+
+The walk is driven by a dict standing for Redis (lock hash -> its grant and
+fields, edge key -> value); the plan by a scripted shell on the protocol's
+clock seam, so check times are exact without sleeping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.deadlocks import (
+    MAX_CYCLE,
+    Cycle,
+    Detector,
+    Edge,
+    check_deadlock_timeout,
+    deadlock_error,
+    edge_key,
+    edge_life,
+    read_hold_call,
+    walk,
+)
+from django_rlock.core._protocol.plan import AcquirePlan, drive
+from django_rlock.core.exceptions import DeadlockError, LockError
+
+pytestmark = pytest.mark.pure
+
+PREFIX = "t"
+
+
+def lock_key(name: str) -> str:
+    return f"{PREFIX}:{{{name}}}"
+
+
+class Graph:
+    """What Redis would answer: locks (holder, token) and wait edges, by key."""
+
+    def __init__(self) -> None:
+        self.holds: dict[str, tuple[bytes | None, list[bytes]]] = {}
+        self.edges: dict[str, str] = {}
+
+    def hold(self, name: str, owner: str, token: int, thread: str = "T") -> None:
+        description = f'{{"host":"h","pid":1,"thread":"{thread}"}}'.encode()
+        fields = [owner.encode(), b"1", b"~holder", description, b"~since", b"1700000000000"]
+        self.holds[lock_key(name)] = (str(token).encode(), fields)
+
+    def wait(self, owner: str, name: str, started_ms: int = 1, call: str = "c") -> None:
+        self.edges[edge_key(PREFIX, owner)] = Edge(started_ms, call, 0, lock_key(name)).encode()
+
+    def run(self, owner: str, name: str) -> Cycle | None:
+        steps = walk(PREFIX, owner, lock_key(name))
+        try:
+            read = next(steps)
+            while True:
+                if read[0] == "hold":
+                    assert read_hold_call(read[1]).keys == [read[1], f"{read[1]}:fence"]
+                    token, fields = self.holds.get(read[1], (None, []))
+                    reply: Any = [token, fields]
+                else:
+                    reply = self.edges.get(read[1])
+                read = steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def test_a_cycle_of_two_comes_back_to_the_caller() -> None:
+    graph = Graph()
+    graph.hold("a", "o1", 10, thread="one")
+    graph.hold("b", "o2", 20, thread="two")
+    graph.wait("o2", "a")
+    cycle = graph.run("o1", "b")
+    assert cycle is not None
+    assert [link.lock for link in cycle.links] == [lock_key("b"), lock_key("a")]
+    assert [link.holder["thread"] for link in cycle.links if link.holder] == ["two", "one"]
+    assert [edge.lock for edge in cycle.edges] == [lock_key("a")]
+
+
+def test_a_chain_that_ends_at_a_running_holder_is_no_cycle() -> None:
+    graph = Graph()
+    for i in range(5):
+        graph.hold(f"l{i}", f"o{i}", i + 1)
+    for i in range(1, 4):
+        graph.wait(f"o{i}", f"l{i + 1}")  # o4 holds l4 and does not wait
+    assert graph.run("o0", "l1") is None
+
+
+def test_a_free_lock_ends_the_walk() -> None:
+    assert Graph().run("o1", "free") is None
+
+
+def test_waiting_on_a_cycle_one_is_not_part_of_is_no_cycle_for_it() -> None:
+    graph = Graph()
+    graph.hold("a", "o1", 1)
+    graph.hold("b", "o2", 2)
+    graph.wait("o1", "b")
+    graph.wait("o2", "a")
+    assert graph.run("tail", "a") is None  # the cycle's own members break it
+
+
+def test_a_lock_the_caller_holds_itself_is_never_a_cycle() -> None:
+    graph = Graph()
+    graph.hold("mine", "o1", 1)
+    assert graph.run("o1", "mine") is None
+
+
+def test_a_lock_with_no_grant_or_several_holders_ends_the_walk() -> None:
+    graph = Graph()
+    graph.holds[lock_key("sem")] = (None, [b"o2", b"1"])  # no fencing counter: not a plain grant
+    assert graph.run("o1", "sem") is None
+    graph.holds[lock_key("two")] = (b"5", [b"o2", b"1", b"o3", b"1"])
+    assert graph.run("o1", "two") is None
+
+
+def test_the_walk_is_bounded() -> None:
+    graph = Graph()
+    size = MAX_CYCLE + 5
+    for i in range(size):
+        graph.hold(f"l{i}", f"o{i}", i + 1)
+        graph.wait(f"o{i}", f"l{i + 1}")
+    graph.hold(f"l{size}", "o0", 999)
+    assert graph.run("o0", "l1") is None
+
+
+def test_an_edge_keeps_a_lock_key_with_spaces_and_refuses_garbage() -> None:
+    edge = Edge(1_700_000_000_123, "abc", 3, "t:{a lock with spaces}")
+    assert Edge.decode(edge.encode()) == edge
+    assert Edge.decode(edge.encode().encode()) == edge
+    for raw in (None, b"", "x y", "1 c x key", 42):
+        assert Edge.decode(raw) is None
+
+
+def test_the_victim_is_the_call_that_began_last_whatever_the_incarnation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    detector = Detector(PREFIX, "o1", lock_key("b"), 0.5, clock.monotonic())
+    mine = Edge.decode(detector.edge_value())
+    assert mine is not None
+    older = Edge(mine.started_ms - 1, "zzz", 7, lock_key("a"))
+    newer = Edge(mine.started_ms + 1, "000", 0, lock_key("a"))
+    assert detector.is_victim(Cycle((), (older,), ()))
+    assert not detector.is_victim(Cycle((), (newer,), ()))
+    detector.written = True
+    rewritten = Edge.decode(detector.edge_value())
+    assert rewritten is not None and rewritten.incarnation == 1
+    assert rewritten.rank == mine.rank
+
+
+def test_the_error_names_every_lock_and_holder() -> None:
+    graph = Graph()
+    graph.hold("order:1", "o1", 10, thread="worker-1")
+    graph.hold("customer:7", "o2", 20, thread="worker-2")
+    graph.wait("o2", "order:1")
+    cycle = graph.run("o1", "customer:7")
+    assert cycle is not None
+    error = deadlock_error(PREFIX, "customer:7", cycle, clock.monotonic())
+    assert isinstance(error, LockError)
+    assert error.name == "customer:7"
+    assert [entry["lock"] for entry in error.cycle] == ["customer:7", "order:1"]
+    text = str(error)
+    assert "'customer:7' held by h pid 1 thread 'worker-2'" in text
+    assert "'order:1' held by h pid 1 thread 'worker-1'" in text
+    assert "o1" not in text.replace("order:1", "")  # never an owner id
+
+
+@pytest.mark.parametrize("value", [0, -0.5, float("inf"), float("nan"), "1", True])
+def test_a_bad_deadlock_timeout_is_refused(value: object) -> None:
+    with pytest.raises(ValueError, match="deadlock_timeout"):
+        check_deadlock_timeout(value)
+
+
+def test_an_edge_outlives_two_missed_checks() -> None:
+    assert edge_life(1.0) == 3.0
+    assert edge_life(0.1) == 2.0
+
+
+# -- the plan ----------------------------------------------------------------------
+
+
+class Shell:
+    """A waiter whose lock stays held (PTTL ``pttl``), never woken; checks are recorded."""
+
+    def __init__(self, pttl: float, *, raise_at_check: int | None = None) -> None:
+        self.now = 0.0
+        self.pttl = pttl
+        self.steps: list[tuple[Any, ...]] = []
+        self.subscription = self
+        self.raise_at_check = raise_at_check
+
+    def __call__(self) -> float:
+        return self.now
+
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        self.steps.append(("attempt", round(self.now, 3)))
+        return self.pttl
+
+    def listen(self) -> None:
+        pass
+
+    def wait_subscribed(self, timeout: float) -> None:
+        pass
+
+    def mark(self) -> int:
+        return 0
+
+    def wait(self, since: int, timeout: float) -> bool:
+        self.now += timeout
+        return False
+
+    def check_deadlock(self) -> None:
+        self.steps.append(("check", round(self.now, 3)))
+        checks = sum(1 for step in self.steps if step[0] == "check")
+        if checks == self.raise_at_check:
+            raise DeadlockError("cycle", name="x")
+
+
+def test_a_waiter_checks_after_deadlock_timeout_then_every_deadlock_timeout_never_polling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shell = Shell(pttl=30.0)
+    monkeypatch.setattr(clock, "monotonic", shell)
+    made = AcquirePlan(blocking=True, wait=3.2, watchdog_timeout=30.0, deadlock_timeout=1.0)
+    assert drive(made, shell) is False
+    # One attempt before waiting and one as a registered waiter: the checks
+    # cut the sleep and resume it, with no attempt between them.
+    assert shell.steps == [
+        ("attempt", 0.0),
+        ("attempt", 0.0),
+        ("check", 1.0),
+        ("check", 2.0),
+        ("check", 3.0),
+    ]
+
+
+def test_without_deadlock_timeout_a_sleep_is_one_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    shell = Shell(pttl=30.0)
+    monkeypatch.setattr(clock, "monotonic", shell)
+    made = AcquirePlan(blocking=True, wait=3.2, watchdog_timeout=30.0)
+    assert drive(made, shell) is False
+    assert shell.steps == [("attempt", 0.0), ("attempt", 0.0)]
+
+
+def test_short_sleeps_check_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder whose PTTL is short makes the waiter retry often: checks stay 1 s apart."""
+    shell = Shell(pttl=0.4)
+    monkeypatch.setattr(clock, "monotonic", shell)
+    made = AcquirePlan(blocking=True, wait=2.5, watchdog_timeout=30.0, deadlock_timeout=1.0)
+    assert drive(made, shell) is False
+    checks = [step[1] for step in shell.steps if step[0] == "check"]
+    assert checks == [1.0, 2.0]  # a sleep is cut at the due time, then resumed
+    attempts = [step[1] for step in shell.steps if step[0] == "attempt"]
+    assert attempts == [0.0, 0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 2.4]  # one per PTTL, as before
+
+
+def test_a_check_that_raises_ends_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    shell = Shell(pttl=30.0, raise_at_check=2)
+    monkeypatch.setattr(clock, "monotonic", shell)
+    made = AcquirePlan(blocking=True, wait=None, watchdog_timeout=30.0, deadlock_timeout=0.5)
+    with pytest.raises(DeadlockError):
+        drive(made, shell)
+    assert made.registered is True  # the shell's close leaves the waiting set
