@@ -114,8 +114,12 @@ KEY_FIELDS = ("header", "post", "get")
 LIMITED_VIEW_SETTING = "RLOCK_RATE_LIMITED_VIEW"
 
 
-class MissingKey(Exception):
-    """The request lacks what its limit is keyed on; ``str()`` tells the client what."""
+class MissingKey(InvalidLockNameError):
+    """The request lacks what its limit is keyed on; ``str()`` tells the client what.
+
+    An :class:`InvalidLockNameError` (no name can be built from the request):
+    were it to escape a view, ``LockErrorMiddleware`` would answer 400 too.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,7 +284,7 @@ due = math.max(0, math.ceil(due))
 # ARGV[1] the interval in µs (one permit per interval; a decimal, maybe fractional),
 # ARGV[2] burst, ARGV[3] permits (1 <= permits <= burst),
 # ARGV[4] the longest the caller will wait for them, in µs (-1: as long as it takes)
-# ARGV[5] "1" for a polite caller (try_acquire, a 429; ARGV[4] is then 0), else absent
+# ARGV[5] 1 for a polite caller (try_acquire, a 429; ARGV[4] is then 0), else 0
 # Returns {1, wait} when the permits are the caller's from `wait` µs on (0:
 #   now): they are taken, the TAT moves by permits x interval (first by the
 #   polite callers' place, when no reservation has counted it yet), and the
@@ -407,10 +407,7 @@ def reserve_call(
     ``polite``: a try (``longest`` 0) that takes, or keeps, the polite callers' place.
     """
     longest_us = -1 if longest is None else math.floor(longest * 1_000_000)
-    args: list[str | int] = [repr(rate.interval_us), burst, permits, longest_us]
-    if polite:
-        args.append("1")
-    return ScriptCall([key], args)
+    return ScriptCall([key], [repr(rate.interval_us), burst, permits, longest_us, int(polite)])
 
 
 def wait_call(key: str, rate: Rate, burst: int, permits: int) -> ScriptCall:
