@@ -350,3 +350,39 @@ def test_try_acquire_callers_get_a_fair_share_beside_acquire_callers(
     print(f"\ntry_acquire() callers got {polite} of {total} grants ({polite / total:.1%})")
     assert total > 100
     assert polite >= 0.12 * total  # about 25% expected; today's code gave about 1%
+
+
+def test_the_polite_callers_place_goes_before_later_reservations_and_is_taken_once(
+    client: LockClient,
+) -> None:
+    limiter = client.rate_limiter("place", "10/s", burst=1)  # one permit per 100 ms
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()  # refused: the next permit is kept for polite callers
+    told = limiter.wait_time()
+    assert 0 < told <= 0.1
+    # A reservation made now goes after the place: one interval later.
+    reserved = limiter.reserve(1)
+    assert reserved.granted and told + 0.09 < reserved.wait <= told + 0.11
+    time.sleep(told)
+    # Two polite callers told the same time: one gets the place, the other is
+    # refused and told the next place (after the reservation).
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    assert 0.1 < limiter.wait_time() <= 0.2
+
+
+def test_the_asyncio_twin_keeps_the_polite_callers_place(
+    client: LockClient, redis_url: str
+) -> None:
+    async def scenario() -> bool:
+        async with AsyncLockClient(redis_url, key_prefix=PREFIX) as aio:
+            limiter = aio.rate_limiter("aio-place", "20/s", burst=1)
+            assert await limiter.try_acquire()
+            assert not await limiter.try_acquire()
+            wait = await limiter.wait_time()
+            # A threaded acquire() caller books after the asyncio caller's place.
+            assert client.rate_limiter("aio-place", "20/s", burst=1).acquire(timeout=HANG)
+            await asyncio.sleep(wait)
+            return await limiter.try_acquire()
+
+    assert asyncio.run(scenario())
