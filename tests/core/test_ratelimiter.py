@@ -380,8 +380,9 @@ def test_the_asyncio_twin_keeps_the_polite_callers_place(
             assert await limiter.try_acquire()
             assert not await limiter.try_acquire()
             wait = await limiter.wait_time()
-            # A threaded acquire() caller books after the asyncio caller's place.
-            assert client.rate_limiter("aio-place", "20/s", burst=1).acquire(timeout=HANG)
+            # A threaded caller's reservation (what acquire() sleeps on) goes after
+            # the asyncio caller's place.
+            assert client.rate_limiter("aio-place", "20/s", burst=1).reserve(1).granted
             await asyncio.sleep(wait)
             return await limiter.try_acquire()
 
