@@ -185,7 +185,7 @@ def rate_limited(
                     limiter.key_template = limit.label
                     reserved = await limiter.reserve(1, within=0, polite=True)
                 except (MissingKey, InvalidLockNameError, LockUnavailableError) as error:
-                    return limit.refused(args, request, error)
+                    return limit.refused(request, error)
                 answer = limit.answer(request, named, reserved)
                 return await func(*args, **kwargs) if answer is None else answer
 
@@ -203,7 +203,7 @@ def rate_limited(
                 limiter.key_template = limit.label
                 reserved = limiter.reserve(1, within=0, polite=True)
             except (MissingKey, InvalidLockNameError, LockUnavailableError) as error:
-                return limit.refused(args, request, error)
+                return limit.refused(request, error)
             answer = limit.answer(request, named, reserved)
             return func(*args, **kwargs) if answer is None else answer
 
@@ -300,7 +300,6 @@ class _Limit:
 
     def refused(
         self,
-        args: tuple[Any, ...],
         request: HttpRequest | None,
         error: MissingKey | InvalidLockNameError | LockUnavailableError,
     ) -> HttpResponse:
