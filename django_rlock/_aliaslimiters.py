@@ -41,8 +41,10 @@ class AsyncLimiter(Protocol):
         """Seconds until ``permits`` would be granted."""
         ...
 
-    async def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
-        """Take ``permits`` if they are due within ``within`` seconds."""
+    async def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
+        """Take ``permits`` if they are due within ``within`` seconds (polite: a try)."""
         ...
 
 
@@ -66,9 +68,11 @@ class AliasRateLimiter(RateLimiter):
         self.backend = backend
         self.key_template: str | None = None
 
-    def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
+    def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
         """As the engine's, counted when it holds the caller back."""
-        reserved = super().reserve(permits, within=within)
+        reserved = super().reserve(permits, within=within, polite=polite)
         count_held_back(self.backend, self.key_template, reserved)
         return reserved
 
@@ -89,9 +93,11 @@ class AsyncAliasRateLimiter(AsyncRateLimiter):
         self.backend = backend
         self.key_template: str | None = None
 
-    async def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
+    async def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
         """As the engine's, counted when it holds the caller back."""
-        reserved = await super().reserve(permits, within=within)
+        reserved = await super().reserve(permits, within=within, polite=polite)
         count_held_back(self.backend, self.key_template, reserved)
         return reserved
 
@@ -117,8 +123,8 @@ class ThreadRateLimiter:
         self.limiter.key_template = template
 
     async def try_acquire(self, permits: int = 1) -> bool:
-        """Take ``permits`` if they are due now; never waits."""
-        return (await self.reserve(permits, within=0)).granted
+        """Take ``permits`` if they are due now; never waits (polite, as the engine's)."""
+        return (await self.reserve(permits, within=0, polite=True)).granted
 
     async def acquire(self, permits: int = 1, timeout: float | None = None) -> bool:
         """Take ``permits``, waiting until they are due, at most ``timeout`` seconds."""
@@ -133,6 +139,8 @@ class ThreadRateLimiter:
         """Seconds until ``permits`` would be granted (0.0: now)."""
         return await asyncio.to_thread(self.limiter.wait_time, permits)
 
-    async def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
+    async def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
         """Take ``permits`` if they are due within ``within`` seconds (None: whenever)."""
-        return await asyncio.to_thread(self.limiter.reserve, permits, within=within)
+        return await asyncio.to_thread(self.limiter.reserve, permits, within=within, polite=polite)

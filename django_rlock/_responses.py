@@ -18,7 +18,7 @@ import logging
 import math
 from typing import Final
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 
 from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
@@ -61,21 +61,51 @@ def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
     return response
 
 
-def rate_limited_response(wait: float) -> HttpResponse:
+def rate_limited_response(wait: float, request: HttpRequest | None = None) -> HttpResponse:
     """What a ``@rate_limited`` view answers over its limit: 429 and an honest Retry-After.
 
     ``wait`` is the seconds until its permit is due, from the limiter's own
     script; Retry-After is that in whole seconds, rounded up, at least 1. The
     body names neither the limit nor its key (a key may carry a user's id).
+    It is JSON (``{"detail": ..., "retry_after": N}``) when ``request`` asks
+    for JSON (:func:`wants_json`), else plain text.
     """
-    response = HttpResponse(
-        "Too many requests; retry later.\n",
-        status=429,
-        content_type="text/plain; charset=utf-8",
-    )
-    seconds = wait if math.isfinite(wait) else float(UNAVAILABLE_RETRY_AFTER)
-    response["Retry-After"] = str(max(1, math.ceil(seconds)))
+    seconds = max(1, math.ceil(wait if math.isfinite(wait) else UNAVAILABLE_RETRY_AFTER))
+    detail = "Too many requests; retry later."
+    if request is not None and wants_json(request):
+        response: HttpResponse = JsonResponse(
+            {"detail": detail, "retry_after": seconds}, status=429
+        )
+    else:
+        response = HttpResponse(f"{detail}\n", status=429, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(seconds)
     return response
+
+
+def wants_json(request: HttpRequest) -> bool:
+    """Whether ``request``'s Accept header prefers JSON to text (an API client, ``fetch()``).
+
+    JSON (``application/json`` or any ``+json`` type) must be named, with a
+    quality at least that of any ``text/*`` type named: a browser's
+    ``text/html,...,*/*`` gets text, a client sending only ``*/*`` too.
+    """
+    best_json = best_text = 0.0
+    for part in request.headers.get("Accept", "").split(","):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            label, _, value = param.partition("=")
+            if label.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media == "application/json" or media.endswith("+json"):
+            best_json = max(best_json, quality)
+        elif media.startswith("text/"):
+            best_text = max(best_text, quality)
+    return best_json > 0 and best_json >= best_text
 
 
 def unavailable_response(error: LockUnavailableError) -> HttpResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,6 +20,7 @@ import redis
 
 from django_rlock.core import InvalidLockNameError, LockClient, LockUnavailableError
 from django_rlock.core._protocol.ratelimit import limiter_key
+from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core.aio import AsyncLockClient
 from tests.children import python_module
 from tests.servers import free_port
@@ -100,8 +102,9 @@ def test_many_processes_share_one_rate_within_two_percent_and_never_over(
     assert len(grants) >= 0.98 * steady
     # In every sliding window of 1 s, too.
     assert worst_second <= BURST + PER_SECOND * 1 + 1
-    # Every grant falls inside the run.
-    assert start - 0.05 <= first and last <= end + 0.05
+    # Every grant falls inside the run (give or take a loaded machine's late
+    # wake-up: a grant is recorded when its thread runs again; 0.13 s seen once).
+    assert start - 0.05 <= first and last <= end + 0.5
 
 
 def test_acquire_paces_a_steady_caller_at_the_rate(client: LockClient) -> None:
@@ -168,13 +171,25 @@ def test_an_idle_name_leaves_nothing_behind(client: LockClient, r: redis.Redis) 
     assert limiter.wait_time() == 0.0
     assert r.exists(key("idle")) == 0  # reading writes nothing
     assert limiter.try_acquire(3)
-    assert not limiter.try_acquire()  # a refusal writes nothing either
+    assert not limiter.try_acquire()  # a refusal only keeps the polite callers' place
+    assert r.hget(key("idle"), "place_booked") == b"0"  # which costs nothing yet
     assert 0 < r.pttl(key("idle")) <= 300  # it lives until the burst has refilled
     deadline = time.monotonic() + 5
     while r.exists(key("idle")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert r.exists(key("idle")) == 0
     assert limiter.try_acquire(3)  # and the whole burst is back
+
+
+def test_a_server_that_loses_its_data_refills_the_burst(client: LockClient, r: redis.Redis) -> None:
+    # Documented (docs/rate-limits.md, "Restarts"): a restart without
+    # persistence, a FLUSHALL or a failover to a replica that had not got the
+    # key forgets the permits taken, so up to one more burst goes through.
+    limiter = client.rate_limiter("restarted", "1/m", burst=3)
+    assert limiter.try_acquire(3)
+    assert not limiter.try_acquire()
+    r.flushdb()  # what a restart without persistence leaves
+    assert limiter.try_acquire(3)
 
 
 @pytest.mark.parametrize(
@@ -243,3 +258,132 @@ def test_the_asyncio_twin_shares_the_limit(client: LockClient, redis_url: str) -
     grants = asyncio.run(scenario())
     measured = (len(grants) - 1) / (grants[-1] - grants[0])
     assert abs(measured - 20) <= 0.15 * 20
+
+
+# -- fairness between try_acquire() and acquire() callers ----------------------------
+
+
+class Greedy:
+    """``count`` threads calling ``acquire()`` back to back on ``limiter`` until stopped."""
+
+    def __init__(self, limiter: RateLimiter, count: int) -> None:
+        self.limiter = limiter
+        self.stop = threading.Event()
+        self.grants = 0
+        self.mutex = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(count)]
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if self.limiter.acquire(timeout=HANG):
+                with self.mutex:
+                    self.grants += 1
+
+    def __enter__(self) -> Greedy:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(HANG)
+        assert not any(thread.is_alive() for thread in self.threads)
+
+
+HANG = 30.0
+
+
+def test_a_polite_caller_that_waits_what_it_was_told_gets_in_beside_acquire_callers(
+    client: LockClient,
+) -> None:
+    # The issue: beside 3 acquire() callers, trying again after the wait
+    # wait_time() gave got in 0 of 25 times (acquire's reservations took every
+    # permit as soon as it was free).
+    limiter = client.rate_limiter("fair", "40/s", burst=1)
+    rounds, got_in, told = 25, 0, []
+    with Greedy(limiter, 3):
+        time.sleep(0.2)  # the acquire() callers have their reservations queued
+        for _ in range(rounds):
+            if limiter.try_acquire():
+                continue  # got in at once: no wait to honour this round
+            wait = limiter.wait_time()
+            told.append(wait)
+            time.sleep(wait)
+            got_in += limiter.try_acquire()
+    print(
+        f"\nafter waiting what it was told, got in {got_in} of {len(told)} "
+        f"(told {min(told, default=0):.3f}-{max(told, default=0):.3f}s)"
+    )
+    assert told, "never refused: the acquire() callers did not compete"
+    assert got_in == len(told)
+    assert all(wait <= 1.0 for wait in told)  # its place is near: about 4 intervals
+
+
+@pytest.mark.slow
+def test_try_acquire_callers_get_a_fair_share_beside_acquire_callers(
+    client: LockClient,
+) -> None:
+    # The issue: 7-14 of ~1,016 grants went to try_acquire() callers beside
+    # acquire() callers. Now the polite callers together hold one place in the
+    # queue: about one grant in (acquire callers + 1).
+    limiter = client.rate_limiter("share", "100/s", burst=5)
+    polite = 0
+    deadline = time.monotonic() + 3.0
+    with Greedy(limiter, 3) as greedy:
+
+        def trying() -> None:
+            nonlocal polite
+            while time.monotonic() < deadline:
+                if limiter.try_acquire():
+                    with greedy.mutex:
+                        polite += 1
+                else:
+                    time.sleep(0.002)
+
+        pollers = [threading.Thread(target=trying, daemon=True) for _ in range(3)]
+        for poller in pollers:
+            poller.start()
+        for poller in pollers:
+            poller.join(HANG)
+    total = polite + greedy.grants
+    print(f"\ntry_acquire() callers got {polite} of {total} grants ({polite / total:.1%})")
+    assert total > 100
+    assert polite >= 0.12 * total  # about 25% expected; today's code gave about 1%
+
+
+def test_the_polite_callers_place_goes_before_later_reservations_and_is_taken_once(
+    client: LockClient,
+) -> None:
+    limiter = client.rate_limiter("place", "10/s", burst=1)  # one permit per 100 ms
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()  # refused: the next permit is kept for polite callers
+    told = limiter.wait_time()
+    assert 0 < told <= 0.1
+    # A reservation made now goes after the place: one interval later.
+    reserved = limiter.reserve(1)
+    assert reserved.granted and told + 0.09 < reserved.wait <= told + 0.11
+    time.sleep(told)
+    # Two polite callers told the same time: one gets the place, the other is
+    # refused and told the next place (after the reservation).
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    assert 0.1 < limiter.wait_time() <= 0.2
+
+
+def test_the_asyncio_twin_keeps_the_polite_callers_place(
+    client: LockClient, redis_url: str
+) -> None:
+    async def scenario() -> bool:
+        async with AsyncLockClient(redis_url, key_prefix=PREFIX) as aio:
+            limiter = aio.rate_limiter("aio-place", "20/s", burst=1)
+            assert await limiter.try_acquire()
+            assert not await limiter.try_acquire()
+            wait = await limiter.wait_time()
+            # A threaded caller's reservation (what acquire() sleeps on) goes after
+            # the asyncio caller's place.
+            assert client.rate_limiter("aio-place", "20/s", burst=1).reserve(1).granted
+            await asyncio.sleep(wait)
+            return await limiter.try_acquire()
+
+    assert asyncio.run(scenario())

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import (
+    LockSettingError,
     LockTimeout,
     LockUnavailableError,
     RateLimitExceeded,
@@ -194,3 +195,174 @@ def test_an_alias_without_the_asyncio_engine_runs_its_limiter_on_threads() -> No
     granted, waited, wait, native = asyncio.run(scenario())
     assert (granted, waited, native) == (True, False, False)
     assert 59 < wait <= 60
+
+
+# -- key=, method=, block=False, the limited view, JSON (issue 34) ------------------------
+
+
+def twice(client: Client, path: str, **extra: Any) -> list[int]:
+    return [client.get(path, **extra).status_code for _ in range(2)]
+
+
+def test_key_ip_limits_each_client_address_and_an_ipv6_client_by_its_64() -> None:
+    assert twice(Client(REMOTE_ADDR="203.0.113.7"), "/k/ip/") == [200, 429]
+    assert twice(Client(REMOTE_ADDR="203.0.113.8"), "/k/ip/") == [200, 429]
+    # One IPv6 client holds a /64: its addresses share a limit.
+    assert Client(REMOTE_ADDR="2001:db8::1").get("/k/ip/").status_code == 200
+    assert Client(REMOTE_ADDR="2001:db8::2").get("/k/ip/").status_code == 429
+    assert Client(REMOTE_ADDR="2001:db8:0:1::1").get("/k/ip/").status_code == 200
+    assert ratelimit_views.RAN == {"keyed ip": 4}
+    # The limit's name, as docs/rate-limits.md gives it (for `rlock inspect`).
+    limiter = locks["default"].rate_limiter("k-ip:ip=203.0.113.7", "1/m")
+    assert 59 < limiter.wait_time() <= 60
+
+
+@pytest.mark.django_db
+def test_key_user_limits_each_signed_in_user_and_refuses_an_anonymous_one_with_400(
+    django_user_model: Any,
+) -> None:
+    anonymous = Client().get("/k/user/")
+    assert anonymous.status_code == 400
+    assert b"needs a signed-in user" in anonymous.content
+    ann, bob = Client(), Client()
+    ann.force_login(django_user_model.objects.create_user("ann"))
+    bob.force_login(django_user_model.objects.create_user("bob"))
+    assert twice(ann, "/k/user/") == [200, 429]
+    assert twice(bob, "/k/user/") == [200, 429]
+    # user_or_ip: the user when signed in, else the address.
+    assert twice(ann, "/k/user-or-ip/") == [200, 429]
+    assert twice(Client(REMOTE_ADDR="198.51.100.1"), "/k/user-or-ip/") == [200, 429]
+    assert Client(REMOTE_ADDR="198.51.100.2").get("/k/user-or-ip/").status_code == 200
+    assert ratelimit_views.RAN == {"keyed user": 2, "keyed user_or_ip": 3}
+
+
+def test_key_user_in_an_async_view_reads_the_user_without_blocking_the_loop() -> None:
+    async def scenario() -> tuple[int, bytes]:
+        response = await asyncio.wait_for(AsyncClient().get("/k/async-user/"), HANG)
+        return response.status_code, response.content
+
+    status, body = asyncio.run(scenario())
+    assert status == 400 and b"signed-in user" in body  # read through request.auser()
+
+
+def test_key_header_limits_each_header_value() -> None:
+    missing = Client().get("/k/header/")
+    assert missing.status_code == 400
+    assert b"needs the header 'X-Api-Key'" in missing.content
+    assert twice(Client(), "/k/header/", HTTP_X_API_KEY="k1") == [200, 429]
+    assert twice(Client(), "/k/header/", HTTP_X_API_KEY="k2") == [200, 429]
+
+
+def test_key_post_with_method_post_fits_a_login_form() -> None:
+    client = Client()
+    # GET (the form page) is not limited.
+    assert [client.get("/k/post/").status_code for _ in range(3)] == [200] * 3
+    missing = client.post("/k/post/", {"password": "x"})
+    assert missing.status_code == 400  # the client's error, never a 500
+    assert b"needs the form field 'username'" in missing.content
+    assert [client.post("/k/post/", {"username": "ann"}).status_code for _ in range(2)] == [
+        200,
+        429,
+    ]
+    assert client.post("/k/post/", {"username": "bob"}).status_code == 200
+    assert ratelimit_views.RAN == {"keyed GET": 3, "keyed POST": 2}
+
+
+def test_key_get_with_a_list_of_methods() -> None:
+    client = Client()
+    assert twice(client, "/k/get/", data={"q": "red"}) == [200, 429]
+    assert client.head("/k/get/", {"q": "red"}).status_code == 429  # HEAD is in the list
+    assert client.get("/k/get/", {"q": "blue"}).status_code == 200
+    assert client.post("/k/get/").status_code == 200  # POST is not limited: no key needed
+    assert client.get("/k/get/").status_code == 400
+
+
+def test_a_callable_key_and_one_that_finds_nothing() -> None:
+    assert twice(Client(), "/k/callable/", data={"tenant": "acme"}) == [200, 429]
+    assert Client().get("/k/callable/", {"tenant": "globex"}).status_code == 200
+    nothing = Client().get("/k/callable/")
+    assert nothing.status_code == 400
+    assert b"lacks what the rate limit is keyed on" in nothing.content
+
+
+def test_a_template_keyed_on_a_missing_post_field_answers_400_not_500() -> None:
+    client = Client()
+    missing = client.post("/form-login/", {"password": "x"})
+    assert missing.status_code == 400
+    assert b"username" in missing.content
+    assert [client.post("/form-login/", {"username": "ann"}).status_code for _ in range(2)] == [
+        200,
+        429,
+    ]
+    assert ratelimit_views.RAN == {"form-login ann": 1}
+
+
+def test_block_false_runs_the_view_with_request_limited() -> None:
+    client = Client(REMOTE_ADDR="192.0.2.9")
+    assert [client.get("/soft/").content for _ in range(2)] == [
+        b"soft limited=False",
+        b"soft limited=True",
+    ]
+
+    async def scenario() -> list[bytes]:
+        aclient = AsyncClient(REMOTE_ADDR="192.0.2.9")
+        return [(await asyncio.wait_for(aclient.get("/soft-async/"), HANG)).content for _ in "ab"]
+
+    assert asyncio.run(scenario()) == [b"soft-async limited=False", b"soft-async limited=True"]
+
+
+def test_the_429_is_json_when_the_request_asks_for_json() -> None:
+    api = Client(REMOTE_ADDR="192.0.2.10", HTTP_ACCEPT="application/json")
+    assert api.get("/k/ip/").status_code == 200
+    refused = api.get("/k/ip/")
+    assert refused.status_code == 429
+    assert refused["Content-Type"] == "application/json"
+    assert refused["Retry-After"] == "60"
+    assert refused.json() == {"detail": "Too many requests; retry later.", "retry_after": 60}
+    assert api.get("/k/header/").json() == {
+        "detail": "Bad request: this request needs the header 'X-Api-Key'."
+    }
+    browser = Client(REMOTE_ADDR="192.0.2.10", HTTP_ACCEPT="text/html,*/*;q=0.8")
+    assert browser.get("/k/ip/")["Content-Type"].startswith("text/plain")
+
+
+def test_rlock_rate_limited_view_answers_over_the_limit(settings: SettingsWrapper) -> None:
+    settings.RLOCK_RATE_LIMITED_VIEW = "tests.django.ratelimit_views.slow_down"
+    client = Client(REMOTE_ADDR="192.0.2.11")
+    assert client.get("/k/ip/").status_code == 200
+    refused = client.get("/k/ip/")
+    assert refused.status_code == 429
+    assert refused.content == b"slow down (RateLimitExceeded)"
+    assert refused["Retry-After"] == "60"  # added, as the view set none
+    settings.RLOCK_RATE_LIMITED_VIEW = "tests.django.ratelimit_views.no_such_view"
+    with pytest.raises(LockSettingError, match=r"RLOCK_RATE_LIMITED_VIEW = .* not an importable"):
+        client.get("/k/ip/")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "rule"),
+    [
+        ({"key": "ipp"}, "key must be one of 'ip', 'user', 'user_or_ip'"),
+        ({"key": "post:"}, "must name the post field"),
+        ({"key": "cookie:x"}, "key must be one of"),
+        ({"key": 5}, "key must be one of"),
+        ({"method": 5}, "method must be a str"),
+        ({"method": []}, "at least one HTTP method"),
+        ({"method": ["GET", "p o"]}, "method must name HTTP methods"),
+        ({"block": "no"}, "block must be True or False"),
+    ],
+)
+def test_bad_key_method_and_block_are_refused_when_decorating(
+    arguments: dict[str, Any], rule: str
+) -> None:
+    with pytest.raises(ValueError, match=rule):
+        rate_limited("job", "5/s", **arguments)
+
+
+def test_key_method_and_block_false_need_a_view() -> None:
+    @rate_limited("job", "5/s", key="ip")
+    def job(n: int) -> int:
+        return n
+
+    with pytest.raises(TypeError, match="needs a view"):
+        job(1)

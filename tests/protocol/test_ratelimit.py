@@ -103,9 +103,13 @@ def test_the_key_is_in_the_names_slot_and_never_a_lock_key() -> None:
 def test_calls_carry_the_interval_burst_permits_and_longest_wait() -> None:
     limiter = RateLimiterBase("p", "n", "50/s", burst=10)
     assert repr(limiter) == "<RateLimiterBase 'n' 50/s burst=10>"
-    assert limiter._reserve_call(2, None).args == ["20000.0", 10, 2, -1]
-    assert limiter._reserve_call(1, 0).args == ["20000.0", 10, 1, 0]
-    assert limiter._reserve_call(1, 1.5).args == ["20000.0", 10, 1, 1_500_000]
+    assert limiter._reserve_call(2, None).args == ["20000.0", 10, 2, -1, 0]
+    assert limiter._reserve_call(1, 0).args == ["20000.0", 10, 1, 0, 0]
+    assert limiter._reserve_call(1, 1.5).args == ["20000.0", 10, 1, 1_500_000, 0]
+    # try_acquire's: polite (it takes, or keeps, the polite callers' place); never waits.
+    assert limiter._reserve_call(1, 0, polite=True).args == ["20000.0", 10, 1, 0, 1]
+    with pytest.raises(ValueError, match="a polite reserve never waits"):
+        limiter._reserve_call(1, 0.5, polite=True)
     assert limiter._wait_call(3).args == ["20000.0", 10, 3]
     assert limiter._reserve_call(1, 0).keys == ["p:{n}:rate"]
     with pytest.raises(ValueError, match="timeout must be >= 0"):

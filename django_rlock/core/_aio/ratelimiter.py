@@ -47,8 +47,12 @@ class AsyncRateLimiter(RateLimiterBase):
         self._scripts = client.scripts[RateLimiterScripts]
 
     async def try_acquire(self, permits: int = 1) -> bool:
-        """Take ``permits`` if they are due now; never waits."""
-        return (await self.reserve(permits, within=0)).granted
+        """Take ``permits`` if they are due now; never waits.
+
+        Polite, as the threaded one's: a refused caller that waits :meth:`wait_time`
+        and tries again gets in, also beside ``acquire()`` callers.
+        """
+        return (await self.reserve(permits, within=0, polite=True)).granted
 
     async def acquire(self, permits: int = 1, timeout: float | None = None) -> bool:
         """Take ``permits``, waiting until they are due, at most ``timeout`` seconds.
@@ -64,18 +68,24 @@ class AsyncRateLimiter(RateLimiterBase):
         return True
 
     async def wait_time(self, permits: int = 1) -> float:
-        """Seconds until ``permits`` would be granted (0.0: now). Takes nothing."""
+        """Seconds until ``try_acquire(permits)`` would be granted (0.0: now). Takes nothing.
+
+        When it answers more than 0, that time is kept for the polite callers
+        (unless a place is kept already), so trying again after it gets in.
+        """
         call = self._wait_call(permits)
         with reported_unavailable(self.client.server, self._action()):
             wait = await self._scripts.wait(keys=call.keys, args=call.args)
         return int(wait) / 1_000_000
 
-    async def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
+    async def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
         """Take ``permits`` if they are due within ``within`` seconds (None: whenever due).
 
         As :meth:`RateLimiter.reserve <django_rlock.core._sync.ratelimiter.RateLimiter.reserve>`.
         """
-        call = self._reserve_call(permits, within)
+        call = self._reserve_call(permits, within, polite)
         try:
             with reported_unavailable(self.client.server, self._action()):
                 reply = await self._scripts.reserve(keys=call.keys, args=call.args)

@@ -17,7 +17,10 @@ as it may gets exactly ``1 / T`` per second once its burst is spent.
 One HASH per name, in the name's hash slot (the library owns the hash tag, as
 for locks; no other kind uses the ``:rate`` suffix)::
 
-    <prefix>:{<escaped name>}:rate   HASH   tat (µs, server clock), interval (µs), burst
+    <prefix>:{<escaped name>}:rate   HASH   tat (µs, server clock), interval (µs), burst,
+                                            and while one is kept, the polite callers'
+                                            place: place_at (µs), place (permits),
+                                            place_booked ("1": counted in tat)
 
 The key expires when the TAT is reached: then the bucket is full, which is
 exactly what a missing key means, so a name costs memory only while its
@@ -33,6 +36,22 @@ how long to wait, so ``acquire()`` sleeps exactly that long and returns, and
 callers queue in arrival order without waking each other. Permits reserved by
 a caller that then gives up (cancelled in its sleep) stay used: the limiter
 errs on the side of fewer grants.
+
+Fairness to polite callers (``try_acquire()``, ``wait_time()``, a 429): they
+book nothing, so beside ``acquire()`` callers, which book every permit as
+soon as the last one is taken, a caller that waited the time it was told
+found its permit reserved by someone else (0 of 25 got in). So the polite
+callers together hold one *place* in the queue, as if they were one more
+``acquire()`` caller: a refused ``try_acquire()`` or a ``wait_time()`` that
+answers more than 0 keeps the next due time for ``p`` permits (when no place
+is kept yet) and answers it, and every later reservation goes after the
+place. The first polite call for at most ``p`` permits at or after that time
+takes them (callers told the same time share it: one gets in, the others are
+told the next place). A place is only written on a refusal and costs no
+permit until a reservation has to go after it (``place_booked``); a place not
+taken within :data:`PLACE_KEPT_US` (or one interval, if longer) after its
+time is dropped, and its permits, if booked, stay used. Plain reservations
+(``acquire()``, Celery's ``lock_rate``) neither take nor keep places.
 
 Times are whole microseconds (the server's ``TIME``), exact in Lua's doubles
 until the year 2255; the TAT is rounded up, so rounding only ever delays.
@@ -60,6 +79,11 @@ MAX_PER_SECOND: Final = 1_000_000
 #: The longest a full burst may take to refill, in seconds (about 31 years): the
 #: TAT must stay an exact integer in Lua's doubles.
 MAX_REFILL_SECONDS: Final = 1e9
+
+#: How long after its time the polite callers' place is kept for them, in µs
+#: (or one interval, if longer): a caller told to wait comes back late by its
+#: scheduling, and a 429's Retry-After is rounded up to a whole second.
+PLACE_KEPT_US: Final = 2_000_000
 
 _RATE = re.compile(r"\A([0-9]+)/([smhd])\Z")
 
@@ -186,10 +210,37 @@ def debt(*, key: str = "KEYS[1]", interval: str = "ARGV[1]") -> str:
     return _DEBT.substitute(key=key, interval=interval)
 
 
-# Expects `debt`, `interval`, and $burst and $permits (Lua expressions).
-# Defines `wait`: whole µs until the permits are due (0: now).
+# Expects $key, `now` and `interval` (from the debt). Defines the polite callers'
+# place: `place_at` (µs on the server's clock; nil when none is kept), `place`
+# (its permits) and `held`: what the place adds to everyone else's debt, in µs,
+# while no reservation has counted its permits in the TAT yet. A place not
+# taken within max(interval, PLACE_KEPT_US) after its time is dropped here.
+_PLACE = Template("""
+local place_at = tonumber(redis.call('hget', $key, 'place_at'))
+local place, held = 0, 0
+if place_at and now > place_at + math.max(interval, $kept) then
+    redis.call('hdel', $key, 'place_at', 'place', 'place_booked')
+    place_at = nil
+end
+if place_at then
+    place = tonumber(redis.call('hget', $key, 'place'))
+    if redis.call('hget', $key, 'place_booked') ~= '1' then
+        held = place * interval
+    end
+end
+""")
+
+
+def polite_place(*, key: str = "KEYS[1]") -> str:
+    """Define ``place_at``, ``place`` and ``held`` (the polite callers' place) of ``key``."""
+    return _PLACE.substitute(key=key, kept=PLACE_KEPT_US)
+
+
+# Expects `debt`, `held`, `interval`, and $burst and $permits (Lua expressions).
+# Defines `wait`: whole µs until the permits are due after the debt and the
+# polite callers' place (0: now).
 _WAIT = Template("""
-local wait = math.ceil(debt + ($permits - $burst) * interval)
+local wait = math.ceil(debt + held + ($permits - $burst) * interval)
 if wait < 0 then
     wait = 0
 end
@@ -201,26 +252,92 @@ def wait_until_due(*, burst: str = "ARGV[2]", permits: str = "ARGV[3]") -> str:
     return _WAIT.substitute(burst=f"tonumber({burst})", permits=f"tonumber({permits})")
 
 
+# Expects `wait`, `place_at` and $key, $permits. A polite caller told to wait
+# `wait` µs keeps that time as the polite callers' place, unless one is kept.
+_KEEP_PLACE = Template("""
+if wait > 0 and not place_at then
+    redis.call('hset', $key, 'place_at', string.format('%.0f', now + wait),
+        'place', $permits, 'place_booked', '0')
+end
+""")
+
+# Expects a kept place (`place_at`, `place`, `held`), `debt`, `interval`, and
+# $burst and $permits. Defines, for a polite caller asking `permits`:
+# `from_bucket`, the permits it must take from the bucket (those the place
+# holds and the TAT counts already are its; a caller asking more than the
+# place holds takes the place and the permits after it), and `due`, whole µs
+# until it may take them: the place's time, or later when the bucket's
+# permits are due later (0: now).
+_PLACE_DUE = Template("""
+local from_bucket = $permits
+if held == 0 then
+    from_bucket = math.max(0, $permits - place)
+end
+local due = math.max(place_at - now, debt + (from_bucket - $burst) * interval)
+if from_bucket == 0 then
+    due = place_at - now
+end
+due = math.max(0, math.ceil(due))
+""")
+
 # KEYS[1] the limiter's hash
 # ARGV[1] the interval in µs (one permit per interval; a decimal, maybe fractional),
 # ARGV[2] burst, ARGV[3] permits (1 <= permits <= burst),
 # ARGV[4] the longest the caller will wait for them, in µs (-1: as long as it takes)
+# ARGV[5] 1 for a polite caller (try_acquire, a 429; ARGV[4] is then 0), else 0
 # Returns {1, wait} when the permits are the caller's from `wait` µs on (0:
-#   now): they are taken, the TAT moves by permits x interval, and the key
-#   lives until the TAT (when the bucket is full again). Returns {0, wait}
+#   now): they are taken, the TAT moves by permits x interval (first by the
+#   polite callers' place, when no reservation has counted it yet), and the
+#   key lives until the TAT (when the bucket is full again). Returns {0, wait}
 #   when they would be due only after the caller's longest wait: nothing is
-#   taken. O(1).
+#   taken. A polite caller takes the polite callers' place when it is due and
+#   holds enough permits, is told its time when it is not due yet, and when
+#   refused otherwise keeps the time it is told as the place (if none is
+#   kept). O(1).
 RATE_RESERVE = (
     debt()
+    + polite_place()
+    + """
+local permits = tonumber(ARGV[3])
+if ARGV[5] == '1' and place_at then
+"""
+    + _PLACE_DUE.substitute(burst="tonumber(ARGV[2])", permits="permits")
+    + """
+    if due > 0 then
+        return {0, due}
+    end
+    if from_bucket > 0 then
+        tat = math.ceil(now + debt + from_bucket * interval)
+        redis.call('hset', KEYS[1], 'tat', string.format('%.0f', tat),
+            'interval', ARGV[1], 'burst', ARGV[2])
+        redis.call('pexpire', KEYS[1], math.ceil((tat - now) / 1000))
+    end
+    if permits >= place then
+        redis.call('hdel', KEYS[1], 'place_at', 'place', 'place_booked')
+    else
+        redis.call('hset', KEYS[1], 'place', place - permits)
+    end
+    return {1, 0}
+end
+"""
     + wait_until_due()
     + """
+if ARGV[5] == '1' and wait > 0 then
+"""
+    + _KEEP_PLACE.substitute(key="KEYS[1]", permits="ARGV[3]")
+    + """
+    return {0, wait}
+end
 local longest = tonumber(ARGV[4])
 if longest >= 0 and wait > longest then
     return {0, wait}
 end
-tat = math.ceil(now + debt + tonumber(ARGV[3]) * interval)
+tat = math.ceil(now + debt + held + permits * interval)
 redis.call('hset', KEYS[1], 'tat', string.format('%.0f', tat),
     'interval', ARGV[1], 'burst', ARGV[2])
+if held > 0 then
+    redis.call('hset', KEYS[1], 'place_booked', '1')
+end
 redis.call('pexpire', KEYS[1], math.ceil((tat - now) / 1000))
 return {1, wait}
 """
@@ -229,10 +346,23 @@ return {1, wait}
 
 # KEYS[1] the limiter's hash
 # ARGV[1] the interval in µs, ARGV[2] burst, ARGV[3] permits
-# Returns the µs until the permits would be due (0: now). Read-only.
+# Returns the µs until a polite caller (try_acquire) would get the permits (0:
+#   now). Takes nothing; when it answers more than 0 and no place is kept for
+#   the polite callers, it keeps that time as their place, so a caller that
+#   waits it gets in beside acquire() callers.
 RATE_WAIT = (
     debt()
+    + polite_place()
+    + """
+if place_at then
+"""
+    + _PLACE_DUE.substitute(burst="tonumber(ARGV[2])", permits="tonumber(ARGV[3])")
+    + """
+    return due
+end
+"""
     + wait_until_due()
+    + _KEEP_PLACE.substitute(key="KEYS[1]", permits="ARGV[3]")
     + """
 return wait
 """
@@ -260,7 +390,7 @@ return {string.format('%.0f', debt), redis.call('hget', KEYS[1], 'interval'),
 
 
 class RateLimiterScripts(ScriptSet):
-    """The rate limiter's scripts: reserve writes (plain), the others only read."""
+    """The rate limiter's scripts: reserve and wait write (wait: only a place), state reads."""
 
     def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
         """Make the rate limiter's scripts."""
@@ -270,11 +400,14 @@ class RateLimiterScripts(ScriptSet):
 
 
 def reserve_call(
-    key: str, rate: Rate, burst: int, permits: int, longest: float | None
+    key: str, rate: Rate, burst: int, permits: int, longest: float | None, *, polite: bool = False
 ) -> ScriptCall:
-    """The :data:`RATE_RESERVE` call of ``permits`` due within ``longest`` s (None: any)."""
+    """The :data:`RATE_RESERVE` call of ``permits`` due within ``longest`` s (None: any).
+
+    ``polite``: a try (``longest`` 0) that takes, or keeps, the polite callers' place.
+    """
     longest_us = -1 if longest is None else math.floor(longest * 1_000_000)
-    return ScriptCall([key], [repr(rate.interval_us), burst, permits, longest_us])
+    return ScriptCall([key], [repr(rate.interval_us), burst, permits, longest_us, int(polite)])
 
 
 def wait_call(key: str, rate: Rate, burst: int, permits: int) -> ScriptCall:
@@ -376,10 +509,16 @@ class RateLimiterBase:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.rate} burst={self.burst}>"
 
-    def _reserve_call(self, permits: object, within: object) -> ScriptCall:
-        """The :data:`RATE_RESERVE` call of ``permits`` due within ``within`` s (None: ever)."""
+    def _reserve_call(self, permits: object, within: object, polite: bool = False) -> ScriptCall:
+        """The :data:`RATE_RESERVE` call of ``permits`` due within ``within`` s (None: ever).
+
+        ``polite`` (a try: ``within`` must be 0) takes or keeps the polite callers' place.
+        """
         taken = check_take(permits, self.burst)
-        return reserve_call(self.key, self.rate, self.burst, taken, check_timeout(within))
+        longest = check_timeout(within)
+        if polite and longest != 0:
+            raise ValueError(f"a polite reserve never waits: within must be 0, got {within!r}")
+        return reserve_call(self.key, self.rate, self.burst, taken, longest, polite=polite)
 
     def _wait_call(self, permits: object) -> ScriptCall:
         """The :data:`RATE_WAIT` call for ``permits``."""

@@ -67,8 +67,13 @@ class RateLimiter(RateLimiterBase):
         self._scripts = client.scripts[RateLimiterScripts]
 
     def try_acquire(self, permits: int = 1) -> bool:
-        """Take ``permits`` if they are due now; never waits."""
-        return self.reserve(permits, within=0).granted
+        """Take ``permits`` if they are due now; never waits.
+
+        Polite: a refused caller that waits :meth:`wait_time` and tries again
+        gets in, also beside ``acquire()`` callers (the polite callers share
+        one place in the queue; see docs/rate-limits.md).
+        """
+        return self.reserve(permits, within=0, polite=True).granted
 
     def acquire(self, permits: int = 1, timeout: float | None = None) -> bool:
         """Take ``permits``, waiting until they are due, at most ``timeout`` seconds.
@@ -84,20 +89,28 @@ class RateLimiter(RateLimiterBase):
         return True
 
     def wait_time(self, permits: int = 1) -> float:
-        """Seconds until ``permits`` would be granted (0.0: now). Takes nothing."""
+        """Seconds until ``try_acquire(permits)`` would be granted (0.0: now). Takes nothing.
+
+        When it answers more than 0, that time is kept for the polite callers
+        (unless a place is kept already), so trying again after it gets in.
+        """
         call = self._wait_call(permits)
         with reported_unavailable(self.client.server, self._action()):
             wait = self._scripts.wait(keys=call.keys, args=call.args, client=self.client.held())
         return int(wait) / 1_000_000
 
-    def reserve(self, permits: int = 1, *, within: float | None = None) -> Reservation:
+    def reserve(
+        self, permits: int = 1, *, within: float | None = None, polite: bool = False
+    ) -> Reservation:
         """Take ``permits`` if they are due within ``within`` seconds (None: whenever due).
 
         Returns whether they were taken and the seconds until they are due;
         the caller must not use them before (``acquire`` sleeps that long).
-        What Celery's ``lock_rate`` re-queues a task with.
+        What Celery's ``lock_rate`` re-queues a task with. ``polite=True``
+        (with ``within=0``) is :meth:`try_acquire`'s: it takes the polite
+        callers' place when due, and keeps it when refused.
         """
-        call = self._reserve_call(permits, within)
+        call = self._reserve_call(permits, within, polite)
         try:
             with reported_unavailable(self.client.server, self._action()):
                 reply = self._scripts.reserve(
