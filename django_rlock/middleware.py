@@ -53,16 +53,16 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AliasAttached
+from django_rlock._ratelimits import limited_answer
 from django_rlock._responses import (
     busy_status_response,
     invalid_name_response,
     lost_response,
-    rate_limited_response,
     unavailable_response,
 )
 from django_rlock._retryafter import lock_retry_after
@@ -87,14 +87,17 @@ class LockErrorMiddleware(MiddlewareMixin):
     See the module. Sync and async capable (``MiddlewareMixin``).
     """
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None:
         """The answer to ``exception`` if it is a lock error this middleware handles, else None."""
         if isinstance(exception, InvalidLockNameError):
             return invalid_name_response(exception)
         if isinstance(exception, RateLimitExceeded):
             # A rate-limited helper the view called: the same 429 as a
             # @rate_limited view's own, not a busy lock's 409.
-            return rate_limited_response(exception.retry_after or 0.0)
+            # JSON when the request asks for it, or RLOCK_RATE_LIMITED_VIEW's answer.
+            return limited_answer(request, exception)
         if isinstance(exception, LockTimeout | LockUnavailableError):
             return _lock_error_response(request, exception)
         if isinstance(exception, LockLostError):

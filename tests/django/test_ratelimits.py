@@ -123,6 +123,11 @@ def test_a_rate_limited_helper_inside_a_view_answers_429_through_the_middleware(
     assert refused.status_code == 429  # a rate limit, not a busy lock's 409
     assert refused["Retry-After"] == "60"  # 59.9... s rounded up
     assert ratelimit_views.RAN == {"report ann": 1}
+    # The same answer a @rate_limited view gives: JSON when the client asks for it.
+    as_json = client.get("/report/ann/", HTTP_ACCEPT="application/json")
+    assert as_json.status_code == 429
+    assert as_json["Content-Type"] == "application/json"
+    assert as_json.json()["retry_after"] == int(as_json["Retry-After"])
 
 
 def test_bad_arguments_are_refused_when_decorating() -> None:
