@@ -35,6 +35,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    # A busy `with rlock()` in a view answers 409 + Retry-After, as @locked does
+    # (without it, the LockTimeout would be a 500).
+    "django_rlock.middleware.LockErrorMiddleware",
 ]
 ROOT_URLCONF = "shop.urls"
 WSGI_APPLICATION = "shop.wsgi.application"
