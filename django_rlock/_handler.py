@@ -19,9 +19,11 @@ the next access sees the new settings.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from django.apps import apps
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
@@ -35,6 +37,33 @@ from django_rlock.core._process import forking
 from django_rlock.exceptions import InvalidLockBackendError
 
 
+class MissingAppWarning(RuntimeWarning):
+    """Locks are used in a project whose INSTALLED_APPS lacks ``"django_rlock"``."""
+
+
+_hinted = False
+
+
+def _hint_missing_app() -> None:
+    """Warn once when locks are used without the app: its checks, admin and command are missing.
+
+    Nothing else would say so: without the app, neither its system checks (a
+    misspelt setting, a bad alias) nor ``manage.py rlock`` nor the admin page
+    exist, and the locks work.
+    """
+    global _hinted  # noqa: PLW0603 -- once per process
+    if _hinted or not apps.ready or apps.is_installed("django_rlock"):
+        return
+    _hinted = True
+    warnings.warn(
+        'locks are used but "django_rlock" is not in INSTALLED_APPS: its system checks '
+        "(misspelt settings, bad aliases), `manage.py rlock` and the admin page of live "
+        'locks are missing. Add "django_rlock" to INSTALLED_APPS.',
+        MissingAppWarning,
+        stacklevel=4,
+    )
+
+
 def create_backend(alias: str, params: dict[str, Any] | None = None) -> BaseLockBackend:
     """Build the backend of ``alias`` afresh (``params`` default to ``RLOCKS[alias]``).
 
@@ -42,6 +71,7 @@ def create_backend(alias: str, params: dict[str, Any] | None = None) -> BaseLock
     BACKEND, and other :class:`~django_rlock.exceptions.LockSettingError` for
     bad values; it never connects.
     """
+    _hint_missing_app()
     if params is None:
         params = conf.alias_params(alias)
     path = params.get("BACKEND", conf.DEFAULT_BACKEND)

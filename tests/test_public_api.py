@@ -221,6 +221,8 @@ NOT_EXPORTED = {
     # A warning category, never raised: a name left unformatted. Silenced by its
     # message (docs/django.md, "Names built from fields"), not caught.
     "UnformattedNameWarning": "django_rlock._keys",
+    # A warning category, never raised: locks used without the app in INSTALLED_APPS.
+    "MissingAppWarning": "django_rlock._handler",
     # A test's failure (an AssertionError) under the opt-in guard, raised in tests only.
     "NotIsolatedError": "django_rlock.testing",
 }

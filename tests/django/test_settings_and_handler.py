@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -342,3 +343,22 @@ def test_min_replicas_reaches_the_lock_client(
     settings.RLOCKS = {"default": {"LOCATION": redis_url, "MIN_REPLICAS": -1}}
     with pytest.raises(LockSettingError, match="MIN_REPLICAS"):
         locks["default"].lock("x")
+
+
+def test_locks_used_without_the_app_installed_warn_once(
+    settings: SettingsWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_rlock import _handler  # noqa: PLC0415
+
+    monkeypatch.setattr(_handler, "_hinted", False)
+    installed = [app for app in settings.INSTALLED_APPS if app != "django_rlock"]
+    with override_settings(INSTALLED_APPS=installed):
+        with pytest.warns(_handler.MissingAppWarning, match="INSTALLED_APPS"):
+            _handler.create_backend("default")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _handler.create_backend("default")  # once per process
+    monkeypatch.setattr(_handler, "_hinted", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _handler.create_backend("default")  # installed: no warning
