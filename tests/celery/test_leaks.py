@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.celery import app as test_app
-from tests.celery import engine_app, plain_app
+from tests.celery import bare_app
 from tests.celery.conftest import lock_key
 from tests.celery.workers import Worker
 
@@ -48,53 +48,43 @@ def test_a_leaked_hold_is_released_as_the_run_ends_and_never_reentered(
     assert "leaked" in child.log.read_text()
 
 
+#: Each flavour of an app that never imports celery_rlock: its worker's
+#: environment, the key prefix of its locks, and what its worker has imported.
+FLAVOURS = {
+    # A Django project whose tasks use django_rlock's locks: the Django app
+    # wires the task-run scope as it sees Celery.
+    "django": (
+        {"DJANGO_SETTINGS_MODULE": "tests.celery.django_settings"},
+        "djtest",
+        ["django.conf"],
+    ),
+    # A Celery app with no Django, using the engine: the package wires it as it loads.
+    "engine": ({}, "engine", []),
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_task_runs_end_their_holds_without_celery_rlock(
-    broker_url: str, run: str, store: redis.Redis
+    broker_url: str, run: str, store: redis.Redis, flavour: str
 ) -> None:
-    # A Django project whose tasks use django_rlock's locks and never import
-    # celery_rlock: the Django app wires the task-run scope as it sees Celery.
-    plain_app.configure(broker_url)
-    queue = f"plain-{run}"
-    env = {"DJANGO_SETTINGS_MODULE": "tests.celery.django_settings"}
+    env, key_prefix, imported = FLAVOURS[flavour]
+    bare_app.configure(broker_url)
+    queue = f"bare-{flavour}-{run}"
     worker = Worker(
-        broker_url, concurrency=1, queue=queue, env=env, app_module="tests.celery.plain_app"
+        broker_url, concurrency=1, queue=queue, env=env, app_module="tests.celery.bare_app"
     )
     with worker:
-        assert plain_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
-        key = f"djtest:{{plain:{run}}}"
+        assert bare_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
+        key = f"{key_prefix}:{{bare:{run}}}"
         deadline = time.monotonic() + GIVEN_BACK_WITHIN
         while store.exists(key) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not store.exists(key)
-        seen = plain_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
+        seen = bare_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
         assert seen == {
             "took": True,
             "hold_count": 1,
             "locked_after_release": False,
-            "celery_rlock_imported": False,
-        }
-        assert "leaked" in worker.output()
-
-
-def test_task_runs_end_their_holds_with_the_engine_alone(
-    broker_url: str, run: str, store: redis.Redis
-) -> None:
-    # A Celery app with no Django and no celery_rlock: its tasks use the engine.
-    engine_app.configure(broker_url)
-    queue = f"engine-{run}"
-    worker = Worker(broker_url, concurrency=1, queue=queue, app_module="tests.celery.engine_app")
-    with worker:
-        assert engine_app.leaky_body.apply_async((run,), queue=queue).get(timeout=HANG) is True
-        key = f"engine:{{engine:{run}}}"
-        deadline = time.monotonic() + GIVEN_BACK_WITHIN
-        while store.exists(key) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not store.exists(key)
-        seen = engine_app.reenter_probe.apply_async((run,), queue=queue).get(timeout=HANG)
-        assert seen == {
-            "took": True,
-            "hold_count": 1,
-            "locked_after_release": False,
-            "django_or_celery_rlock": [],
+            "imported": imported,
         }
         assert "leaked" in worker.output()
