@@ -237,6 +237,40 @@ def test_a_lease_hold_outlives_its_unit_of_work_and_the_next_unit_cannot_reenter
         assert not client.holds._holds
 
 
+def test_a_thread_that_holds_an_older_lock_still_cannot_reenter_a_units_lease(
+    redis_url: str, r: redis.Redis
+) -> None:
+    # A sync web worker's thread holding a process-wide lock, serving requests
+    # that each take a throttle's lease: the next request must not re-enter the
+    # last one's lease, and the thread keeps (renews, re-enters, releases) its lock.
+    with LockClient(redis_url, watchdog_timeout=TIMEOUT) as client:
+        process_wide = client.lock("process-wide")
+        throttle = client.lock("once-per-lease", lease=4)
+
+        def serve() -> tuple[bool, bool, bool]:
+            assert process_wide.acquire()  # before any unit of work
+            answers = []
+            for _ in range(2):
+                leaks.work_started("request")
+                try:
+                    answers.append(throttle.acquire(blocking=False))
+                finally:
+                    leaks.work_ended("request")
+            time.sleep(TIMEOUT)  # watchdog ticks: the older hold is still renewed
+            reentered = process_wide.acquire(blocking=False) and process_wide.hold_count() == 2
+            process_wide.release()
+            process_wide.release()
+            return answers[0], answers[1], reentered
+
+        with concurrent.futures.ThreadPoolExecutor(1) as worker:
+            first, second, reentered = worker.submit(contextvars.copy_context().run, serve).result(
+                HANG
+            )
+        assert (first, second, reentered) == (True, False, True)
+        assert not r.exists(process_wide.keys.hash)
+        assert r.exists(throttle.keys.hash)  # the lease runs on
+
+
 def test_a_units_hold_taken_on_an_executor_thread_ends_with_the_unit(
     redis_url: str, r: redis.Redis
 ) -> None:

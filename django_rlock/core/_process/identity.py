@@ -59,10 +59,11 @@ _task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.Wea
 _subjects: dict[str, weakref.ref[Any]] = {}
 
 
-# Owner ids retired by another thread than their own (retire_owner): the
-# thread takes a new id at its next lock call. Read on every thread_owner()
-# call, so a set (membership is one hash lookup) that is almost always empty.
-_retired: set[str] = set()
+# Owner ids retired by another thread than their own (retire_owner) -> whether
+# the thread keeps it as a former id (it still holds locks under it): the thread
+# takes a new owner id at its next lock call. Read on every thread_owner() call,
+# so a dict (membership is one hash lookup) that is almost always empty.
+_retired: dict[str, bool] = {}
 
 
 # Called with a task's owner id when that task is done (see on_task_end).
@@ -79,36 +80,71 @@ def thread_owner() -> str:
     owner: str | None = getattr(_local, "owner", None)
     # After a fork the surviving thread keeps its local: rebuild it for the new id.
     if owner is None or not owner.startswith(_process_id) or (_retired and owner in _retired):
-        if owner is not None:
-            _retired.discard(owner)
+        if owner is not None and _retired.pop(owner, False):
+            _keep_former(owner)
         owner = f"{_process_id}:{next(_thread_numbers)}"
         _local.owner = owner
         _remember(owner, threading.current_thread())
     return owner
 
 
-def retire_thread_owner() -> None:
+def retire_thread_owner(*, keep: bool = False) -> None:
     """The calling thread takes a new owner id from its next lock call on.
 
-    Holds left under the old id belong to nobody alive any more
-    (:func:`owner_alive` is false for it): the thread cannot re-enter them.
+    What it acquires from then on is held under the new id, so it cannot
+    re-enter the holds a unit of work left under the old one (a lease, a leak
+    only reported). With ``keep``, the thread still holds older locks under the
+    old id (taken before that unit): it stays one of the thread's ids
+    (:func:`former_thread_owners`), under which the thread re-enters and
+    releases those locks, and its owner stays alive for the watchdog.
     """
     owner: str | None = getattr(_local, "owner", None)
     if owner is not None:
         _local.owner = None
-        _subjects.pop(owner, None)
+        if keep:
+            _keep_former(owner)
+        else:
+            _subjects.pop(owner, None)
 
 
-def retire_owner(owner: str) -> None:
-    """The thread named by ``owner`` takes a new owner id from its next lock call on.
+def retire_owner(owner: str, *, keep: bool = False) -> None:
+    """:func:`retire_thread_owner` for the thread named by ``owner``, called from another.
 
-    For a thread other than the caller (a request's executor thread whose
-    unit of work ended): its holds under ``owner`` can no longer be re-entered
-    by it. Ids of tasks are not retired: a task's units of work end with it.
+    The thread switches at its next lock call (a request's executor thread
+    whose unit of work ended). Ids of tasks are not retired: a task's units
+    of work end with it.
     """
-    if not is_task_owner(owner):
-        _retired.add(owner)
+    if is_task_owner(owner):
+        return
+    _retired[owner] = keep
+    if not keep:
         _subjects.pop(owner, None)
+
+
+def former_thread_owners() -> list[str]:
+    """The calling thread's former owner ids that may still hold locks, newest first."""
+    former: list[str] | None = getattr(_local, "former", None)
+    if not former:
+        return []
+    if not former[0].startswith(_process_id):  # a forked child: the parent's ids
+        _local.former = []
+        return []
+    return former
+
+
+def forget_former_thread_owner(owner: str) -> None:
+    """``owner``, a former id of the calling thread, holds nothing any more."""
+    former: list[str] | None = getattr(_local, "former", None)
+    if former and owner in former:
+        former.remove(owner)
+        _subjects.pop(owner, None)
+
+
+def _keep_former(owner: str) -> None:
+    former: list[str] | None = getattr(_local, "former", None)
+    if former is None:
+        former = _local.former = []
+    former.insert(0, owner)
 
 
 def is_task_owner(owner: str) -> bool:

@@ -71,7 +71,7 @@ def work_ended(what: str) -> None:
     if scope is None:
         return  # a unit of work this module did not see begin
     reason = f"the {what} that took it ended without releasing it"
-    kept: dict[str, None] = {}  # thread owners that keep a hold of this unit
+    kept: dict[str, list[Hold]] = {}  # thread owners -> the holds of this unit they keep
     for hold in list(scope.holds):
         if hold.released or hold.lost:
             continue
@@ -83,23 +83,20 @@ def work_ended(what: str) -> None:
             give_back(hold)
             continue
         if not hold.released:
-            kept[hold.owner] = None
-    for owner in kept:
-        older = (
-            hold
-            for registry in registries()
-            for hold in registry.holds_owned_by(owner)
-            if hold.scope is not scope
-        )
-        if all(hold.leaked for hold in older):
-            # The holds are still this owner's on the server: under a new owner
-            # id its thread's next unit of work cannot re-enter them.
-            if owner == identity.thread_owner():
-                identity.retire_thread_owner()
-            else:
-                identity.retire_owner(owner)
-            for registry in registries():
-                registry.disown(owner)
+            kept.setdefault(hold.owner, []).append(hold)
+    for owner, holds in kept.items():
+        # The holds are still this owner's on the server, and nobody will release
+        # them (a lease runs to its end, a reported leak expires): the registry
+        # stops keeping them, and the thread takes a new owner id, so that its
+        # next unit of work cannot re-enter them. Holds it took before this unit
+        # stay under the old id, which it keeps for them.
+        for registry in registries():
+            registry.forget_holds(holds)
+        older = any(registry.owns_any(owner) for registry in registries())
+        if owner == identity.thread_owner():
+            identity.retire_thread_owner(keep=older)
+        else:
+            identity.retire_owner(owner, keep=older)
 
 
 def thread_gone(registry: HoldRegistry, hold: Hold) -> None:

@@ -278,25 +278,35 @@ class HoldRegistry:
                 if not hold.lost and not hold.released
             ]
 
-    def disown(self, owner: str) -> list[Hold]:
-        """Forget every hold of ``owner``, an owner id retired while it still had holds.
+    def forget_holds(self, holds: list[Hold]) -> None:
+        """Stop keeping ``holds`` (of this registry or not): nobody can release them any more.
 
-        Its thread goes on under a new id, so nobody can release them any more:
-        each is a lease hold running to its lease's end, or a leaked one left to
-        expire (``release_leaked`` false); neither is renewed. The server ends
-        them; this registry stops keeping them, which would otherwise grow with
-        every request that leaves a lease behind. Returns them.
+        Each is a hold a unit of work left to a thread that now goes on under a
+        new owner id: a lease hold running to its lease's end, or a leaked one
+        left to expire (``release_leaked`` false); neither is renewed. The
+        server ends them; this registry stops keeping them, which would
+        otherwise grow with every request that leaves a lease behind.
         """
         with self._lock:
-            dropped = [
-                hold
-                for key in self._keys_of.pop(owner, {})
-                for hold in self._holds.pop((key, owner), [])
-            ]
-        for hold in dropped:
+            for hold in holds:
+                stack = self._holds.get((hold.key, hold.owner))
+                if stack is None or hold not in stack:
+                    continue
+                stack.remove(hold)
+                if not stack:
+                    del self._holds[(hold.key, hold.owner)]
+                    keys = self._keys_of[hold.owner]
+                    keys.pop(hold.key, None)
+                    if not keys:
+                        del self._keys_of[hold.owner]
+        for hold in holds:
             if hold.scope is not None:
                 hold.scope.holds.pop(hold, None)
-        return dropped
+
+    def owns_any(self, owner: str) -> bool:
+        """Whether this registry keeps any hold of ``owner`` (lost ones too)."""
+        with self._lock:
+            return bool(self._keys_of.get(owner))
 
     def keeps(self, hold: Hold) -> bool:
         """Whether ``hold`` is one of this registry's live holds."""

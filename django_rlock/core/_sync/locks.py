@@ -119,7 +119,11 @@ from redis.exceptions import (
 
 from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import describe
-from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._process.identity import (
+    forget_former_thread_owner,
+    former_thread_owners,
+    thread_owner,
+)
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
@@ -146,6 +150,7 @@ from django_rlock.core._protocol.fairlock import (
     fair_keys,
     fair_release_call,
 )
+from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
     LOST_REPLY,
     UNANSWERED,
@@ -270,6 +275,26 @@ class RLock(LockBase):
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
 
+    def _owner(self) -> str:
+        """The calling thread's owner id for this lock.
+
+        Its current id, unless it holds this lock under a former id (kept when
+        a unit of work retired the id while the thread still held locks taken
+        before that unit, see :mod:`~django_rlock.core._process.leaks`): then
+        that one, so that it re-enters and releases what it holds. A former id
+        that holds nothing any more is dropped on the way.
+        """
+        owner = thread_owner()
+        formers = former_thread_owners()
+        if not formers or self._registry.peek(self.hold_keys(owner)[0], owner) is not None:
+            return owner
+        for former in list(formers):
+            if self._registry.peek(self.hold_keys(former)[0], former) is not None:
+                return former
+            if not any(registry.owns_any(former) for registry in registries()):
+                forget_former_thread_owner(former)
+        return owner
+
     # -- acquiring ----------------------------------------------------------------
 
     def acquire(
@@ -303,7 +328,7 @@ class RLock(LockBase):
             raise unavailable_error(self._engine.server, "acquire", self.name, error) from error
 
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
-        owner = thread_owner()
+        owner = self._owner()
         lease_seconds = self._granted_lease(owner, lease_seconds)
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
@@ -587,7 +612,7 @@ class RLock(LockBase):
         thread holds nothing, and :class:`LockLostError` when its hold expired
         or was taken over before this release.
         """
-        self._release_owned(thread_owner())
+        self._release_owned(self._owner())
 
     def _release_owned(self, owner: str) -> None:
         """Give back one hold of ``owner`` (the calling thread, or a leaked hold's owner)."""
@@ -664,7 +689,7 @@ class RLock(LockBase):
         :class:`LockLostError` when its hold was lost, and :class:`LockError`
         for a hold the watchdog renews (it has no fixed lease to move).
         """
-        owner = thread_owner()
+        owner = self._owner()
         hold = self._extend_prepare(owner, seconds, "thread")
         call = extend_call(*self.hold_keys(owner), owner, seconds)
         sent_at = clock.monotonic()
@@ -698,12 +723,12 @@ class RLock(LockBase):
     def owned(self) -> bool:
         """True when the calling thread holds the lock (asks Redis)."""
         with self._reachable("inspect"):
-            return bool(self.client.redis.hexists(self.keys.hash, thread_owner()))
+            return bool(self.client.redis.hexists(self.keys.hash, self._owner()))
 
     def hold_count(self) -> int:
         """How many holds the calling thread has on the lock (0 when none; asks Redis)."""
         with self._reachable("inspect"):
-            return hold_count_reply(self.client.redis.hget(self.keys.hash, thread_owner()))
+            return hold_count_reply(self.client.redis.hget(self.keys.hash, self._owner()))
 
     def ttl(self) -> float | None:
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
@@ -718,7 +743,7 @@ class RLock(LockBase):
         keeps the token. Pass it to the resource you protect and have that
         resource refuse any write with a token lower than the last one it saw.
         """
-        return self._token_of(thread_owner())
+        return self._token_of(self._owner())
 
     @property
     def lost(self) -> bool:
@@ -732,7 +757,7 @@ class RLock(LockBase):
         fresh hold with a higher token (its newest hold is what ``lost`` and
         ``token`` speak of; releasing that one shows the lost hold below again).
         """
-        current = self._current_lost(thread_owner())
+        current = self._current_lost(self._owner())
         if current is not None:
             return current
         return bool(getattr(self._local, "lost", False))
@@ -1289,13 +1314,13 @@ class ReadLock(ReadSide, RLock):
 
     def owned(self) -> bool:
         """True when the calling thread holds a read (asks Redis)."""
-        owner = thread_owner()
+        owner = self._owner()
         with self._reachable("inspect"):
             return bool(self.client.redis.hexists(self.rw_keys.reader(owner), owner))
 
     def hold_count(self) -> int:
         """How many read holds the calling thread has (0 when none; asks Redis)."""
-        owner = thread_owner()
+        owner = self._owner()
         with self._reachable("inspect"):
             return hold_count_reply(self.client.redis.hget(self.rw_keys.reader(owner), owner))
 
@@ -1476,7 +1501,7 @@ class Semaphore(SemaphoreBase, RLock):
 
     def hold_count(self) -> int:
         """How many permits the calling thread holds (0 when none; asks Redis)."""
-        owner = thread_owner()
+        owner = self._owner()
         with self._reachable("inspect"):
             return hold_count_reply(self.client.redis.hget(permit_key(self.keys, owner), owner))
 
