@@ -289,19 +289,7 @@ class HoldRegistry:
         """
         with self._lock:
             for hold in holds:
-                stack = self._holds.get((hold.key, hold.owner))
-                if stack is None or hold not in stack:
-                    continue
-                stack.remove(hold)
-                if not stack:
-                    del self._holds[(hold.key, hold.owner)]
-                    keys = self._keys_of[hold.owner]
-                    keys.pop(hold.key, None)
-                    if not keys:
-                        del self._keys_of[hold.owner]
-        for hold in holds:
-            if hold.scope is not None:
-                hold.scope.holds.pop(hold, None)
+                self._drop(hold)
 
     def owns_any(self, owner: str) -> bool:
         """Whether this registry keeps any hold of ``owner`` (lost ones too)."""
@@ -557,6 +545,10 @@ class HoldRegistry:
     def _forget(self, hold: Hold) -> None:
         # Called with the mutex held: the hold is fully given back.
         hold.released = True
+        self._drop(hold)
+
+    def _drop(self, hold: Hold) -> None:
+        # Called with the mutex held: the registry (and its scope) stops keeping it.
         if hold.scope is not None:
             hold.scope.holds.pop(hold, None)
         stack = self._holds.get((hold.key, hold.owner))
