@@ -97,7 +97,7 @@ DOCUMENTED: dict[str, list[str]] = {
 #: them by name (the app's config, admin, models, migrations and commands).
 DJANGO_CONVENTIONS = ("apps", "admin", "models", "migrations", "management")
 
-#: The modules users import names from (shared/DESIGN.md, README).
+#: The modules users import names from (the README, the API reference).
 PUBLIC = tuple(DOCUMENTED)
 
 

@@ -1,4 +1,4 @@
-"""The package's import graph is the layering of shared/DESIGN.md, with no cycles,
+"""The package's import graph is the layering of docs/engine.md, with no cycles,
 and no module reaches into another module's private state.
 
     celery_rlock -> django_rlock -> django_rlock.core

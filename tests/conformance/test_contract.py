@@ -1,4 +1,4 @@
-"""The lock contract (shared/DESIGN.md, "Public contract"), once, for every engine.
+"""The lock contract (the public contract: docs/engine.md), once, for every engine.
 
 Each rule runs against every engine it applies to (see conftest.ENGINES). Two
 owners ``a`` and ``b`` are two threads for the sync engines, two asyncio tasks

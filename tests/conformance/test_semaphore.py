@@ -1,4 +1,4 @@
-"""The semaphore contract (shared/DESIGN.md, "Public contract, second part"), for every engine.
+"""The semaphore contract (the public contract: docs/engine.md), for every engine.
 
 The same rules for ``LockClient.semaphore``, ``AsyncLockClient.semaphore`` and
 Django's ``semaphore()`` (sync and ``async with``) on the Redis, embedded and

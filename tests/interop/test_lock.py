@@ -1,6 +1,6 @@
 """``layout="redisson"``: a Python lock and Redisson's RLock of the same name are one lock.
 
-The Java side is the emulator of ``../shared/redisson`` (Redisson's own Lua,
+The Java side is the Redisson emulator the conftest finds (Redisson's own Lua,
 its client's waiting, watchdog and message decoding): see conftest.py. A
 "Java thread" is a one-worker ThreadPoolExecutor, since Redisson's owner is
 the thread. Watchdog timeouts are short (1.5 to 3 s) to keep this quick.
