@@ -33,7 +33,6 @@ from django_rlock._handler import locks
 from django_rlock._waitgraph import Waits, read_waits
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.core._protocol.deadlocks import describe_holder
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.exceptions import LockSettingError, LockUnavailableError
@@ -229,18 +228,21 @@ class Command(BaseCommand):
     def _show_waits(self, name: str, waits: Waits) -> None:
         """Who has waited for ``name`` past the deadlock check, and what its holder waits for."""
         if waits.waited_by:
-            self.stdout.write("  waited for by (longer than the deadlock check):")
+            self.stdout.write("  waiting past the deadlock check:")
             for waiter in waits.waited_by:
                 self.stdout.write(f"    {waiter.owner} for {waiter.waiting:.1f}s")
         if not waits.holder_waits_for:
             return
         self.stdout.write("  its holder waits for:")
         for step in waits.holder_waits_for:
-            held = "free" if step.owner is None else f"held by {step.owner}"
-            if step.holder is not None:
-                held += f" ({describe_holder(step.holder)})"
-            back = " (this lock)" if step.lock == name and waits.cycle else ""
-            self.stdout.write(f"    lock {step.lock!r}{back}, {held}, for {step.waiting:.1f}s")
+            if step.owner is None:
+                held = "now free"
+            else:
+                held = f"held by {step.owner}"
+                if step.holder is not None:
+                    held += f": {LockInfo(step.lock, holder=step.holder).holder_text()}"
+            back = ", this lock" if step.lock == name and waits.cycle else ""
+            self.stdout.write(f"    lock {step.lock!r} (for {step.waiting:.1f}s{back}), {held}")
         if waits.cycle:
             self.stdout.write(
                 "  deadlock: the holder waits, through these locks, for itself; detection "
