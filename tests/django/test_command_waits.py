@@ -104,7 +104,7 @@ def test_inspect_shows_the_waiters_and_what_the_holder_waits_for(
         text = rlock_command("inspect", "a")
         assert "  waiters: 0" in text.splitlines()
         assert "its holder waits for:" in text
-        assert f"    lock 'b' (for " in text and f"s), held by {b_digest}: " in text
+        assert "    lock 'b' (for " in text and f"s), held by {b_digest}: " in text
         assert f" pid {os.getpid()} " in text
         assert "deadlock" not in text
         data = json.loads(rlock_command("inspect", "a", "--json"))
