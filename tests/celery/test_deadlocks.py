@@ -30,7 +30,9 @@ def send_pair(task: Any) -> tuple[str, list[Any]]:
 
 
 def texts(store: redis.Redis, key: str) -> list[str]:
-    return sorted(raw.decode() for raw in store.lrange(key, 0, -1))
+    return sorted(
+        raw.decode() if isinstance(raw, bytes) else str(raw) for raw in store.lrange(key, 0, -1)
+    )
 
 
 def test_the_victim_is_retried_and_both_runs_finish(worker: Worker, store: redis.Redis) -> None:

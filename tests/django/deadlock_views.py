@@ -19,6 +19,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse
 
 from django_rlock import locked, locks, rlock
+from django_rlock.backends.redis import RedisLockBackend
 
 #: The table of steps: ``run`` (the test's), ``who`` (``first>second``), ``step`` (a lock).
 STEPS = "rlock_deadlock_step"
@@ -28,7 +29,9 @@ MEET = 30
 
 def meet(run: str, me: str, partner: str) -> None:
     """Wait until the partner request holds its first lock too (both announce, each waits)."""
-    redis = locks["default"].client.redis
+    backend = locks["default"]
+    assert isinstance(backend, RedisLockBackend)
+    redis = backend.client.redis
     redis.rpush(f"meet:{run}:{me}", "here")
     assert redis.blpop([f"meet:{run}:{partner}"], timeout=MEET) is not None, "no partner came"
 

@@ -7,10 +7,11 @@ import logging
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.test import Client, RequestFactory
 from prometheus_client import REGISTRY
 from pytest_django.fixtures import Settings as SettingsWrapper
@@ -114,11 +115,12 @@ async def async_locked_view(request: HttpRequest, name: str) -> HttpResponse:
     return HttpResponse("done")
 
 
-def assert_busy_answer(responses: list[HttpResponse]) -> HttpResponse:
+def assert_busy_answer(responses: Sequence[HttpResponseBase]) -> HttpResponseBase:
     """One 409 with a Retry-After, one 200; the 409, whose body names no lock."""
     assert sorted(response.status_code for response in responses) == [200, 409]
     busy = next(response for response in responses if response.status_code == 409)
     assert int(busy["Retry-After"]) >= 1
+    assert isinstance(busy, HttpResponse)
     assert b"dl:" not in busy.content and b"'a'" not in busy.content
     return busy
 
@@ -180,10 +182,10 @@ def test_an_async_locked_view_answers_its_deadlock_as_a_busy_lock(
     assert_busy_answer(asyncio.run(scenario()))
 
 
-def requests_in_opposite_order(path: str) -> list[HttpResponse]:
+def requests_in_opposite_order(path: str) -> list[HttpResponseBase]:
     """``path`` (``.../{run}/{first}/{second}/``) for a/b and b/a at once, each on its thread."""
     run = uuid.uuid4().hex[:8]
-    responses: list[HttpResponse] = []
+    responses: list[HttpResponseBase] = []
 
     def call(first: str, second: str) -> None:
         responses.append(Client().get(path.format(run=run, first=first, second=second)))
