@@ -35,9 +35,9 @@ Django REST framework's ``Request``) answers ``409 Conflict`` with a
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
 a view always raises :class:`LockTimeout`.
 
-When the wait for the lock is the victim of a deadlock (the call already
-holds another lock that someone waiting here holds up, and its wait closed the
-cycle: :class:`~django_rlock.exceptions.DeadlockError`, see docs/deadlocks.md),
+When the wait for the lock is the victim of a deadlock (the caller already
+holds a lock that another waiter needs, and this wait closed the cycle:
+:class:`~django_rlock.exceptions.DeadlockError`, see docs/deadlocks.md),
 a view answers as for a busy lock (``409 Conflict`` with a ``Retry-After`` of
 how long the lock is really held, or ``BUSY_RESPONSE``'s answer); the cycle is
 logged (WARNING on ``django_rlock.lock``, naming every lock and holder). Inside
