@@ -43,7 +43,7 @@ from django_rlock.core.defaults import (
     DEFAULT_REPLICA_SYNC_TIMEOUT,
     DEFAULT_WATCHDOG_TIMEOUT,
 )
-from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.exceptions import DeadlockError, LockTimeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
@@ -97,9 +97,10 @@ LEAKED_CHOICES: Final = ("release", "warn")
 #: The values ``RLOCK_METRICS`` takes besides None (no metrics, the default).
 METRICS_CHOICES: Final = ("prometheus",)
 
-#: What a view answers when its lock stays busy: an HTTP status, ``"raise"``, or
-#: a callable ``(request, LockTimeout) -> HttpResponse`` (or its dotted path).
-BusyResponse = int | str | Callable[[HttpRequest, LockTimeout], HttpResponse]
+#: What a view answers when its lock stays busy (or its wait was a deadlock's
+#: victim): an HTTP status, ``"raise"``, or a callable
+#: ``(request, LockTimeout | DeadlockError) -> HttpResponse`` (or its dotted path).
+BusyResponse = int | str | Callable[[HttpRequest, LockTimeout | DeadlockError], HttpResponse]
 
 
 def lock_settings() -> dict[str, dict[str, Any]]:
