@@ -32,13 +32,13 @@ ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 DOCUMENTED: dict[str, list[str]] = {
     "django_rlock": [
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
-        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOrderWarning", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded", "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
-        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOrderWarning", "LockOutOfMemoryError",
         "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "RateLimitExceeded",
     ],
@@ -64,7 +64,7 @@ DOCUMENTED: dict[str, list[str]] = {
     "django_rlock.core": [
         "DeadlockError", "FairLock", "InvalidLockNameError", "Leadership", "LockClient",
         "LockError", "LockLostError", "LockNotOwnedError", "LockNotReplicatedError",
-        "LockOutOfMemoryError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
+        "LockOrderWarning", "LockOutOfMemoryError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
         "MultiLock", "RLock", "RateLimitExceeded", "RateLimiter", "ReadLock", "ReadWriteLock",
         "RedLock", "Semaphore", "Term", "WriteLock",
     ],
@@ -74,7 +74,7 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.core.exceptions": [
         "DeadlockError", "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
-        "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
+        "LockNotReplicatedError", "LockOrderWarning", "LockOutOfMemoryError", "LockTimeout",
         "LockUnavailableError", "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.core.defaults": [
