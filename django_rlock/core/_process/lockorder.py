@@ -101,9 +101,8 @@ class Edge:
 
     def describe(self) -> str:
         """One line of a report: the two classes and both call sites."""
-        return (
-            f"{self.held!r} (taken at {self.held_at}) then {self.taken!r} (taken at {self.taken_at})"
-        )
+        held = f"{self.held!r} (taken at {self.held_at})"
+        return f"{held} then {self.taken!r} (taken at {self.taken_at})"
 
 
 def check_lock_order_check(value: object) -> bool:
@@ -165,9 +164,7 @@ class LockOrder:
         self._told: set[tuple[str, str]] = set()
         self._watched: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
         #: Each watched hold's class and call site, for as long as the hold lives.
-        self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site]] = weakref.WeakKeyDictionary()
         #: Every warning a filter turned into an error, numbered from 1.
         self._raised: deque[tuple[int, LockOrderWarning]] = deque(maxlen=MAX_RAISED)
         self._raised_count = 0
