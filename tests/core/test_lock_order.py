@@ -179,3 +179,37 @@ def test_off_by_default(
 def test_a_bad_option_is_refused(redis_url: str) -> None:
     with pytest.raises(ValueError, match="lock_order_check must be True or False"):
         LockClient(redis_url, lock_order_check="yes")  # type: ignore[arg-type]
+
+
+def test_a_multilocks_members_have_no_order_but_what_it_waits_under_has(
+    client: LockClient, caught: list[warnings.WarningMessage]
+) -> None:
+    # Two MultiLocks of the same locks in opposite orders cannot deadlock: it
+    # gives back the members it took when one stays busy.
+    def forward() -> None:
+        with client.multi_lock(client.lock("a"), client.lock("b")):
+            pass
+
+    def backward() -> None:
+        with client.multi_lock(client.lock("b"), client.lock("a")):
+            pass
+
+    in_thread(forward)
+    in_thread(backward)
+    assert inversions(caught) == []
+
+    # Held before it, a lock comes before each member.
+    def under_x() -> None:
+        with client.lock("x"):
+            with client.multi_lock(client.lock("a"), client.lock("b")):
+                pass
+
+    def b_then_x() -> None:
+        with client.lock("b"):
+            with client.lock("x"):
+                pass
+
+    in_thread(under_x)
+    in_thread(b_then_x)
+    (warning,) = inversions(caught)
+    assert [(edge.held, edge.taken) for edge in warning.cycle] == [("b", "x"), ("x", "b")]

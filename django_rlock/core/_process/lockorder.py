@@ -45,6 +45,9 @@ import threading
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
 
@@ -105,6 +108,27 @@ class Edge:
         return f"{held} then {self.taken!r} (taken at {self.taken_at})"
 
 
+#: The group of locks being taken all at once by the current thread or task, if any.
+_together: ContextVar[object | None] = ContextVar("rlock_taken_together", default=None)
+
+
+@contextmanager
+def taken_together() -> Iterator[None]:
+    """Around locks taken all at once (a MultiLock's members): no order among them.
+
+    A MultiLock takes its members in turn but gives back those it took when
+    one stays busy, so two MultiLocks of the same locks in opposite orders
+    cannot deadlock: no edge is learnt between two members. Locks held before
+    it still come before each member (waiting for a member while holding
+    them can deadlock).
+    """
+    token = _together.set(object())
+    try:
+        yield
+    finally:
+        _together.reset(token)
+
+
 def check_lock_order_check(value: object) -> bool:
     """``lock_order_check`` / ``LOCK_ORDER_CHECK``: True or False; ValueError otherwise."""
     if not isinstance(value, bool):
@@ -163,8 +187,11 @@ class LockOrder:
         #: Inversions told while the graph was full (their edges not kept).
         self._told: set[tuple[str, str]] = set()
         self._watched: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
-        #: Each watched hold's class and call site, for as long as the hold lives.
-        self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site]] = weakref.WeakKeyDictionary()
+        #: Each watched hold's class, call site and group (:func:`taken_together`),
+        #: for as long as the hold lives.
+        self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site, object | None]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: Every warning a filter turned into an error, numbered from 1.
         self._raised: deque[tuple[int, LockOrderWarning]] = deque(maxlen=MAX_RAISED)
         self._raised_count = 0
@@ -187,14 +214,17 @@ class LockOrder:
             for other in registry.holds_owned_by(hold.owner)
             if other is not hold
         ]
+        group = _together.get()
         cycles: list[list[Edge]] = []
         with self._mutex:
-            self._taken[hold] = (taken, site)
+            self._taken[hold] = (taken, site, group)
             for other in held:
                 known = self._taken.get(other)
                 if known is None or known[0] == taken:  # not watched; or nested: one class
                     continue
-                held_class, held_at = known
+                held_class, held_at, held_group = known
+                if group is not None and held_group is group:  # one MultiLock's members
+                    continue
                 after = self._after.setdefault(held_class, {})
                 if taken in after:
                     continue
