@@ -186,7 +186,8 @@ class LockOrder:
         self._full = False
         #: Inversions told while the graph was full (their edges not kept).
         self._told: set[tuple[str, str]] = set()
-        self._watched: weakref.WeakSet[HoldRegistry] = weakref.WeakSet()
+        #: The registries watched, weakly (a closed client's registry may go).
+        self._watched: tuple[weakref.ref[HoldRegistry], ...] = ()
         #: Each watched hold's class, call site and group (:func:`taken_together`),
         #: for as long as the hold lives.
         self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site, object | None]] = (
@@ -199,26 +200,28 @@ class LockOrder:
     def watch(self, registry: HoldRegistry) -> None:
         """Check the order of every hold ``registry`` grants from now on (once per registry)."""
         with self._mutex:
-            if registry in self._watched:
+            alive = tuple(ref for ref in self._watched if ref() is not None)
+            if any(ref() is registry for ref in alive):
                 return
-            self._watched.add(registry)
+            self._watched = (*alive, weakref.ref(registry))
         registry.on_acquired(self.acquired)
 
     def acquired(self, hold: Hold) -> None:
         """A new hold was granted: learn its owner's order, and warn about a cycle it closes."""
         site = call_site()
         taken = lock_class(hold)
-        held = [
-            other
-            for registry in list(self._watched)
-            for other in registry.holds_owned_by(hold.owner)
-            if other is not hold
-        ]
+        held = []
+        for ref in self._watched:
+            registry = ref()
+            if registry is not None:
+                held += registry.holds_owned_by(hold.owner)
         group = _together.get()
         cycles: list[list[Edge]] = []
         with self._mutex:
             self._taken[hold] = (taken, site, group)
             for other in held:
+                if other is hold:
+                    continue
                 known = self._taken.get(other)
                 if known is None or known[0] == taken:  # not watched; or nested: one class
                     continue
