@@ -220,34 +220,41 @@ class LockOrder:
         with self._mutex:
             self._taken[hold] = (taken, site, group)
             for other in held:
-                if other is hold:
-                    continue
-                known = self._taken.get(other)
+                known = self._taken.get(other) if other is not hold else None
                 if known is None or known[0] == taken:  # not watched; or nested: one class
                     continue
                 held_class, held_at, held_group = known
                 if group is not None and held_group is group:  # one MultiLock's members
                     continue
-                after = self._after.setdefault(held_class, {})
-                if taken in after:
-                    continue
-                edge = Edge(held_class, taken, held_at, site)
-                if self.edges < self.max_edges:
-                    after[taken] = edge
-                    self.edges += 1
-                else:
-                    # Full: the known orders are still checked against, and an
-                    # inversion of them told once (the tellings bounded alike).
-                    self._say_full()
-                    if (held_class, taken) in self._told or len(self._told) >= self.max_edges:
-                        continue
-                path = self._path(taken, held_class)
-                if path is not None:
-                    if self.edges >= self.max_edges:
-                        self._told.add((held_class, taken))
-                    cycles.append([edge, *path])
+                cycle = self._learn(Edge(held_class, taken, held_at, site))
+                if cycle is not None:
+                    cycles.append(cycle)
         for cycle in cycles:
             self._warn(report(cycle))
+
+    def _learn(self, edge: Edge) -> list[Edge] | None:
+        # With the mutex held: keep a new order, and return the cycle it closes
+        # (``edge`` first), if it closes one that was not told yet.
+        after = self._after.setdefault(edge.held, {})
+        if edge.taken in after:
+            return None
+        full = self.edges >= self.max_edges
+        if not full:
+            after[edge.taken] = edge
+            self.edges += 1
+        else:
+            # Full: the known orders are still checked against, and an
+            # inversion of them told once (the tellings bounded alike).
+            self._say_full()
+            pair = (edge.held, edge.taken)
+            if pair in self._told or len(self._told) >= self.max_edges:
+                return None
+        path = self._path(edge.taken, edge.held)
+        if path is None:
+            return None
+        if full:
+            self._told.add((edge.held, edge.taken))
+        return [edge, *path]
 
     def _path(self, start: str, goal: str) -> list[Edge] | None:
         # With the mutex held: edges leading from ``start`` to ``goal``, shortest
