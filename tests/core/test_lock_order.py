@@ -213,3 +213,32 @@ def test_a_multilocks_members_have_no_order_but_what_it_waits_under_has(
     in_thread(b_then_x)
     (warning,) = inversions(caught)
     assert [(edge.held, edge.taken) for edge in warning.cycle] == [("b", "x"), ("x", "b")]
+
+
+def test_threads_contending_in_one_global_order_warn_nothing(
+    client: LockClient, caught: list[warnings.WarningMessage]
+) -> None:
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            start.wait(HANG)
+            for round_ in range(10):
+                with client.lock("a", timeout=HANG):
+                    with client.lock(f"b:{(n + round_) % 3}", timeout=HANG):
+                        with client.lock("a"):  # re-entry
+                            with client.lock("c", timeout=HANG):
+                                pass
+        except BaseException as error:  # noqa: BLE001 -- reported by the test below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG * 2)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    assert inversions(caught) == []
+    assert lock_order.edges == 7  # a<b:k, b:k<c (k = 0, 1, 2), a<c
