@@ -82,6 +82,8 @@ class Site:
     filename: str
     lineno: int
     function: str
+    #: The module's ``__name__`` (what a warning filter's module pattern matches).
+    module: str = "?"
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno} in {self.function}"
@@ -142,7 +144,8 @@ def call_site() -> Site:
     while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith(_MACHINERY):
-            return Site(code.co_filename, frame.f_lineno, code.co_name)
+            module = frame.f_globals.get("__name__", "?")
+            return Site(code.co_filename, frame.f_lineno, code.co_name, str(module))
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
     return UNKNOWN_SITE
 
@@ -290,7 +293,9 @@ class LockOrder:
     def _warn(self, warning: LockOrderWarning) -> None:
         site = warning.cycle[0].taken_at
         try:
-            warnings.warn_explicit(warning, LockOrderWarning, site.filename, site.lineno)
+            warnings.warn_explicit(
+                warning, LockOrderWarning, site.filename, site.lineno, module=site.module
+            )
         except LockOrderWarning as error:
             # A filter made it an error: not raised here, where the lock is
             # already granted (see the module's docstring).
