@@ -11,6 +11,7 @@ deadlock happened. The engine's check is tested in tests/core/test_lock_order.py
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 import threading
 import warnings
@@ -108,6 +109,29 @@ def test_off_by_default(rlocks: dict[str, Any], settings: SettingsWrapper) -> No
     assert lock_order.edges == 0
     backend = locks["default"]
     assert isinstance(backend, BaseLockBackend) and backend.lock_order_check is False
+
+
+def test_async_views_code_is_checked_by_template_too(
+    rlocks: dict[str, Any], caught: list[warnings.WarningMessage]
+) -> None:
+    async def pay_async(order_id: int, customer_id: int) -> None:
+        async with rlock("order:{order_id}", order_id=order_id):
+            async with rlock("customer:{customer_id}", customer_id=customer_id):
+                await asyncio.sleep(0)
+
+    async def refund_async(order_id: int, customer_id: int) -> None:
+        async with rlock("customer:{customer_id}", customer_id=customer_id):
+            async with rlock("order:{order_id}", order_id=order_id):
+                await asyncio.sleep(0)
+
+    asyncio.run(asyncio.wait_for(pay_async(1, 7), HANG))
+    assert inversions(caught) == []
+    asyncio.run(asyncio.wait_for(refund_async(2, 8), HANG))
+    (warning,) = inversions(caught)
+    now, earlier = warning.cycle
+    assert (now.held, now.taken) == ("customer:{customer_id}", "order:{order_id}")
+    assert (now.taken_at.filename, now.taken_at.function) == (__file__, "refund_async")
+    assert (earlier.taken_at.filename, earlier.taken_at.function) == (__file__, "pay_async")
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])

@@ -20,8 +20,8 @@ consistent order among the ids (by id, say) from an inverted one.
 Each cycle is reported once per process, when the edge that closes it is
 first seen. Memory is bounded: the graph keeps at most :data:`MAX_EDGES`
 edges (then stops learning new ones, says so once, and still tells an
-inversion of the orders it knows), and a hold's call
-site lives exactly as long as the registry keeps the hold. Off (the default),
+inversion of the orders it knows), and a hold's call site is kept only as
+long as the hold. Off (the default),
 nothing here runs: a client subscribes the check to its hold registry's
 ``on_acquired`` event only when asked (``LockClient(lock_order_check=True)``,
 ``RLOCK_LOCK_ORDER_CHECK``).
@@ -31,7 +31,7 @@ site, so the usual filters decide what becomes of it. A filter that turns it
 into an error (``-W error::django_rlock.LockOrderWarning``) cannot raise it
 where it is found: the lock is granted by then, and an error out of
 ``acquire()`` would leave it held with no ``with`` block to give it back. The
-error is kept instead (:func:`raised_since`) and logged; the pytest plugin
+error is kept instead (:meth:`LockOrder.raised_since`) and logged; the pytest plugin
 (:mod:`django_rlock.testing`) fails the test that took the inverted order with it.
 """
 
@@ -61,7 +61,7 @@ logger = logging.getLogger("django_rlock.lock")
 #: (a few hundred bytes): a few MB at most. Past it, new orders are not learnt.
 MAX_EDGES: Final = 10_000
 
-#: The most errors kept for :func:`raised_since` (a filter made the warning an error).
+#: The most errors kept for :meth:`LockOrder.raised_since` (a filter made the warning an error).
 MAX_RAISED: Final = 100
 
 # Frames from these directories are the machinery between the user's code and
