@@ -61,6 +61,8 @@ class AliasBackend(Protocol):
     max_hold: float | None
     #: What becomes of a hold that outlived its owner: ``"release"`` or ``"warn"``.
     leaked: str
+    #: ``RLOCK_LOCK_ORDER_CHECK``: the lock order check watches the alias's holds.
+    lock_order_check: bool
     slow_wait: float | None
     slow_hold: float | None
 

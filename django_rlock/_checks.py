@@ -18,8 +18,9 @@
                        spelt like ``RLOCKS`` (``RLOCK``, ``RLOCS``).
 ``django_rlock.E008``  ``RLOCK_METRICS`` is neither None nor ``"prometheus"``,
                        or prometheus_client is not installed.
-``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``, or
-                       ``LEAKED`` not ``"release"``/``"warn"``.
+``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``,
+                       ``LEAKED`` not ``"release"``/``"warn"``, or
+                       ``RLOCK_LOCK_ORDER_CHECK`` not True/False.
 ``django_rlock.E010``  ``LAYOUT`` is not ``"rlock"``/``"redisson"``,
                        ``SHARDED_SUBSCRIPTION`` not ``"auto"``/``"on"``/``"off"``,
                        or ``"redisson"`` is combined with ``CACHE`` or ``MIN_REPLICAS``.

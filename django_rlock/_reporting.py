@@ -34,6 +34,7 @@ from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._callsite import caller_location
 from django_rlock._metrics import LockMetrics, for_backend
 from django_rlock.core._process import forking
+from django_rlock.core._process.lockorder import lock_order
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
 from django_rlock.signals import (
@@ -84,6 +85,8 @@ class Reporter:
         registry.on_gave_up(self._gave_up)
         registry.on_leaked(self._leaked)
         registry.release_leaked = self.backend.leaked == "release"
+        if self.backend.lock_order_check:
+            lock_order.watch(registry)
         if self.metrics is not None:
             self.metrics.attach(registry)
 

@@ -47,6 +47,8 @@ class HeldLock(Protocol):
 
     keys: LockKeys
     max_hold: float | None
+    #: The template the name was built from, if known (the lock order check's class).
+    key_template: str | None
     lost_callbacks: list[Callable[[Any], object]]
 
     def hold_keys(self, owner: str) -> tuple[str, str]:

@@ -480,6 +480,10 @@ class LockBase:
     #: client of another layout, saying what that layout offers instead.
     layout: ClassVar[str] = RLOCK
     kind: ClassVar[str] = "lock"
+    #: The template the name was built from (``"order:{order_id}"``), when the
+    #: caller knows it (the Django face's ``@locked`` and ``rlock(template, **fields)``
+    #: set it); the lock order check's class of the lock (its name when None).
+    key_template: str | None = None
 
     def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
         unknown = sorted(set(options) - set(LockOptions.__annotations__))

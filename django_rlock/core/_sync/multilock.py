@@ -58,6 +58,7 @@ import redis
 
 from django_rlock.core._process import forking
 from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._process.lockorder import taken_together
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.lock import LockScripts, check_blocking, gave_up_after
 from django_rlock.core._protocol.names import check_lease, check_timeout, milliseconds
@@ -172,7 +173,8 @@ class _GroupLock:
         check_blocking(blocking, wait)
         started = clock.monotonic()
         deadline = math.inf if wait is None else started + wait
-        acquisition = self._acquire(blocking and wait != 0, deadline, lease_seconds)
+        with taken_together():  # in no order among themselves (the lock order check)
+            acquisition = self._acquire(blocking and wait != 0, deadline, lease_seconds)
         if acquisition is None:
             return False
         self._stack().append(acquisition)
