@@ -167,8 +167,8 @@ class CacheLock(RLock):
                 self.name,
             )
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
-        error = super()._timeout_error(remaining)
+    def _timeout_error(self, remaining: float | None, holder: str | None = None) -> LockTimeout:
+        error = super()._timeout_error(remaining, holder)
         # rlock()'s Retry-After rule, not the lease left (30 s for a watchdog
         # hold held a moment): the middleware finds no alias lock to refine it.
         honest = lock_retry_after(self, remaining)

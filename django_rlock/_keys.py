@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 import string
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -189,6 +190,21 @@ def warn_unformatted(name: object, *, stacklevel: int) -> None:
         UnformattedNameWarning,
         stacklevel=stacklevel + 1,
     )
+
+
+def warn_unformatted_from_user(name: object, *, stacklevel: int) -> None:
+    """:func:`warn_unformatted` for a backend's factory (``locks["default"].lock(name)``).
+
+    Only when the factory's caller is the user's code: this package's own
+    callers (``rlock()``, ``@locked``, ``LockedTask``) pass names they formatted
+    or already warned about. ``stacklevel`` is as for :func:`warn_unformatted`.
+    """
+    if not isinstance(name, str) or "{" not in name:
+        return  # the common case, at the cost of one test
+    caller = sys._getframe(stacklevel).f_globals.get("__name__", "")
+    if caller.partition(".")[0] in ("django_rlock", "celery_rlock"):
+        return
+    warn_unformatted(name, stacklevel=stacklevel + 1)
 
 
 def format_name(template: object, fields: Mapping[str, object]) -> str:

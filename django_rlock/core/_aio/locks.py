@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
 
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from django_rlock.core._process.holder import HOLDER_FIELD, stored_description
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
@@ -394,8 +395,24 @@ class AsyncRLock(LockBase):
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(await self.ttl())
+            raise self._timeout_error(*await self._busy_state())
         return self
+
+    async def _busy_state(self) -> tuple[float | None, str | None]:
+        """For a busy caller's error: the key's seconds left, and its hold's description.
+
+        As the threaded engine's: an error reading the description costs only
+        the message its detail.
+        """
+        remaining = await self.ttl()
+        key = self._description_key()
+        if remaining is None or key is None:
+            return remaining, None
+        try:
+            raw = await self.client.redis.hget(key, HOLDER_FIELD)
+        except RedisError:
+            return remaining, None
+        return remaining, stored_description(raw)
 
     async def __aexit__(
         self,

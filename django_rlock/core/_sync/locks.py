@@ -118,7 +118,7 @@ from redis.exceptions import (
 )
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import describe
+from django_rlock.core._process.holder import HOLDER_FIELD, describe, stored_description
 from django_rlock.core._process.identity import (
     forget_former_thread_owner,
     former_thread_owners,
@@ -424,7 +424,7 @@ class RLock(LockBase):
         """
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
-        holder = describe()
+        holder = describe(lease)
         token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
@@ -592,8 +592,24 @@ class RLock(LockBase):
 
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(self.ttl())
+            raise self._timeout_error(*self._busy_state())
         return self
+
+    def _busy_state(self) -> tuple[float | None, str | None]:
+        """For a busy caller's error: the key's seconds left, and its hold's description.
+
+        The description is read after the TTL and may be a newer grant's; an
+        error reading it costs only the message its detail.
+        """
+        remaining = self.ttl()
+        key = self._description_key()
+        if remaining is None or key is None:
+            return remaining, None
+        try:
+            raw = self.client.redis.hget(key, HOLDER_FIELD)
+        except (RedisError, RedisClusterException):
+            return remaining, None
+        return remaining, stored_description(raw)
 
     def __exit__(
         self,
@@ -1126,6 +1142,9 @@ class _Side(LockBase):
 
     kind = "read_write_lock"  # its factory, named when a client's layout refuses it
 
+    def _description_key(self) -> str | None:
+        return None  # busy by readers or by a writer: no one hold says which
+
     rw_keys: RWKeys
 
     def __init__(
@@ -1184,7 +1203,7 @@ class WriteSide(_Side):
             rid=self._request_id("acquire", owner),
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(self.keys.hash, owner),
-            holder=describe(),
+            holder=describe(lease),
             read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
         )
 
@@ -1367,6 +1386,9 @@ class SemaphoreBase(LockBase):
 
     kind = "semaphore"  # its factory, named when a client's layout refuses it
 
+    def _description_key(self) -> str | None:
+        return None  # busy by every permit's holder at once
+
     def __init__(
         self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
     ) -> None:
@@ -1394,7 +1416,7 @@ class SemaphoreBase(LockBase):
             sleep=sleep,
             rid=rid,
             lost=lost,
-            holder=describe(),
+            holder=describe(lease),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:
@@ -1412,7 +1434,7 @@ class SemaphoreBase(LockBase):
     def _force_release_call(self) -> ScriptCall:
         return semaphore_force_release_call(self.keys, self._engine.publish_command)
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+    def _timeout_error(self, remaining: float | None, holder: str | None = None) -> LockTimeout:
         return LockTimeout(
             f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
             f"{gave_up_after(self.blocking, self.timeout)}"

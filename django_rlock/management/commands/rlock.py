@@ -38,6 +38,11 @@ def _ttl_text(ttl: float | None) -> str:
     return f"{ttl:.1f}s"
 
 
+def _held_for_text(info: LockInfo) -> str:
+    seconds = info.held_for()
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
 def _as_json(info: LockInfo) -> dict[str, Any]:
     ttl = info.ttl
     return {
@@ -158,10 +163,11 @@ class Command(BaseCommand):
         if not infos:
             self.stdout.write(f"No held locks match {options['pattern']!r}.")
             return
-        rows = [("NAME", "HOLDER", "HOLDS", "TTL", "TOKEN")] + [
+        rows = [("NAME", "HOLDER", "HELD FOR", "HOLDS", "TTL", "TOKEN")] + [
             (
                 info.name,
                 info.holder_text(),
+                _held_for_text(info),
                 str(sum(info.holders.values())),
                 _ttl_text(info.ttl),
                 "-" if info.token is None else str(info.token),
@@ -201,7 +207,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  owner:  {holder} ({count} hold{'s' if count != 1 else ''})")
         if info.holder is not None:
             self.stdout.write(f"  holder: {info.holder_text()}")
-            self.stdout.write(f"  since:  {info.holder['acquired_at']}")
+            since = info.holder["acquired_at"]
+            self.stdout.write(f"  since:  {since} (held for {_held_for_text(info)})")
 
     def _release(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
         name = options["name"]
@@ -213,8 +220,8 @@ class Command(BaseCommand):
             if options["json"]:
                 raise CommandError("--json cannot ask for confirmation; add --yes")
             info = backend.inspect(name)
-            holders = "nobody" if info is None else ", ".join(info.holders)
-            self.stdout.write(f"Release lock {name!r} (held by {holders})? [y/N] ", ending="")
+            holder = "nobody" if info is None else info.holder_text()
+            self.stdout.write(f"Release lock {name!r} (held by {holder})? [y/N] ", ending="")
             self.stdout.flush()
             answer = sys.stdin.readline().strip().lower()
             if answer not in ("y", "yes"):
