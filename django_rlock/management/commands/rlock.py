@@ -64,7 +64,32 @@ def _limiter_json(state: LimiterState) -> dict[str, Any]:
         "available": state.available,
         "next_in": round(state.next_in, 3),
         "full_in": round(state.full_in, 3),
+        "place": _place_json(state),
     }
+
+
+def _place_json(state: LimiterState) -> dict[str, Any] | None:
+    """The polite callers' kept place (docs/rate-limits.md, fairness); None when none is kept."""
+    if state.place_in is None:
+        return None
+    return {"permits": state.place, "in": round(state.place_in, 3), "booked": state.place_booked}
+
+
+def _place_lines(state: LimiterState) -> list[str]:
+    """``inspect``'s lines for the polite callers' kept place (none when none is kept)."""
+    if state.place_in is None:
+        return []
+    permits = f"{state.place} permit{'s' if state.place != 1 else ''}"
+    when = (
+        f"due in {state.place_in:.3f}s"
+        if state.place_in >= 0
+        else f"due {-state.place_in:.3f}s ago, kept a little longer"
+    )
+    booked = "counted" if state.place_booked else "not yet counted (acquire() goes after it)"
+    return [
+        f"  kept place: {permits} for the polite callers (try_acquire, wait_time), {when};",
+        f"              {booked}",
+    ]
 
 
 def _standard_options(parser: CommandParser) -> list[argparse.Action]:
@@ -195,6 +220,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  available: {limiter.available} of {limiter.burst}")
             self.stdout.write(f"  next in:   {limiter.next_in:.3f}s")
             self.stdout.write(f"  full in:   {limiter.full_in:.3f}s")
+            for line in _place_lines(limiter):
+                self.stdout.write(line)
 
     def _show_lock(self, name: str, info: LockInfo | None) -> None:
         if info is None:
