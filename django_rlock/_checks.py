@@ -186,10 +186,11 @@ def check_transaction_binding(
 
 # -- Missing pieces: a view's lock errors with nothing to answer them ----------------
 #
-# ``django_rlock.W020`` (every check run, tag ``urls``): a view of the URLconf calls ``rlock()``, ``semaphore()`` or
-# ``locks[...]`` while ``MIDDLEWARE`` has no ``LockErrorMiddleware``: a busy lock
-# there answers 500, not 409. At run time, the first lock error that escapes a view
-# unanswered is logged once, naming the fix (a check cannot see every call path).
+# ``django_rlock.W020`` (every check run, tag ``urls``): a view of the URLconf calls
+# ``rlock()``, ``semaphore()`` or ``locks[...]`` while ``MIDDLEWARE`` has no
+# ``LockErrorMiddleware``: a busy lock there answers 500, not 409. At run time, the
+# first lock error that escapes a view unanswered is logged once, naming the fix (a
+# check cannot see every call path).
 
 #: The names whose use in a view's code means it takes locks itself (not ``@locked``).
 _LOCK_TAKERS = {"rlock": rlock, "semaphore": semaphore, "locks": locks}
