@@ -326,9 +326,13 @@ def _acquired(name: str, lock: RLock, waited: float, delivery: Delivery) -> Task
 
 def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:
     """Apply ``on_busy`` to a run that did not get its lock within its wait."""
-    remaining, description = lock._busy_state()
+    remaining = lock.ttl()
+    try:
+        holder = None if remaining is None else lock.holder()
+    except LockUnavailableError:
+        holder = None  # only the message's detail is lost
     # Who holds it, and whether its TTL is a lease's end or a watchdog's margin.
-    lease = f"; {busy_reason(description, remaining)}"
+    lease = f"; {busy_reason(holder, remaining)}"
     if remaining is not None and not math.isfinite(remaining):
         # A key with no expiry (written by hand): look again after one timeout.
         remaining = lock.client.watchdog_timeout

@@ -59,12 +59,7 @@ from celery.utils.time import maybe_make_aware, remaining
 from redis.exceptions import RedisError
 
 from celery_rlock._conf import BeatSettings, ConfigurationError, get_lock
-from django_rlock.core._process.holder import (
-    HOLDER_FIELD,
-    holder_line,
-    read_holder,
-    stored_description,
-)
+from django_rlock.core._process.holder import holder_line
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import milliseconds
 from django_rlock.core._protocol.unavailable import reported_unavailable
@@ -193,7 +188,7 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
         self._ticking = False
         self._unreachable = False
         self._pause = 0.0
-        # The leader this beat last said it stands by for (its description).
+        # The leader this beat last said it stands by for (as holder_line shows it).
         self._standing_for: str | None = None
 
     @property
@@ -299,7 +294,7 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
             "beat: elected leader of %r (term %d)%s: sending the schedule of %s",
             self.lock_name,
             self.term.token,
-            "" if previous is None else f", taking over from {_leader_text(previous)}",
+            "" if previous is None else f", taking over from {previous}",
             qualname(self.wrapped),
         )
         return True
@@ -311,15 +306,15 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
         until the leader stops or dies), so without this line a standby looks hung.
         """
         lock = self._election_lock()
-        with reported_unavailable(lock.client.server, "read the beat leader", lock.name):
-            leader = stored_description(lock.client.redis.hget(lock.keys.hash, HOLDER_FIELD))
+        holder = lock.holder()
+        leader = None if holder is None else holder_line(holder)
         if leader is None or leader == self._standing_for:
             return  # free (this beat is about to be elected), or already said
         self._standing_for = leader
         logger.info(
             "beat: standing by: %s leads %r; this beat takes over when it stops "
             "(at once) or dies (within %.1fs)",
-            _leader_text(leader),
+            leader,
             self.lock_name,
             lock.client.watchdog_timeout,
         )
@@ -454,11 +449,6 @@ class _Claiming:
 
 
 _claiming_classes: dict[type, type] = {}
-
-
-def _leader_text(description: str) -> str:
-    """A leader's description as every operator view shows a holder (host, pid, thread)."""
-    return holder_line(read_holder({HOLDER_FIELD: description}))
 
 
 def _claiming_class(wrapped: type) -> type:

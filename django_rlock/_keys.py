@@ -17,12 +17,12 @@ from __future__ import annotations
 import inspect
 import re
 import string
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from django_rlock._callsite import called_from_machinery
 from django_rlock.core._protocol.names import fit_name
 
 #: A format string naming the function's parameters, or a callable with its signature.
@@ -201,8 +201,7 @@ def warn_unformatted_from_user(name: object, *, stacklevel: int) -> None:
     """
     if not isinstance(name, str) or "{" not in name:
         return  # the common case, at the cost of one test
-    caller = sys._getframe(stacklevel).f_globals.get("__name__", "")
-    if caller.partition(".")[0] in ("django_rlock", "celery_rlock"):
+    if called_from_machinery(stacklevel):
         return
     warn_unformatted(name, stacklevel=stacklevel + 1)
 

@@ -100,13 +100,40 @@ def test_a_key_written_by_another_program_is_described_as_no_more_than_it_is(
     assert "unless its holder renews it" in str(raised.value)
 
 
+def test_holder_says_who_holds_it_and_whether_a_lease_ends_it(
+    lock_client: LockClient, hold: object
+) -> None:
+    hold("busy:who", None)  # type: ignore[operator]
+    hold("busy:leased", 12.5)  # type: ignore[operator]
+    watchdog = lock_client.lock("busy:who").holder()
+    assert watchdog is not None
+    assert (watchdog["host"], watchdog["pid"], watchdog["thread"]) == (
+        socket.gethostname(),
+        os.getpid(),
+        "holder",
+    )
+    assert watchdog["lease"] is None and watchdog["acquired_at"]
+    leased = lock_client.lock("busy:leased").holder()
+    assert leased is not None and leased["lease"] == 12.5
+    assert lock_client.lock("busy:free").holder() is None
+
+
 @pytest.mark.pure
 def test_the_reasons_read_from_a_description() -> None:
-    from django_rlock.core._process.holder import busy_reason, describe  # noqa: PLC0415
+    from django_rlock.core._process.holder import (  # noqa: PLC0415
+        busy_reason,
+        describe,
+        read_hold,
+    )
 
     watchdog, leased = describe(), describe(2.5)
     assert "lease" not in watchdog and '"lease":2.5' in leased
-    assert "whose 2.5s lease ends in 1.000s" in busy_reason(leased, 1.0)
-    assert "whose watchdog renews it" in busy_reason(watchdog, 1.0)
-    assert busy_reason(watchdog, float("inf")).startswith("its key has no expiry")
+    assert read_hold(leased.encode(), b"1700000000000") == {
+        **(read_hold(watchdog, None) or {}),
+        "lease": 2.5,
+        "acquired_at": "2023-11-14T22:13:20+00:00",
+    }
+    assert "whose 2.5s lease ends in 1.000s" in busy_reason(read_hold(leased, None), 1.0)
+    assert "whose watchdog renews it" in busy_reason(read_hold(watchdog, None), 1.0)
+    assert busy_reason(None, float("inf")).startswith("its key has no expiry")
     assert busy_reason(None, None) == "it was released meanwhile"

@@ -152,27 +152,46 @@ def holder_line(holder: Mapping[str, Any] | None) -> str:
     return text
 
 
-def busy_reason(description: str | None, remaining: float | None) -> str:
+def read_hold(description: bytes | str | None, since: bytes | str | None) -> dict[str, Any] | None:
+    """A hold's ``~holder`` and ``~since`` fields, as a client read them, as a dict.
+
+    The operator's keys (:data:`HOLDER_KEYS`) and ``lease``: the grant's fixed
+    lease in seconds, None for a hold the watchdog renews until it is released.
+    None when the hold has no description.
+    """
+    raw = stored_description(description)
+    if raw is None:
+        return None
+    fields = {HOLDER_FIELD: raw}
+    since_text = stored_description(since)
+    if since_text is not None:
+        fields[SINCE_FIELD] = since_text
+    holder = read_holder(fields)
+    if holder is None:
+        return None
+    stored = json.loads(raw)  # read_holder parsed it: valid
+    lease = stored.get(LEASE_KEY) if isinstance(stored, dict) else None
+    holder[LEASE_KEY] = float(lease) if isinstance(lease, int | float) else None
+    return holder
+
+
+def busy_reason(holder: Mapping[str, Any] | None, remaining: float | None) -> str:
     """Who holds a busy lock and when it may be free, as the grant recorded it.
 
-    ``description``: the hold's raw description (the ``~holder`` field), None
-    when the grant wrote none; ``remaining``: the key's seconds left (inf: no
-    expiry), None when it is free by now. A watchdog hold's key is renewed for
-    as long as its holder runs, so its TTL is only when it would free the lock
-    were the holder to die; a lease really ends then.
+    ``holder``: what :func:`read_hold` read, None when the grant wrote no
+    description; ``remaining``: the key's seconds left (inf: no expiry), None
+    when it is free by now. A watchdog hold's key is renewed for as long as its
+    holder runs, so its TTL is only when it would free the lock were the holder
+    to die; a lease really ends then.
     """
     if remaining is None:
         return "it was released meanwhile"
     if math.isinf(remaining):
         return "its key has no expiry (set by hand?): it stays until force-released"
-    if description is None:
+    if holder is None:
         return f"its key expires in {remaining:.3f}s unless its holder renews it"
-    try:
-        stored = json.loads(description)
-    except ValueError:
-        stored = None
-    who = holder_line(read_holder({HOLDER_FIELD: description}))
-    lease = stored.get(LEASE_KEY) if isinstance(stored, dict) else None
+    who = holder_line(holder)
+    lease = holder.get(LEASE_KEY)
     if lease is not None:
         return f"held by {who}, whose {lease:g}s lease ends in {remaining:.3f}s"
     return (

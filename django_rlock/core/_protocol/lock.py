@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import (
     TYPE_CHECKING,
@@ -674,11 +674,13 @@ class LockBase:
     def _unanswered(self, kind: str, owner: str, rid: str) -> None:
         self._registry.note_unanswered(self.hold_keys(owner)[0], owner, kind, rid)
 
-    def _timeout_error(self, remaining: float | None, holder: str | None = None) -> LockTimeout:
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
         """The ``with`` block's error: who holds the lock and when it may be free.
 
-        ``holder``: the hold's description (:meth:`_description_key`), which says
-        whether it is a lease or a watchdog hold; None when unknown.
+        ``holder``: what the lock's ``holder()`` read, which says whether it is
+        a lease or a watchdog hold; None when unknown.
         """
         return LockTimeout(
             f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}: "
