@@ -75,6 +75,9 @@ class LockInfo:
     #: The lock server's clock when this was read (None: unknown), so that
     #: :meth:`held_for` compares the grant's time with the same clock.
     read_at: datetime | None = None
+    #: The grant's fixed lease in seconds; None for a hold its holder's watchdog
+    #: renews until it is released (or when ``holder`` is None: not described).
+    lease: float | None = None
 
     def holder_text(self) -> str:
         """Who holds it, in one line: host, pid, thread or task, and the Celery task if any.
@@ -86,6 +89,14 @@ class LockInfo:
         if self.holder is None:
             return ", ".join(self.holders)
         return holder_line(self.holder)
+
+    def renewal_text(self) -> str:
+        """What the TTL means: a fixed lease's end, or a watchdog's margin ("" when unknown)."""
+        if self.holder is None:
+            return ""
+        if self.lease is not None:
+            return f"a fixed {self.lease:g}s lease: it ends then"
+        return "renewed by its holder's watchdog until released"
 
     def held_for(self) -> float | None:
         """Seconds since the grant, by the lock server's clock (this machine's if unknown).

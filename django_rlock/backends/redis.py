@@ -57,7 +57,13 @@ from django_rlock.backends.base import (
     display_owner,
 )
 from django_rlock.cache import check_lock_cache, lock_client_for
-from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._process.holder import (
+    HOLDER_FIELD,
+    SINCE_FIELD,
+    is_holder_field,
+    read_hold,
+    read_holder,
+)
 from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
@@ -407,6 +413,7 @@ class RedisLockBackend(BaseLockBackend):
             waiters=int(waiters),
             holder=read_holder(fields),
             read_at=_server_time(clock),
+            lease=_lease_of(fields),
         )
 
     def _inspect_redisson(self, name: str) -> LockInfo | None:
@@ -424,6 +431,7 @@ class RedisLockBackend(BaseLockBackend):
         holders = {display_owner(_text(owner)): int(count) for owner, count in owners.items()}
         if not holders:
             return None
+        described = {_text(k): _text(v) for k, v in description.items()}
         ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
         return LockInfo(
             name=name,
@@ -431,8 +439,9 @@ class RedisLockBackend(BaseLockBackend):
             ttl=ttl,
             token=None if token is None else int(token),
             waiters=0,  # Redisson's waiters register nowhere
-            holder=read_holder({_text(k): _text(v) for k, v in description.items()}),
+            holder=read_holder(described),
             read_at=_server_time(clock),
+            lease=_lease_of(described),
         )
 
     def maxmemory_policy(self) -> str | None:
@@ -487,3 +496,9 @@ def _server_time(clock: list[Any]) -> datetime | None:
         return None
     seconds, micros = clock[0]
     return datetime.fromtimestamp(int(seconds) + int(micros) / 1_000_000, UTC)
+
+
+def _lease_of(fields: Mapping[str, str]) -> float | None:
+    """The fixed lease a hold's description records (None: a watchdog hold, or none)."""
+    hold = read_hold(fields.get(HOLDER_FIELD), fields.get(SINCE_FIELD))
+    return None if hold is None else hold["lease"]

@@ -71,6 +71,13 @@ def test_inspect_says_who_holds_it_and_since_when(hold_elsewhere: Holders) -> No
     text = rlock_command("inspect", "who:1")
     assert f"holder: {socket.gethostname()} pid {os.getpid()} thread 'Thread-" in text
     assert "(held for " in text
+    assert "(a fixed 30s lease: it ends then)" in text and data["lease"] == 30
+
+
+def test_inspect_says_a_watchdog_ttl_is_no_end(hold_elsewhere: Holders) -> None:
+    hold_elsewhere("who:2", lease=None)
+    assert "(renewed by its holder's watchdog until released)" in rlock_command("inspect", "who:2")
+    assert json.loads(rlock_command("inspect", "who:2", "--json"))["lease"] is None
 
 
 def test_every_view_shows_the_holder_in_the_same_words(

@@ -54,6 +54,7 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
         "token": info.token,
         "waiters": info.waiters,
         "holder": info.holder,
+        "lease": info.lease,
     }
 
 
@@ -228,7 +229,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Lock {name!r} is free.")
             return
         self.stdout.write(f"Lock {name!r} is held.")
-        self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}")
+        renewal = info.renewal_text()  # a lease's end, or only a watchdog's margin
+        self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}{f' ({renewal})' if renewal else ''}")
         self.stdout.write(f"  token:  {'-' if info.token is None else info.token}")
         for holder, count in info.holders.items():
             self.stdout.write(f"  owner:  {holder} ({count} hold{'s' if count != 1 else ''})")
