@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_rlock._decorators import locked
-    from django_rlock._handler import locks
+    from django_rlock._handler import MissingAppWarning, locks
+    from django_rlock._keys import UnformattedNameWarning
     from django_rlock._leaders import leader
     from django_rlock._ratelimits import rate_limited
     from django_rlock._shortcuts import rlock, semaphore
