@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_rlock._decorators import locked
-    from django_rlock._handler import locks
+    from django_rlock._handler import MissingAppWarning, locks
+    from django_rlock._keys import UnformattedNameWarning
     from django_rlock._leaders import leader
     from django_rlock._ratelimits import rate_limited
     from django_rlock._shortcuts import rlock, semaphore
@@ -61,7 +62,9 @@ __all__ = [
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "MissingAppWarning",
     "RateLimitExceeded",
+    "UnformattedNameWarning",
     "leader",
     "locked",
     "locks",
@@ -84,7 +87,9 @@ _LAZY = {
     "LockTimeout": "django_rlock.exceptions",
     "LockUnavailableError": "django_rlock.exceptions",
     "LockUpgradeError": "django_rlock.exceptions",
+    "MissingAppWarning": "django_rlock._handler",
     "RateLimitExceeded": "django_rlock.exceptions",
+    "UnformattedNameWarning": "django_rlock._keys",
     "leader": "django_rlock._leaders",
     "locked": "django_rlock._decorators",
     "locks": "django_rlock._handler",

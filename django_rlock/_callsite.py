@@ -26,3 +26,14 @@ def caller_location() -> str | None:
             return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
     return None
+
+
+def called_from_machinery(depth: int) -> bool:
+    """Whether the caller ``depth`` frames above the one asking is this library's own code.
+
+    ``depth`` 1 is the caller of the function that asks. Only django-rlock's and
+    celery-rlock's own files count here: the package formatting or checking a
+    name for the user.
+    """
+    filename = sys._getframe(depth + 1).f_code.co_filename
+    return filename.startswith(_MACHINERY[:2])

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from django_rlock._callsite import called_from_machinery
 from django_rlock.core._protocol.names import fit_name
 
 #: A format string naming the function's parameters, or a callable with its signature.
@@ -189,6 +190,20 @@ def warn_unformatted(name: object, *, stacklevel: int) -> None:
         UnformattedNameWarning,
         stacklevel=stacklevel + 1,
     )
+
+
+def warn_unformatted_from_user(name: object, *, stacklevel: int) -> None:
+    """:func:`warn_unformatted` for a backend's factory (``locks["default"].lock(name)``).
+
+    Only when the factory's caller is the user's code: this package's own
+    callers (``rlock()``, ``@locked``, ``LockedTask``) pass names they formatted
+    or already warned about. ``stacklevel`` is as for :func:`warn_unformatted`.
+    """
+    if not isinstance(name, str) or "{" not in name:
+        return  # the common case, at the cost of one test
+    if called_from_machinery(stacklevel):
+        return
+    warn_unformatted(name, stacklevel=stacklevel + 1)
 
 
 def format_name(template: object, fields: Mapping[str, object]) -> str:

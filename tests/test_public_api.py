@@ -34,8 +34,8 @@ DOCUMENTED: dict[str, list[str]] = {
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
         "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOrderWarning",
         "LockOutOfMemoryError", "LockSettingError", "LockTimeout", "LockUnavailableError",
-        "LockUpgradeError", "RateLimitExceeded", "leader", "locked", "locks", "rate_limited",
-        "rlock", "semaphore",
+        "LockUpgradeError", "MissingAppWarning", "RateLimitExceeded", "UnformattedNameWarning",
+        "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
@@ -219,11 +219,6 @@ NOT_EXPORTED = {
     # The embedded backend's start-up failure: a settings/deployment problem of
     # that backend, reported from the module that starts the server.
     "EmbeddedServerError": "django_rlock.backends._embedded_server",
-    # A warning category, never raised: a name left unformatted. Silenced by its
-    # message (docs/django.md, "Names built from fields"), not caught.
-    "UnformattedNameWarning": "django_rlock._keys",
-    # A warning category, never raised: locks used without the app in INSTALLED_APPS.
-    "MissingAppWarning": "django_rlock._handler",
     # A test's failure (an AssertionError) under the opt-in guard, raised in tests only.
     "NotIsolatedError": "django_rlock.testing",
 }

@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
 
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, read_hold
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
@@ -117,7 +118,7 @@ from django_rlock.core._sync.locks import (
     first_return_reply,
     sleep_cap,
 )
-from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError
+from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError, LockUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -394,8 +395,18 @@ class AsyncRLock(LockBase):
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(await self.ttl())
+            raise self._timeout_error(*await self._busy_state())
         return self
+
+    async def _busy_state(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For a busy caller's error: the key's seconds left, and who holds it (as sync's)."""
+        remaining = await self.ttl()
+        if remaining is None:
+            return None, None
+        try:
+            return remaining, await self.holder()
+        except LockUnavailableError:
+            return remaining, None
 
     async def __aexit__(
         self,
@@ -536,6 +547,15 @@ class AsyncRLock(LockBase):
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
         with self._reachable("inspect"):
             return ttl_reply(await self.client.redis.pttl(self.keys.hash))
+
+    async def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now, as its grant described it (see ``RLock.holder``)."""
+        key = self._description_key()
+        if key is None:
+            return None
+        with self._reachable("inspect"):
+            description, since = await self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
+        return read_hold(description, since)
 
     @property
     def token(self) -> int | None:

@@ -67,7 +67,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._process.holder import holder_line, is_holder_field, read_holder
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
@@ -268,13 +268,8 @@ class Detector:
 
 
 def describe_holder(holder: Mapping[str, Any] | None) -> str:
-    """A holder as a message shows it: ``host pid 12 thread 'x'`` (and its Celery task)."""
-    if not holder:
-        return "an unknown holder"
-    text = f"{holder.get('host')} pid {holder.get('pid')} thread {holder.get('thread')!r}"
-    if holder.get("task_name"):
-        text += f" task {holder['task_name']}[{holder.get('task_id')}]"
-    return text
+    """A holder as a message shows it (:func:`~django_rlock.core._process.holder.holder_line`)."""
+    return holder_line(holder)
 
 
 def deadlock_message(prefix: str, cycle: Cycle, waited: float) -> str:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import (
     TYPE_CHECKING,
@@ -64,7 +64,7 @@ import redis.exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import describe
+from django_rlock.core._process.holder import busy_reason, describe
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     Grant,
@@ -588,7 +588,7 @@ class LockBase:
             sleep=sleep,
             rid=rid,
             lost=lost,
-            holder=describe(),
+            holder=describe(lease),
         )
 
     def _ttl_of(self, lease: float | None) -> float:
@@ -678,13 +678,28 @@ class LockBase:
     def _unanswered(self, kind: str, owner: str, rid: str) -> None:
         self._registry.note_unanswered(self.hold_keys(owner)[0], owner, kind, rid)
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
+        """The ``with`` block's error: who holds the lock and when it may be free.
+
+        ``holder``: what the lock's ``holder()`` read, which says whether it is
+        a lease or a watchdog hold; None when unknown.
+        """
         return LockTimeout(
-            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}"
-            + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}: "
+            + busy_reason(holder, remaining),
             name=self.name,
             retry_after=remaining,
         )
+
+    def _description_key(self) -> str | None:
+        """The hash whose ``~holder`` field describes the hold that keeps this lock busy.
+
+        None for a kind whose busy state no single hold describes (a semaphore's
+        permits, a read-write lock's readers and writer).
+        """
+        return self.keys.hash
 
     def _out_of_memory_error(self, error: OutOfMemoryError) -> LockOutOfMemoryError:
         return LockOutOfMemoryError(

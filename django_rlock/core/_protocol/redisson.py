@@ -310,6 +310,9 @@ class RedissonBase(LockBase):
         """The acquire call on Redisson's keys (nobody registers: no waiter id)."""
         return acquire_on(self.redisson_keys, owner, super()._acquire_call(owner, lease, "", 0.0))
 
+    def _description_key(self) -> str | None:
+        return self.redisson_keys.holder  # its own hash: Redisson's lock hash holds owners only
+
     def _release_call(self, owner: str) -> ScriptCall:
         """One release of one hold on Redisson's keys."""
         return release_on(self.redisson_keys, owner, super()._release_call(owner))

@@ -105,7 +105,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
@@ -118,7 +118,7 @@ from redis.exceptions import (
 )
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import describe
+from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, describe, read_hold
 from django_rlock.core._process.identity import (
     forget_former_thread_owner,
     former_thread_owners,
@@ -202,6 +202,7 @@ from django_rlock.core.exceptions import (
     DeadlockError,
     LockLostError,
     LockTimeout,
+    LockUnavailableError,
     LockUpgradeError,
 )
 
@@ -424,7 +425,7 @@ class RLock(LockBase):
         """
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
-        holder = describe()
+        holder = describe(lease)
         token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
@@ -592,8 +593,22 @@ class RLock(LockBase):
 
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(self.ttl())
+            raise self._timeout_error(*self._busy_state())
         return self
+
+    def _busy_state(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For a busy caller's error: the key's seconds left, and who holds it.
+
+        The holder is read after the TTL and may be a newer grant's; an error
+        reading it costs only the message its detail.
+        """
+        remaining = self.ttl()
+        if remaining is None:
+            return None, None
+        try:
+            return remaining, self.holder()
+        except LockUnavailableError:
+            return remaining, None
 
     def __exit__(
         self,
@@ -734,6 +749,22 @@ class RLock(LockBase):
         """Seconds until the lock expires, None when nobody holds it (inf: no expiry)."""
         with self._reachable("inspect"):
             return ttl_reply(self.client.redis.pttl(self.keys.hash))
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now, as its grant described it; None when free or not described.
+
+        The keys of ``manage.py rlock inspect --json``'s ``holder`` (``host``,
+        ``pid``, ``thread``, ``task_id``, ``task_name``, ``acquired_at``), and
+        ``lease``: the grant's fixed lease in seconds, None for a hold the
+        watchdog renews until it is released. Never the owner id. A semaphore
+        or a read-write lock answers None: no one hold keeps it busy.
+        """
+        key = self._description_key()
+        if key is None:
+            return None
+        with self._reachable("inspect"):
+            description, since = self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
+        return read_hold(description, since)
 
     @property
     def token(self) -> int | None:
@@ -1126,6 +1157,9 @@ class _Side(LockBase):
 
     kind = "read_write_lock"  # its factory, named when a client's layout refuses it
 
+    def _description_key(self) -> str | None:
+        return None  # busy by readers or by a writer: no one hold says which
+
     rw_keys: RWKeys
 
     def __init__(
@@ -1184,7 +1218,7 @@ class WriteSide(_Side):
             rid=self._request_id("acquire", owner),
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(self.keys.hash, owner),
-            holder=describe(),
+            holder=describe(lease),
             read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
         )
 
@@ -1367,6 +1401,9 @@ class SemaphoreBase(LockBase):
 
     kind = "semaphore"  # its factory, named when a client's layout refuses it
 
+    def _description_key(self) -> str | None:
+        return None  # busy by every permit's holder at once
+
     def __init__(
         self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
     ) -> None:
@@ -1394,7 +1431,7 @@ class SemaphoreBase(LockBase):
             sleep=sleep,
             rid=rid,
             lost=lost,
-            holder=describe(),
+            holder=describe(lease),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:
@@ -1412,7 +1449,9 @@ class SemaphoreBase(LockBase):
     def _force_release_call(self) -> ScriptCall:
         return semaphore_force_release_call(self.keys, self._engine.publish_command)
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
         return LockTimeout(
             f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
             f"{gave_up_after(self.blocking, self.timeout)}"
