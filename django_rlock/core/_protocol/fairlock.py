@@ -62,6 +62,7 @@ from django_rlock.core._protocol.lua import (
     drop_lost_grant,
     new_grant,
     next_token,
+    publish_to_waiter,
     release_one,
     report_or_reenter,
 )
@@ -164,10 +165,17 @@ if head then
         redis.call('zrem', KEYS[$queue], head)
         redis.call('zrem', KEYS[3], head)
         redis.call('hdel', KEYS[$entries], head)
-        redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
-    else
-        redis.call(ARGV[2], KEYS[2], head)
-    end
+"""
+    + publish_to_waiter(
+        waiter="head",
+        channel="KEYS[2]",
+        message="head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid",
+        indent=" " * 8,
+    )
+    + """    else
+"""
+    + publish_to_waiter(waiter="head", channel="KEYS[2]", indent=" " * 8)
+    + """    end
 end
 """
 )

@@ -181,9 +181,12 @@ local pttl = redis.call('pttl', KEYS[1])
 # Returns -1 when the owner holds nothing (nothing is changed), else the
 #   owner's holds left. At 0 the lock is free, and when a registered waiter is
 #   left (expired registrations are dropped) the release is published naming
-#   the one to wake: the waiter whose sleep ends first. With no waiter left,
-#   nothing is published (a PUBLISH costs the server a channel lookup, and the
-#   client a bigger script, on every uncontended release).
+#   the one to wake: the waiter whose sleep ends first, on the wake channel its
+#   entry names (KEYS[2] .. ':' .. its wake name, core/_protocol/channels.py),
+#   so one process reads it; an entry of an older version (no wake name) on
+#   the shared channel KEYS[2]. With no waiter left, nothing is published (a
+#   PUBLISH costs the server a channel lookup, and the client a bigger script,
+#   on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since).
@@ -201,13 +204,22 @@ local pttl = redis.call('pttl', KEYS[1])
 #   sleeps on the channel: the waiter subscribes, has the subscription
 #   confirmed, and attempts again as a registered waiter before it sleeps, so
 #   a release between its two attempts is seen by the second one.
+#   The message reaches the named waiter: its subscription is to both the
+#   shared channel and the wake channel of its id's wake name (one SUBSCRIBE,
+#   both confirmed before that registered attempt; core/_sync/waiting.py),
+#   and the message goes to exactly one of them: the wake channel for an id
+#   with a wake name, the shared channel otherwise (an older version's waiter,
+#   which listens there; an older version's release names any waiter there,
+#   and new waiters listen there too). The waiter's listener routes it by the
+#   id, whichever channel it came on.
 #   Every caller of this script (release, the replica-sync undo in client.py,
 #   MultiLock's members, RedLock's undo of an unanswered grant) releases a
 #   plain lock hash, and every sleeper of those locks is an RLock acquire plan
 #   (MultiLock waits through its members' plans; RedLock never sleeps on a
 #   channel, it retries after a random pause). On a cluster, the set, the hash
 #   and the channel share one slot, so this check and SPUBLISH run on the node
-#   the waiter's SSUBSCRIBE is on.
+#   the waiter's SSUBSCRIBE is on; the wake channel is made from KEYS[2], after
+#   its hash tag, so it is in that slot too.
 #   The one waiter this misses is one whose entry expired while it still
 #   sleeps: its client paused for more than 500 ms, or the server's clock
 #   jumped forward. Before, a release with no live entry woke everyone; that

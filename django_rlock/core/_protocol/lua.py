@@ -26,6 +26,7 @@ template's only ``$`` are its fields.
 
 from __future__ import annotations
 
+import textwrap
 from string import Template
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -279,7 +280,8 @@ redis.call('del', KEYS[1])
 # waiter left (expired registrations are dropped), nothing is published (a
 # PUBLISH costs the server a channel lookup on every uncontended release);
 # else the release is published ($publish), naming the waiter whose sleep
-# ends first or, for everyone, with an empty message that wakes every waiter.
+# ends first on its wake channel (publish_to_waiter) or, for everyone, with an
+# empty message on the shared channel that wakes every waiter.
 # Ends the script: returns 0.
 _WAKE_AFTER_RELEASE = Template(
     """
@@ -296,11 +298,51 @@ return 0
 )
 
 
-_PUBLISH_FIRST = Template("""local first = redis.call('zrange', $waiters, 0, 0)
-if first[1] then
-    redis.call(ARGV[2], $channel, first[1])
+# Expects $waiter a waiting-set entry (a waiter id, core/_protocol/channels.py),
+# $message what to publish (naming that waiter first), $channel the lock's
+# release channel, $publish the publish command. An id "<wake name>:<n>" whose
+# wake name begins with '@' names its listener's wake channel for this lock,
+# "<channel>:<wake name>": the message goes there, so only the process of that
+# waiter reads it. The channel is made here from $channel, whose hash tag comes
+# first, so it is in the lock's slot (SPUBLISH on a cluster reaches the node
+# the waiter's SSUBSCRIBE is on). An id of an older version (no wake name) gets
+# it on the shared channel, which every waiter listens to.
+_PUBLISH_TO_WAITER = Template("""local wake = string.match($waiter, '^(@[^:]*):')
+if wake then
+    redis.call($publish, $channel .. ':' .. wake, $message)
+else
+    redis.call($publish, $channel, $message)
 end
 """)
+
+
+def publish_to_waiter(
+    *,
+    waiter: str,
+    channel: str,
+    publish: str = "ARGV[2]",
+    message: str | None = None,
+    indent: str = "",
+) -> str:
+    """Publish ``message`` (default: the id) to the waiter whose id is the Lua ``waiter``.
+
+    Defines the Lua local ``wake``. ``channel`` is the lock's release channel;
+    ``indent`` goes before each line (the block's place in its script).
+    """
+    lua = _PUBLISH_TO_WAITER.substitute(
+        waiter=waiter, channel=channel, publish=publish, message=message or waiter
+    )
+    return textwrap.indent(lua, indent)
+
+
+_PUBLISH_FIRST = Template(
+    """local first = redis.call('zrange', $waiters, 0, 0)[1]
+if first then
+"""
+    + publish_to_waiter(waiter="first", channel="$channel", indent="    ")
+    + """end
+"""
+)
 
 
 _PUBLISH_EVERYONE = Template("""if redis.call('zcard', $waiters) > 0 then
