@@ -13,15 +13,17 @@ previous release itself.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from typing import cast
 
 import redis
 
-from django_rlock.core import LockClient
+from django_rlock.core import LockClient, RLock
+from django_rlock.core.aio import AsyncLockClient
 
 #: Generous bounds for a loaded machine; the waiters' sleep (the holder's PTTL,
 #: the 30 s watchdog timeout) is far longer, so a lost wake-up fails them.
@@ -130,3 +132,45 @@ def test_a_release_naming_a_new_waiter_on_the_shared_channel_wakes_it(
     r.publish("test:{old-release}:released", waiter_id)
     assert granted.wait(WOKEN), "a release on the shared channel did not wake the waiter"
     thread.join(10)
+
+
+def test_each_release_reaches_only_the_asyncio_listener_of_the_waiter_it_wakes(
+    r: redis.Redis, redis_url: str
+) -> None:
+    listeners = 3
+
+    async def main(lock: RLock) -> list[float]:
+        granted: list[float] = []
+        async with AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(AsyncLockClient(redis_url, key_prefix="test"))
+                for _ in range(listeners)
+            ]
+
+            async def wait(client: AsyncLockClient) -> None:
+                mine = client.lock("one-wake-aio")
+                if await mine.acquire(timeout=60):
+                    granted.append(time.monotonic())
+                    await mine.release()  # wakes the next waiter, on its own channel
+
+            tasks = [asyncio.ensure_future(wait(client)) for client in clients]
+            deadline = time.monotonic() + REGISTER
+            while r.zcard("test:{one-wake-aio}:waiters") < listeners:
+                assert time.monotonic() < deadline, "waiters registered"
+                await asyncio.sleep(0.005)
+            released_at = time.monotonic()
+            lock.release()  # a blocking call, brief: the waiters wait on the server
+            await asyncio.wait_for(asyncio.gather(*tasks), 60)
+            assert len(granted) == listeners
+            assert max(granted) - released_at < WOKEN, "a waiter slept out the holder's PTTL"
+            assert sum(client.listener.messages for client in clients) == listeners
+        return granted
+
+    with (
+        LockClient(redis_url, key_prefix="test") as holder,
+        _shared_channel_messages(r, "test:{one-wake-aio}:released") as shared,
+    ):
+        lock = holder.lock("one-wake-aio")
+        lock.acquire()
+        asyncio.run(main(lock))
+    assert shared == []
