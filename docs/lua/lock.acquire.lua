@@ -2,13 +2,23 @@
 local ttl = tonumber(ARGV[2])
 
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
+    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since', '~handoff')
 end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4]
             and redis.call('set', KEYS[4], ARGV[5], 'px', 60000, 'get') == ARGV[5] then
         return {tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(redis.call('hget', KEYS[1], ARGV[1])), redis.call('pttl', KEYS[1])}
+    end
+
+    local handed = redis.call('hget', KEYS[1], '~handoff')
+    if handed then
+        redis.call('hdel', KEYS[1], '~handoff')
+        if handed == ARGV[3] then
+            redis.call('pexpire', KEYS[1], ttl)
+            redis.call('pexpire', KEYS[2], ttl)
+            return {tonumber(redis.call('get', KEYS[2]) or '0'), 1, ttl}
+        end
     end
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     local left = redis.call('pttl', KEYS[1])
@@ -55,6 +65,11 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
     local sleep = tonumber(ARGV[4])
+    if sleep < 0 then
+        sleep = -sleep
+        redis.call('hset', KEYS[1], '~w:' .. ARGV[3],
+                   ARGV[1] .. '\n' .. ARGV[2] .. '\n' .. ARGV[8])
+    end
     if pttl >= 0 and pttl < sleep then
         sleep = pttl
     end

@@ -77,13 +77,13 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
+    CONFIRM_HANDOFF,
     CURRENT_TOKEN,
     drop_lost_grant,
     new_grant,
     register_waiter,
-    release_one,
+    release_and_hand_over,
     report_or_reenter,
-    wake_after_release,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -105,6 +105,14 @@ from django_rlock.core.exceptions import (
 
 if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold, HoldRegistry
+
+
+#: Seconds a plain lock's waiter waits before it is *starving*: from then on
+#: (or once it was woken and lost the race) its attempts ask the holder's
+#: release to hand it the lock (scripts.ACQUIRE, RELEASE), as Go's sync.Mutex
+#: hands off to a waiter after 1 ms; a hand-over costs the next owner a
+#: process wake-up before it runs, so it is kept for waiters that need it.
+STARVING_AFTER = 0.005
 
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
@@ -160,8 +168,8 @@ ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
 """
-    + drop_lost_grant()
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + drop_lost_grant("~handoff")
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=CONFIRM_HANDOFF)
     + """
 if redis.call('exists', KEYS[1]) == 0 then
 """
@@ -170,7 +178,7 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 local pttl = redis.call('pttl', KEYS[1])
 """
-    + register_waiter()
+    + register_waiter(hand_over=True)
 )
 
 
@@ -228,7 +236,7 @@ local pttl = redis.call('pttl', KEYS[1])
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+RELEASE = release_and_hand_over(latch="4")
 
 
 # KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
@@ -276,11 +284,16 @@ return 0
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set
 # ARGV[1] waiter id, ARGV[2] publish command
-# A waiter leaves without the lock (its wait ran out). If the lock is free, a
-#   release may have woken this waiter alone: wake the others instead.
+# A waiter leaves without the lock (its wait ran out). If the lock was handed
+#   to it (the hash's '~handoff' is its id: RELEASE), that grant is given
+#   back: its caller never counted it. If the lock is free, a release may have
+#   woken this waiter alone: wake the others instead.
 # Returns 1 when the others were woken, else 0.
 ABANDON = """
 redis.call('zrem', KEYS[3], ARGV[1])
+if redis.call('hget', KEYS[1], '~handoff') == ARGV[1] then
+    redis.call('del', KEYS[1])
+end
 if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
     redis.call(ARGV[2], KEYS[2], '')
     return 1

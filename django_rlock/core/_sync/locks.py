@@ -133,6 +133,7 @@ from django_rlock.core._protocol.calls import (
     hold_count_reply,
     release_call,
     release_template,
+    sleep_ms,
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
@@ -153,6 +154,7 @@ from django_rlock.core._protocol.fairlock import (
 from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
     LOST_REPLY,
+    STARVING_AFTER,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -428,7 +430,7 @@ class RLock(LockBase):
         token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
-            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder, fresh=rid
+            script.sha, waiter_id, sleep_ms(sleep), rid, holds, str(token), holder, fresh=rid
         )
 
         def call() -> ScriptCall:
@@ -523,6 +525,36 @@ class RLock(LockBase):
         """
         call = self._release_call(owner)
         return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
+
+    def _handed_over(self, waiting: _Waiting, subscription: Subscription) -> bool:
+        """Record the grant a release handed ``waiting``'s caller (RELEASE); False: none taken.
+
+        The message names the caller's waiter id and the grant's token; the
+        grant came after the caller's last attempt (which found the lock held:
+        an attempt after it would have confirmed it), so that attempt's send
+        time bounds its deadline from below. Taken only by a caller that
+        waits with the watchdog, when that deadline leaves the watchdog time
+        to renew (as a fair lock's handoff, :func:`handoff_min_life`);
+        otherwise the caller's next attempt confirms the grant (CONFIRM_HANDOFF).
+        """
+        grant, subscription.handoff = subscription.handoff, b""
+        if not grant or waiting.lease is not None or not grant.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            waiting.owner,
+            token=int(grant),
+            holds=1,
+            lease=None,
+            sent_at=waiting.sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=waiting.started,
+        )
+        self._local.lost = False
+        return True
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
@@ -779,6 +811,7 @@ class _Waiting:
         "lease",
         "lock",
         "owner",
+        "sent_at",
         "started",
         "subscription",
         "until",
@@ -788,7 +821,10 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: Subscription | None = None
+        self.subscription: _HandOverSubscription | None = None
+        #: When the last attempt was sent (at the latest): a grant handed over
+        #: to the caller came after it, so its deadline counts from it.
+        self.sent_at = plan.started
         # The subscription's context, entered by listen (most calls never listen).
         self._listening: AbstractContextManager[Subscription] | None = None
         # Made by the first deadlock check (most calls never wait that long).
@@ -801,14 +837,24 @@ class _Waiting:
         self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
-        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        subscription = self.subscription
+        waiter_id = subscription.waiter_id if waiter and subscription else ""
+        if waiter_id and self.lock._packs_calls and self._starving():
+            sleep = -sleep  # asks the holder's release to hand it the lock (scripts.ACQUIRE)
+        self.sent_at = clock.monotonic()
         return self.lock._attempt(
             self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
 
+    def _starving(self) -> bool:
+        """Whether the caller was woken and lost, or has waited past :data:`STARVING_AFTER`."""
+        subscription = self.subscription
+        woken = subscription is not None and subscription.mark() > 0
+        return woken or clock.monotonic() - self.started >= STARVING_AFTER
+
     def listen(self) -> None:
         listening = self.lock.client.listener.listen(self.lock.keys.channel)
-        self.subscription = listening.__enter__()
+        self.subscription = _HandOverSubscription(self, listening.__enter__())
         self._listening = listening
 
     def close(self, *, registered: bool) -> None:
@@ -824,6 +870,27 @@ class _Waiting:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
+
+
+class _HandOverSubscription:
+    """A plain lock waiter's subscription: a release that hands it the lock ends its plan."""
+
+    __slots__ = ("inner", "shell", "waiter_id")
+
+    def __init__(self, shell: _Waiting, subscription: Subscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    def wait(self, since: int, timeout: float) -> object:
+        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
+        woken = self.inner.wait(since, timeout)
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 #: How many templates (lock, owner, life) the process keeps before it starts afresh.
