@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import cast
 
 import redis
 
@@ -57,10 +58,7 @@ def test_a_starving_waiter_is_handed_the_lock_by_the_release(
         thread.start()
         _wait_for(lambda: r.zcard("test:{starving}:waiters") == 1, "the waiter registered")
         held.extend(60)  # held on: the waiter's next attempt starves
-        _wait_for(
-            lambda: any(field.startswith(b"~w:") for field in r.hkeys("test:{starving}")),
-            "the waiter asked to be handed the lock",
-        )
+        _wait_for(lambda: _asked(r, "test:{starving}"), "the waiter asked to be handed the lock")
         waiter_id = r.zrange("test:{starving}:waiters", 0, 0)[0]
         held.release()
         assert done.wait(BOUND), "the starving waiter was not handed the lock"
@@ -70,8 +68,16 @@ def test_a_starving_waiter_is_handed_the_lock_by_the_release(
     assert not r.exists("test:{starving}")
 
 
+def _asked(r: redis.Redis, key: str) -> bool:
+    """Whether a waiter asked to be handed the lock ``key`` (a '~w:' field of its hash)."""
+    fields = cast("list[bytes]", r.hkeys(key))
+    return any(name.startswith(b"~w:") for name in fields)
+
+
 def _hold(r: redis.Redis, owner: str, **fields: str) -> None:
-    r.hset("test:{handed}", mapping={owner: 1, **fields})
+    r.hset("test:{handed}", owner, 1)
+    for name, value in fields.items():
+        r.hset("test:{handed}", name, value)
     r.pexpire("test:{handed}", 30_000)
     r.set("test:{handed}:fence", 7, px=30_000)
 
