@@ -115,3 +115,13 @@ def test_no_lock_is_handed_to_a_waiter_whose_channel_nobody_listens_on(
     assert scripts.release(keys=keys, args=["owner-1", "publish", "1"]) == 0
     assert not r.exists("test:{handed}")  # free, not handed to owner-2
     assert r.zcard("test:{handed}:waiters") == 0
+
+
+def test_a_waiter_that_leaves_takes_its_request_out_of_the_holders_hash(
+    r: redis.Redis, lock_client: LockClient
+) -> None:
+    _hold(r, "owner-1", **{"~w:@w:2": "owner-2\n30000\n"})
+    scripts = lock_client.scripts[LockScripts]
+    keys = ["test:{handed}", "test:{handed}:released", "test:{handed}:waiters"]
+    scripts.abandon(keys=keys, args=["@w:2", "publish"])
+    assert r.hkeys("test:{handed}") == [b"owner-1"]  # the holder's own hold is untouched

@@ -286,13 +286,16 @@ return 0
 # ARGV[1] waiter id, ARGV[2] publish command
 # A waiter leaves without the lock (its wait ran out). If the lock was handed
 #   to it (the hash's '~handoff' is its id: RELEASE), that grant is given
-#   back: its caller never counted it. If the lock is free, a release may have
-#   woken this waiter alone: wake the others instead.
+#   back: its caller never counted it; else its request to be handed the lock
+#   (the holder's '~w:<id>' field, ACQUIRE) goes. If the lock is free, a
+#   release may have woken this waiter alone: wake the others instead.
 # Returns 1 when the others were woken, else 0.
 ABANDON = """
 redis.call('zrem', KEYS[3], ARGV[1])
 if redis.call('hget', KEYS[1], '~handoff') == ARGV[1] then
     redis.call('del', KEYS[1])
+else
+    redis.call('hdel', KEYS[1], '~w:' .. ARGV[1])
 end
 if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
     redis.call(ARGV[2], KEYS[2], '')
