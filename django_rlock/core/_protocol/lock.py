@@ -134,6 +134,7 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
+#   negated by a starving waiter (STARVING_AFTER) that asks to be handed the lock,
 # ARGV[5] (with KEYS[4]) this call's request id,
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
@@ -161,9 +162,14 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #   re-entries the server applied but whose replies were lost), before the
 #   request latch is read, so the call is a new grant with a new token, never a
 #   re-entry of a hold its owner was told is gone, nor a report of one.
+#   A lock handed to the caller by a release (the hash's '~handoff' is its
+#   waiter id, RELEASE) whose message it did not take is confirmed: a new
+#   grant {token, 1, pttl} with the caller's own expiry (lua.CONFIRM_HANDOFF).
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
-#   waiting set until just after its sleep ends, so a release can wake it.
+#   waiting set until just after its sleep ends, so a release can wake it; a
+#   starving one also writes what a grant to it needs in the holder's hash
+#   ('~w:<waiter id>': owner, life, description), which goes with that hash.
 ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
@@ -198,6 +204,13 @@ local pttl = redis.call('pttl', KEYS[1])
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since).
+#   Hand-over (lua._HAND_OVER): when that first waiter is starving (its
+#   '~w:<id>' request is in the hash being released) and has a wake name, the
+#   release grants it the lock (next token, its life and description, marked
+#   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
+#   grant stands only if a subscriber heard it, else the next waiter is woken.
+#   A release that hands over wakes the new holder, not a retry: the argument
+#   below holds for the waiters left, as the new holder's release comes later.
 #
 # Why publishing only to a registered waiter wakes everyone who needs it. A
 #   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
