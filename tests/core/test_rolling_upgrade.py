@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,15 +50,17 @@ REGISTER = 20.0
 
 
 @contextmanager
-def previous_release(url: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
+def previous_release(
+    url: str, cwd: Path, python: str = PREVIOUS
+) -> Iterator[subprocess.Popen[str]]:
     """tests/core/upgrade_peer.py run by the previous release's interpreter, isolated.
 
     ``-I`` and a ``cwd`` outside the source tree: it imports its own installed
-    package, never this tree's.
+    package, never this tree's. ``python``: this release's, for a peer of ours.
     """
     script = Path(__file__).with_name("upgrade_peer.py")
     process = subprocess.Popen(
-        [PREVIOUS, "-I", str(script), url],
+        [python, "-I", str(script), url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -146,3 +149,24 @@ def test_our_waiter_is_woken_by_a_release_of_the_previous_release(
             give_back.set()
             thread.join(60)
         assert tell(old, "try upgrade-b") == {"got": True}
+
+
+def test_old_and_new_processes_contending_lose_no_update(
+    r: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    # Two processes of each release take one lock in turns, each adding to a
+    # counter by a GET and a SET: an overlap loses an update. Ours hand the
+    # lock over to their starving waiters; the old ones wake theirs.
+    times = 150
+    with ExitStack() as stack:
+        peers = [
+            stack.enter_context(previous_release(redis_url, tmp_path, python))
+            for python in (PREVIOUS, PREVIOUS, sys.executable, sys.executable)
+        ]
+        for peer in peers:
+            assert peer.stdin is not None
+            peer.stdin.write(f"count mixed {times}\n")
+            peer.stdin.flush()
+        for peer in peers:
+            assert read_answer(peer) == {"counted": times}
+    assert int(r.get("test:count:mixed") or 0) == times * len(peers)

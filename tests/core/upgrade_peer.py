@@ -11,7 +11,10 @@ compare them with its own:
 * ``try NAME``: one attempt, released at once if granted: ``{"got": ...}``;
 * ``wait NAME``: answer ``{"waiting": true}``, then wait for the lock (up to
   60 s) and answer ``{"granted": ..., "at": ...}``; it then holds it;
-* ``release``: release the lock it holds, ``{"released_at": ...}``.
+* ``release``: release the lock it holds, ``{"released_at": ...}``;
+* ``count NAME N``: N times, take the lock and add one to the key
+  ``test:count:NAME`` by a GET and a SET (an update the lock must protect),
+  then answer ``{"counted": N}``.
 
 It ends at the end of its input.
 """
@@ -29,11 +32,19 @@ def answer(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def count(lock: RLock, client: LockClient, key: str, times: int) -> int:
+    for _ in range(times):
+        with lock:
+            value = int(client.redis.get(key) or 0)
+            client.redis.set(key, value + 1)
+    return times
+
+
 def main() -> None:
     with LockClient(sys.argv[1], key_prefix="test") as client:
         held: RLock | None = None
         for line in sys.stdin:
-            command, name = [*line.split(), ""][:2]
+            command, name, times = [*line.split(), "", ""][:3]
             if command == "hold":
                 held = client.lock(name)
                 answer(held=held.acquire())
@@ -48,6 +59,9 @@ def main() -> None:
                 answer(waiting=True)
                 granted = held.acquire(timeout=60)
                 answer(granted=granted, at=time.monotonic())
+            elif command == "count":
+                lock = client.lock(name, timeout=60)  # a hang ends as LockTimeout, and the peer
+                answer(counted=count(lock, client, f"test:count:{name}", int(times)))
             elif command == "release" and held is not None:
                 released_at = time.monotonic()
                 held.release()
