@@ -27,12 +27,19 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
+local one, two, three
 if starving then
-    local one = string.find(entry, '\n', 1, true)
-    local two = string.find(entry, '\n', one + 1, true)
+    one = string.find(entry, '\n', 1, true)
+    two = string.find(entry, '\n', one + 1, true)
+    three = string.find(entry, '\n', two + 1, true)
+    if now - tonumber(string.sub(entry, two + 1, three - 1)) < 5 then
+        starving = nil
+    end
+end
+if starving then
     local owner = string.sub(entry, 1, one - 1)
     local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, two + 1)
+    local holder = string.sub(entry, three + 1)
 
     local clock = redis.call('time')
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])

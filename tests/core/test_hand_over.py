@@ -17,7 +17,7 @@ from typing import cast
 import redis
 
 from django_rlock.core import LockClient
-from django_rlock.core._protocol.lock import LockScripts
+from django_rlock.core._protocol.lock import STARVING_AFTER, LockScripts
 
 #: Generous bounds for a loaded machine.
 BOUND = 20.0
@@ -108,7 +108,7 @@ def test_no_lock_is_handed_to_a_waiter_whose_channel_nobody_listens_on(
 ) -> None:
     # A starving waiter of a process that is gone: its entry and its request
     # are there, its subscription is not.
-    _hold(r, "owner-1", **{"~w:@gone:1": "owner-2\n30000\n"})
+    _hold(r, "owner-1", **{"~w:@gone:1": "owner-2\n30000\n0\n"})
     r.zadd("test:{handed}:waiters", {"@gone:1": time.time() * 1000 + 60_000})
     scripts = lock_client.scripts[LockScripts]
     keys = ["test:{handed}", "test:{handed}:released", "test:{handed}:waiters"]
@@ -125,3 +125,33 @@ def test_a_waiter_that_leaves_takes_its_request_out_of_the_holders_hash(
     keys = ["test:{handed}", "test:{handed}:released", "test:{handed}:waiters"]
     scripts.abandon(keys=keys, args=["@w:2", "publish"])
     assert r.hkeys("test:{handed}") == [b"owner-1"]  # the holder's own hold is untouched
+
+
+def test_a_waiter_that_waited_past_starving_after_is_handed_the_lock(
+    r: redis.Redis, redis_url: str
+) -> None:
+    with (
+        LockClient(redis_url, key_prefix="test") as holder_client,
+        LockClient(redis_url, key_prefix="test") as waiter_client,
+    ):
+        held = holder_client.lock("waited")
+        assert held.acquire()
+        waiting = waiter_client.lock("waited")
+        seen: dict[str, object] = {}
+        done = threading.Event()
+
+        def wait() -> None:
+            if waiting.acquire(timeout=60):
+                seen["handoff"] = r.hget("test:{waited}", "~handoff")
+                waiting.release()
+            done.set()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        _wait_for(lambda: _asked(r, "test:{waited}"), "the waiter registered")
+        waiter_id = r.zrange("test:{waited}:waiters", 0, 0)[0]
+        time.sleep(STARVING_AFTER * 4)  # its one registration is now that old
+        held.release()
+        assert done.wait(BOUND), "the waiter was not woken"
+        thread.join(BOUND)
+    assert seen["handoff"] == waiter_id

@@ -79,6 +79,7 @@ from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
     CONFIRM_HANDOFF,
     CURRENT_TOKEN,
+    STARVING_AFTER_MS,
     drop_lost_grant,
     new_grant,
     register_waiter,
@@ -107,12 +108,14 @@ if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold, HoldRegistry
 
 
-#: Seconds a plain lock's waiter waits before it is *starving*: from then on
-#: (or once it was woken and lost the race) its attempts ask the holder's
-#: release to hand it the lock (scripts.ACQUIRE, RELEASE), as Go's sync.Mutex
-#: hands off to a waiter after 1 ms; a hand-over costs the next owner a
-#: process wake-up before it runs, so it is kept for waiters that need it.
-STARVING_AFTER = 0.005
+#: Seconds a plain lock's waiter waits before it is *starving*: the holder's
+#: release then hands it the lock (scripts.ACQUIRE, RELEASE), as Go's
+#: sync.Mutex hands off to a waiter after 1 ms; so does a waiter that was
+#: woken and lost the race. A hand-over makes the next owner a woken process,
+#: never the releasing one that would take the lock again at once, so it is
+#: kept for waiters that need it. The server counts it from the waiter's
+#: first registration under the current holder; the waiter, from its call.
+STARVING_AFTER = STARVING_AFTER_MS / 1000
 
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
@@ -134,7 +137,8 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
-#   negated by a starving waiter (STARVING_AFTER) that asks to be handed the lock,
+#   negated by a waiter that says it starves (woken and lost, or waited past
+#   STARVING_AFTER),
 # ARGV[5] (with KEYS[4]) this call's request id,
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
@@ -167,9 +171,10 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #   grant {token, 1, pttl} with the caller's own expiry (lua.CONFIRM_HANDOFF).
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
-#   waiting set until just after its sleep ends, so a release can wake it; a
-#   starving one also writes what a grant to it needs in the holder's hash
-#   ('~w:<waiter id>': owner, life, description), which goes with that hash.
+#   waiting set until just after its sleep ends, so a release can wake it,
+#   and writes what a grant to it needs in the holder's hash ('~w:<waiter
+#   id>': owner, life, since when it waits, description), which goes with
+#   that hash: the release hands the lock to it if it starves by then.
 ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
@@ -204,8 +209,9 @@ local pttl = redis.call('pttl', KEYS[1])
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since).
-#   Hand-over (lua._HAND_OVER): when that first waiter is starving (its
-#   '~w:<id>' request is in the hash being released) and has a wake name, the
+#   Hand-over (lua._HAND_OVER): when that first waiter starves (its
+#   '~w:<id>' request in the hash being released says so, or is
+#   STARVING_AFTER old) and has a wake name, the
 #   release grants it the lock (next token, its life and description, marked
 #   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
 #   grant stands only if a subscriber heard it, else the next waiter is woken.

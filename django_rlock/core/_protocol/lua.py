@@ -217,10 +217,11 @@ if ARGV[3] ~= '' then
     + NOW_MS_LUA
     + """
     local sleep = tonumber(ARGV[4])
-    if sleep < 0 then
+    local starving = sleep < 0
+    if starving then
         sleep = -sleep
-${hand_over}\
     end
+${hand_over}\
     if $wait >= 0 and $wait < sleep then
         sleep = $wait
     end
@@ -235,16 +236,35 @@ return $wait
 )
 
 
+#: How long a waiter of the plain lock waits, in ms, before the holder's
+#: release hands it the lock (HAND_OVER; Go's sync.Mutex: 1 ms).
+STARVING_AFTER_MS = 5
+
+
 # The plain lock's request to be handed the lock (register_waiter's
 # $hand_over, in scripts.ACQUIRE: KEYS[1] the lock hash, held by another
 # owner; ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id, ARGV[8]
-# holder description). A starving waiter writes what a grant to it needs in
-# the holder's hash, as the field '~w:<waiter id>': its owner id, the life it
-# asks for and its description. The field goes with the hash, so the holder's
-# release (HAND_OVER) reads it and nothing is left behind.
+# holder description; `now`, and `starving`: the waiter says it starves).
+# A waiter writes what a grant to it needs in the holder's hash, as the field
+# '~w:<waiter id>': its owner id, the life it asks for, since when it waits
+# (server ms: its first registration under this holder; 0 when it starves
+# already) and its description. The field goes with the hash, so the
+# holder's release (HAND_OVER) reads it and nothing is left behind.
 _ASK_HAND_OVER = """\
-        redis.call('hset', KEYS[1], '~w:' .. ARGV[3],
-                   ARGV[1] .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[8])
+    local asked = '~w:' .. ARGV[3]
+    local since = 0
+    if not starving then
+        since = now
+        local before = redis.call('hget', KEYS[1], asked)
+        if before then
+            local one = string.find(before, '\\n', 1, true)
+            local two = string.find(before, '\\n', one + 1, true)
+            local three = string.find(before, '\\n', two + 1, true)
+            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+        end
+    end
+    redis.call('hset', KEYS[1], asked, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n'
+               .. string.format('%.0f', since) .. '\\n' .. ARGV[8])
 """
 
 
@@ -392,8 +412,9 @@ def wake_after_release(*, waiters: str, channel: str, everyone: bool = False) ->
 # owner's holds left (scripts.RELEASE). The plain lock's full release: the
 # lock is freed, and the registered waiter whose sleep ends first (expired
 # registrations dropped) is woken on its wake channel (publish_to_waiter) or,
-# when it is *starving* (its last attempt asked, register_waiter's
-# '~w:<waiter id>' field of the hash) and has a wake name, handed the lock:
+# when it is *starving* (register_waiter's '~w:<waiter id>' field of the
+# hash says it starves, or has waited STARVING_AFTER_MS under this holder)
+# and has a wake name, handed the lock:
 # a new grant to its owner in the release itself (the fencing counter, the
 # hash KEYS[1] .. ':fence', gives the next token), for the life it asked for,
 # with its description, marked '~handoff' = its waiter id, the waiter out of
@@ -422,12 +443,19 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
+local one, two, three
 if starving then
-    local one = string.find(entry, '\\n', 1, true)
-    local two = string.find(entry, '\\n', one + 1, true)
+    one = string.find(entry, '\\n', 1, true)
+    two = string.find(entry, '\\n', one + 1, true)
+    three = string.find(entry, '\\n', two + 1, true)
+    if now - tonumber(string.sub(entry, two + 1, three - 1)) < $starving_after_ms then
+        starving = nil
+    end
+end
+if starving then
     local owner = string.sub(entry, 1, one - 1)
     local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, two + 1)
+    local holder = string.sub(entry, three + 1)
 """
     + textwrap.indent(next_token(counter="KEYS[1] .. ':fence'"), "    ")
     + """    if holder ~= '' then
@@ -458,7 +486,7 @@ end
 
 def release_and_hand_over(*, latch: str) -> str:
     """:func:`release_hold` on KEYS[1], then the plain lock's full release (see _HAND_OVER)."""
-    return release_hold(latch=latch) + _HAND_OVER.substitute()
+    return release_hold(latch=latch) + _HAND_OVER.substitute(starving_after_ms=STARVING_AFTER_MS)
 
 
 # A step between a resent call's report and a re-entry (report_or_reenter's
