@@ -10,14 +10,16 @@ nobody is handed the lock unless its wake channel has a subscriber.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import cast
 
 import redis
 
-from django_rlock.core import LockClient
+from django_rlock.core import LockClient, RLock
 from django_rlock.core._protocol.lock import STARVING_AFTER, LockScripts
+from django_rlock.core.aio import AsyncLockClient
 
 #: Generous bounds for a loaded machine.
 BOUND = 20.0
@@ -155,3 +157,38 @@ def test_a_waiter_that_waited_past_starving_after_is_handed_the_lock(
         assert done.wait(BOUND), "the waiter was not woken"
         thread.join(BOUND)
     assert seen["handoff"] == waiter_id
+
+
+def test_an_asyncio_waiter_that_waited_past_starving_after_is_handed_the_lock(
+    r: redis.Redis, redis_url: str
+) -> None:
+    async def main(held: RLock) -> object:
+        async with AsyncLockClient(redis_url, key_prefix="test") as client:
+            waiting = client.lock("waited-aio")
+
+            async def wait() -> tuple[object, int | None]:
+                assert await waiting.acquire(timeout=60)
+                handoff = r.hget("test:{waited-aio}", "~handoff")
+                token = waiting.token
+                await waiting.release()
+                return handoff, token
+
+            task = asyncio.ensure_future(wait())
+            deadline = time.monotonic() + BOUND
+            while not _asked(r, "test:{waited-aio}"):
+                assert time.monotonic() < deadline, "the waiter registered"
+                await asyncio.sleep(0.005)
+            waiter_id = r.zrange("test:{waited-aio}:waiters", 0, 0)[0]
+            await asyncio.sleep(STARVING_AFTER * 4)
+            held.release()  # a blocking call, brief
+            handoff, token = await asyncio.wait_for(task, BOUND)
+            assert handoff == waiter_id
+            return token
+
+    with LockClient(redis_url, key_prefix="test") as holder_client:
+        held = holder_client.lock("waited-aio")
+        assert held.acquire()
+        holder_token = held.token
+        assert holder_token is not None
+        token = asyncio.run(main(held))
+    assert isinstance(token, int) and token > holder_token

@@ -95,6 +95,7 @@ from django_rlock.core._protocol.names import (
 )
 from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockError,
@@ -508,6 +509,18 @@ class LockEngine(Protocol):
     holds: HoldRegistry
 
 
+def handoff_min_life(watchdog_timeout: float) -> float:
+    """The least life left, in seconds, for a handed grant to be taken without a call.
+
+    The watchdog renews on its own ticks (every third of the timeout) and
+    declares a hold lost when a renewal could end within a margin (a sixth)
+    of its deadline; a handed grant whose deadline is nearer than a tick and
+    two margins could be declared lost while Redis keeps it. Its waiter
+    confirms it with an acquire call instead, which renews it.
+    """
+    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
+
+
 #: Below this much of a lease hold's life left (seconds), a re-entry asks for
 #: the watchdog's life instead of the rest of the lease (see _granted_lease).
 _LEASE_LEFT_MIN = 0.05
@@ -612,6 +625,36 @@ class LockBase:
         """
         would_wait = plan.blocking and not plan.zero_wait
         self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
+
+    def _take_hand_over(
+        self, owner: str, lease: float | None, sent_at: float, started: float, grant: bytes
+    ) -> bool:
+        """Record the grant a release handed ``owner``'s waiting call (RELEASE); False: none.
+
+        ``grant`` is what the message said after the waiter's id (the token);
+        ``sent_at`` when the call's last attempt was sent. The grant came after
+        that attempt, which found the lock held (an attempt after the grant
+        would have confirmed it), so its send time bounds the deadline from
+        below. Taken only by a caller that waits with the watchdog, when that
+        deadline leaves the watchdog time to renew (:func:`handoff_min_life`);
+        otherwise the caller's next attempt confirms the grant (CONFIRM_HANDOFF).
+        """
+        if not grant or lease is not None or not grant.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            owner,
+            token=int(grant),
+            holds=1,
+            lease=None,
+            sent_at=sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=started,
+        )
+        return True
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""

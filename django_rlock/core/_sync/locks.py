@@ -164,6 +164,7 @@ from django_rlock.core._protocol.lock import (
     ScriptRegistry,
     WaitingShell,
     gave_up_after,
+    handoff_min_life,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -199,7 +200,6 @@ from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, un
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
-from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockLostError,
@@ -527,32 +527,12 @@ class RLock(LockBase):
         return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
 
     def _handed_over(self, waiting: _Waiting, subscription: Subscription) -> bool:
-        """Record the grant a release handed ``waiting``'s caller (RELEASE); False: none taken.
-
-        The message names the caller's waiter id and the grant's token; the
-        grant came after the caller's last attempt (which found the lock held:
-        an attempt after it would have confirmed it), so that attempt's send
-        time bounds its deadline from below. Taken only by a caller that
-        waits with the watchdog, when that deadline leaves the watchdog time
-        to renew (as a fair lock's handoff, :func:`handoff_min_life`);
-        otherwise the caller's next attempt confirms the grant (CONFIRM_HANDOFF).
-        """
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
         grant, subscription.handoff = subscription.handoff, b""
-        if not grant or waiting.lease is not None or not grant.isdigit():
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
             return False
-        watchdog = self._engine.watchdog_timeout
-        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
-            return False
-        self._registry.grant(
-            self,
-            waiting.owner,
-            token=int(grant),
-            holds=1,
-            lease=None,
-            sent_at=waiting.sent_at,
-            pttl_ms=milliseconds(watchdog),
-            requested_at=waiting.started,
-        )
         self._local.lost = False
         return True
 
@@ -914,18 +894,6 @@ def sleep_cap(plan: AcquirePlan) -> float:
     """
     remaining = plan.deadline - clock.monotonic()
     return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
-
-
-def handoff_min_life(watchdog_timeout: float) -> float:
-    """The least life left, in seconds, for a handed grant to be taken without a call.
-
-    The watchdog renews on its own ticks (every third of the timeout) and
-    declares a hold lost when a renewal could end within a margin (a sixth)
-    of its deadline; a handed grant whose deadline is nearer than a tick and
-    two margins could be declared lost while Redis keeps it. Its waiter
-    confirms it with an acquire call instead, which renews it.
-    """
-    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
 
 
 class FairBase(LockBase):
