@@ -186,14 +186,12 @@ class AsyncRLock(LockBase):
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client.engine, name, **options)
         self.client = client
-        kind = type(self)
         # Whether this is the plain lock, whose release hands the lock over to
         # a starving waiter (see the sync RLock's _packs_calls).
         self._hands_over = (
             client.engine.min_replicas == 0
-            and kind._acquire_call is LockBase._acquire_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is AsyncRLock._kind_scripts
+            and self._sends_plain_calls()
+            and type(self)._kind_scripts is AsyncRLock._kind_scripts
         )
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
@@ -564,6 +562,18 @@ class AsyncRLock(LockBase):
         task = asyncio.current_task()
         return task is not None and self._lost_tasks.get(task, False)
 
+    def _handed_over(self, waiting: _AsyncWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
+        grant, subscription.handoff = subscription.handoff, b""
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
     def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
         """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
 
@@ -643,15 +653,7 @@ class _AsyncHandOverSubscription:
 
     async def wait(self, since: int, timeout: float) -> object:
         woken = await self.inner.wait(since, timeout)
-        shell, inner = self.shell, self.inner
-        grant, inner.handoff = inner.handoff, b""
-        lock = shell.lock
-        if not lock._take_hand_over(shell.owner, shell.lease, shell.sent_at, shell.started, grant):
-            return woken
-        task = asyncio.current_task()
-        if task is not None:
-            lock._lost_tasks.pop(task, None)
-        return HANDED
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:

@@ -626,6 +626,11 @@ class LockBase:
         would_wait = plan.blocking and not plan.zero_wait
         self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
 
+    def _sends_plain_calls(self) -> bool:
+        """Whether this lock's acquire calls and hold keys are the plain lock's own."""
+        kind = type(self)
+        return kind._acquire_call is LockBase._acquire_call and kind.hold_keys is LockBase.hold_keys
+
     def _take_hand_over(
         self, owner: str, lease: float | None, sent_at: float, started: float, grant: bytes
     ) -> bool:
