@@ -267,7 +267,14 @@ async def async_contended(
 
 
 def _contend(
-    *, library: str, url: str, counter: str, seconds: float, barrier: Barrier, done: Any
+    *,
+    library: str,
+    url: str,
+    counter: str,
+    seconds: float,
+    barrier: Barrier,
+    done: Any,
+    messages: Any,
 ) -> None:
     mutex = LIBRARIES[library](url, f"contended:{library}")
     raw = redis.Redis.from_url(url)
@@ -282,6 +289,11 @@ def _contend(
         cycles += 1
     with done.get_lock():
         done.value += cycles
+    # Ours: the release messages this process's listener read (see Contended.messages).
+    listener = getattr(getattr(mutex, "client", None), "listener", None)
+    if listener is not None:
+        with messages.get_lock():
+            messages.value += listener.messages
 
 
 class Contended:
@@ -290,6 +302,10 @@ class Contended:
     def __init__(self, url: str, processes: int, seconds: float) -> None:
         self.url, self.processes, self.seconds = url, processes, seconds
         self.lost: dict[str, int] = {}
+        #: Ours, per block: release messages read by all processes per cycle. A
+        #: release that reaches every waiting process costs ~processes - 1; one
+        #: published to the woken waiter's own channel, ~1.
+        self.messages: list[float] = []
         self._blocks = 0
 
     def block(self, library: str) -> float:
@@ -297,6 +313,7 @@ class Contended:
         context = multiprocessing.get_context("fork")
         barrier = context.Barrier(self.processes + 1)
         done: Synchronized[int] = context.Value("l", 0)
+        messages: Synchronized[int] = context.Value("l", 0)
         self._blocks += 1
         counter = f"bench:count:{self.processes}:{self._blocks}"
         workers = [
@@ -309,6 +326,7 @@ class Contended:
                     "seconds": self.seconds,
                     "barrier": barrier,
                     "done": done,
+                    "messages": messages,
                 },
             )
             for _ in range(self.processes)
@@ -323,6 +341,8 @@ class Contended:
         total = int(done.value)
         stored = int(redis.Redis.from_url(self.url).get(counter) or 0)
         self.lost[library] = self.lost.get(library, 0) + total - stored
+        if library == OURS and total:
+            self.messages.append(int(messages.value) / total)
         return total / elapsed
 
 
@@ -543,6 +563,8 @@ class Results:
     wake: dict[str, Paired]
     #: Per number of contending processes, per library.
     lost: dict[int, dict[str, int]]
+    #: Per number of contending processes: ours' release messages read per cycle, per block.
+    messages: dict[int, list[float]]
     #: Per library: the server's CPU µs per uncontended cycle, one per pair of blocks.
     server_cpu: dict[str, Paired]
     costs: dict[str, ServerCost]
@@ -559,13 +581,14 @@ def run(args: argparse.Namespace) -> Results:
         aio_contended, aio_lost = asyncio.run(
             async_contended(url, args.tasks, args.seconds, args.contended_pairs)
         )
-        contended, lost = {}, {}
+        contended, lost, messages = {}, {}, {}
         for processes in args.processes:
             contention = Contended(url, processes, args.seconds)
             contended[processes] = {
                 peer: paired(contention.block, peer, args.contended_pairs) for peer in PEERS
             }
             lost[processes] = contention.lost
+            messages[processes] = contention.messages
         wake = {
             peer: paired(
                 lambda library: wake_block(library, url, args.rounds), peer, args.wake_pairs
@@ -576,7 +599,18 @@ def run(args: argparse.Namespace) -> Results:
         server_cpu = {peer: paired(cpu.block, peer, args.cpu_pairs) for peer in PEERS}
         costs = {library: server_cost(url, library, 1000) for library in LIBRARIES}
     return Results(
-        unc, limit, aio, aio_contended, aio_lost, contended, wake, lost, server_cpu, costs, floor
+        unc,
+        limit,
+        aio,
+        aio_contended,
+        aio_lost,
+        contended,
+        wake,
+        lost,
+        messages,
+        server_cpu,
+        costs,
+        floor,
     )
 
 
@@ -631,6 +665,22 @@ def table(results: Results, args: argparse.Namespace) -> str:
     label = f"asyncio {args.tasks}-task contended, read-modify-write inside"
     row(label, results.async_contended, rate, results.async_lost)
     return "\n".join(lines)
+
+
+def messages_line(results: Results) -> str:
+    """Release messages our processes read per contended cycle (median block, range)."""
+    parts = [
+        f"{processes} processes {statistics.median(values):.2f} "
+        f"({min(values):.2f}-{max(values):.2f})"
+        for processes, values in results.messages.items()
+        if values
+    ]
+    return (
+        "Release messages read per contended cycle, all django-rlock processes together "
+        "(1: one process woken per release; processes - 1: every waiting process): "
+        + ", ".join(parts)
+        + "."
+    )
 
 
 def cost_table(results: Results) -> str:
@@ -719,6 +769,8 @@ def main() -> None:
     started = time.monotonic()
     results = run(args)
     print(table(results, args))
+    print()
+    print(messages_line(results))
     print()
     print(cost_table(results))
     print()

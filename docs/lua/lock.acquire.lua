@@ -2,13 +2,23 @@
 local ttl = tonumber(ARGV[2])
 
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
+    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since', '~handoff')
 end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4]
             and redis.call('set', KEYS[4], ARGV[5], 'px', 60000, 'get') == ARGV[5] then
         return {tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(redis.call('hget', KEYS[1], ARGV[1])), redis.call('pttl', KEYS[1])}
+    end
+
+    local handed = redis.call('hget', KEYS[1], '~handoff')
+    if handed then
+        redis.call('hdel', KEYS[1], '~handoff')
+        if handed == ARGV[3] then
+            redis.call('pexpire', KEYS[1], ttl)
+            redis.call('pexpire', KEYS[2], ttl)
+            return {tonumber(redis.call('get', KEYS[2]) or '0'), 1, ttl}
+        end
     end
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     local left = redis.call('pttl', KEYS[1])
@@ -55,6 +65,24 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
     local sleep = tonumber(ARGV[4])
+    local starving = sleep < 0
+    if starving then
+        sleep = -sleep
+    end
+    local asked = '~w:' .. ARGV[3]
+    local since = 0
+    if not starving then
+        since = now
+        local before = redis.call('hget', KEYS[1], asked)
+        if before then
+            local one = string.find(before, '\n', 1, true)
+            local two = string.find(before, '\n', one + 1, true)
+            local three = string.find(before, '\n', two + 1, true)
+            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+        end
+    end
+    redis.call('hset', KEYS[1], asked, ARGV[1] .. '\n' .. ARGV[2] .. '\n'
+               .. string.format('%.0f', since) .. '\n' .. ARGV[8])
     if pttl >= 0 and pttl < sleep then
         sleep = pttl
     end

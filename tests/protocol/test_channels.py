@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import redis
 
-from django_rlock.core._protocol.channels import ChannelTable, ReadError
+from django_rlock.core._protocol.channels import (
+    WAKE_MARK,
+    ChannelTable,
+    ReadError,
+    listen_channels,
+    new_wake_name,
+)
 
 pytestmark = pytest.mark.pure
 
@@ -204,3 +210,29 @@ def test_any_other_read_error_means_the_connection_broke(error: BaseException) -
     table.subscribe_sent(channel)
     assert table.read_error(error) is ReadError.BROKEN
     assert not table.confirmed(A)  # the listener reconnects and subscribes again
+
+
+def test_a_waiter_with_a_wake_name_listens_on_the_shared_and_its_wake_channel() -> None:
+    name = new_wake_name()
+    assert name.startswith(WAKE_MARK)
+    assert listen_channels(A, f"{name}:3") == (A, A + b":" + name.encode())
+    # An older version's id (a hex listener id): the shared channel alone.
+    assert listen_channels(A, "0123456789abcdef:3") == (A,)
+
+
+def test_both_channels_of_a_waiter_are_subscribed_at_once_and_confirmed_together() -> None:
+    table = connected()
+    waiter = Waiter(f"{new_wake_name()}:1")
+    names = listen_channels(A, waiter.waiter_id)
+    assert [channel.name for channel in table.add_all(names, waiter)] == list(names)
+    for channel in table.channels.values():
+        table.subscribe_sent(channel)
+    confirm(table, names[0])
+    assert not table.confirmed_all(names)
+    confirm(table, names[1])
+    assert table.confirmed_all(names)
+    # A message on the wake channel naming the waiter wakes it, and is counted.
+    table.deliver([b"message", names[1], waiter.waiter_id.encode()])
+    assert waiter.woken == [b""]
+    assert table.messages == 1
+    assert [channel.name for channel in table.remove_all(names, waiter)] == list(names)

@@ -96,6 +96,7 @@ from django_rlock.core._protocol.deadlocks import (
 )
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
+    STARVING_AFTER,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -186,6 +187,13 @@ class AsyncRLock(LockBase):
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client.engine, name, **options)
         self.client = client
+        # Whether this is the plain lock, whose release hands the lock over to
+        # a starving waiter (see the sync RLock's _packs_calls).
+        self._hands_over = (
+            client.engine.min_replicas == 0
+            and self._sends_plain_calls()
+            and type(self)._kind_scripts is AsyncRLock._kind_scripts
+        )
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
             weakref.WeakKeyDictionary()
@@ -574,6 +582,18 @@ class AsyncRLock(LockBase):
         task = asyncio.current_task()
         return task is not None and self._lost_tasks.get(task, False)
 
+    def _handed_over(self, waiting: _AsyncWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
+        grant, subscription.handoff = subscription.handoff, b""
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
     def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
         """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
 
@@ -592,12 +612,20 @@ class _AsyncWaiting:
 
     def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
-        self.subscription: AsyncSubscription | None = None
+        self.subscription: _AsyncHandOverSubscription | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
+        #: When the last attempt was sent (at the latest): see the sync ``_Waiting``.
+        self.sent_at = started
 
     def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
-        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        subscription = self.subscription
+        waiter_id = subscription.waiter_id if waiter and subscription else ""
+        if waiter_id and subscription is not None and self.lock._hands_over:
+            woken = subscription.mark() > 0
+            if woken or clock.monotonic() - self.started >= STARVING_AFTER:
+                sleep = -sleep  # starving: asks to be handed the lock (scripts.ACQUIRE)
+        self.sent_at = clock.monotonic()
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
 
     def check_deadlock(self) -> Awaitable[None]:
@@ -607,12 +635,13 @@ class _AsyncWaiting:
         return self.lock._check_deadlock(detector, self.started)
 
     def listen(self) -> None:
-        self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
+        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
+        self.subscription = _AsyncHandOverSubscription(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is None:
             return
-        self.lock.client.listener.unsubscribe(self.subscription)
+        self.lock.client.listener.unsubscribe(self.subscription.inner)
         if self.detector is not None and self.detector.written:
             # The owner's next call (a release too) waits for it: the owner never
             # runs on with an edge saying it waits (see _protocol/deadlocks.py).
@@ -622,6 +651,29 @@ class _AsyncWaiting:
             # it would leave the waiter it then registers in the set, to be woken in vain.
             lock = self.lock
             lock.client.finish_for(self.owner, lock._abandon(self.subscription.waiter_id))
+
+
+class _AsyncHandOverSubscription:
+    """The asyncio twin of the sync ``_HandOverSubscription``: a hand-over ends the plan granted.
+
+    Nothing awaits between taking the grant and the plan's end, so a
+    cancellation either comes before (the caller never counted the grant, and
+    ABANDON gives it back) or after (the caller holds the lock).
+    """
+
+    def __init__(self, shell: _AsyncWaiting, subscription: AsyncSubscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    async def wait_subscribed(self, timeout: float) -> bool:
+        return await self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    async def wait(self, since: int, timeout: float) -> object:
+        woken = await self.inner.wait(since, timeout)
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:

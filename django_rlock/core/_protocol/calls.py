@@ -35,11 +35,20 @@ class Grant(NamedTuple):
     pttl_ms: int
 
 
+def sleep_ms(sleep: float) -> int:
+    """A waiter's announced sleep as ARGV[4] takes it: ms, negated for a starving waiter.
+
+    A starving waiter (its sleep given negated) asks the release to hand it
+    the lock (scripts.ACQUIRE).
+    """
+    return -milliseconds(-sleep) if sleep < 0 else milliseconds(sleep)
+
+
 def attempt_args(
     owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
 ) -> list[str | int]:
     """ARGV[1..5] of every kind's acquire: owner, expiry ms, waiter id, longest sleep ms, rid."""
-    return [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
+    return [owner, milliseconds(ttl), waiter_id, sleep_ms(sleep), rid]
 
 
 def acquire_args(
@@ -60,8 +69,7 @@ def acquire_args(
     """
     token, holds = lost or (0, 0)
     # attempt_args, then the lost holds and the holder (inline: every acquire builds one).
-    ttl_ms, sleep_ms = milliseconds(ttl), milliseconds(sleep)
-    return [owner, ttl_ms, waiter_id, sleep_ms, rid, holds, str(token), holder]
+    return [owner, milliseconds(ttl), waiter_id, sleep_ms(sleep), rid, holds, str(token), holder]
 
 
 def acquire_call(

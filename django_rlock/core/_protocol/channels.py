@@ -13,6 +13,21 @@ SUBSCRIBE commands ``sent`` against confirmations ``acked`` per channel; a
 channel's state outlives its waiters until every confirmation has arrived, so
 a late confirmation of an old subscription can never pass for a new one.
 
+Wake channels. A waiter listens on two channels of its lock: the lock's
+shared release channel and its listener's own *wake channel* for that lock,
+``<release channel>:<wake name>``. Its waiter id, ``<wake name>:<n>``, is
+what its attempts enter in the lock's waiting set, so the entry names the
+channel: a release that wakes that waiter publishes there (the release script
+derives the channel from the entry, :func:`~django_rlock.core._protocol.lua.publish_to_waiter`),
+and only the one process whose waiter it names reads the message, not every
+process waiting on the lock. A wake name begins with :data:`WAKE_MARK`; the
+waiter ids of older versions (no mark) get their message on the shared
+channel, which every waiter still listens to, as do the messages of older
+versions' releases and the empty message that wakes everyone: old and new
+processes wake each other during a rolling upgrade. The wake channel follows
+the release channel's hash tag, so on a cluster both are in the lock's slot
+and one SSUBSCRIBE on the node owning it takes both.
+
 A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
 that moved) leaves the connection sound: reconnecting would be refused again.
 The refusal answers the pending subscriptions instead, so their waiters stop
@@ -23,10 +38,33 @@ is logged once per listener.
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.exceptions import ResponseError
+
+#: The first character of a wake name (see the module's docstring). Older
+#: versions' listener ids are hex digits, so no id of theirs starts with it.
+WAKE_MARK = "@"
+
+
+def new_wake_name() -> str:
+    """A new listener's wake name: the prefix of its waiter ids, and of its wake channels."""
+    return WAKE_MARK + secrets.token_hex(8)
+
+
+def listen_channels(channel: bytes, waiter_id: str) -> tuple[bytes, ...]:
+    """The channels a waiter ``waiter_id`` of the lock with release ``channel`` listens on.
+
+    The shared channel, then, for a waiter id with a wake name, its wake
+    channel: ``<channel>:<wake name>``, which the release script derives from
+    the waiting-set entry (the id) in the same way.
+    """
+    if not waiter_id.startswith(WAKE_MARK):
+        return (channel,)
+    wake_name = waiter_id.rpartition(":")[0]
+    return (channel, channel + b":" + wake_name.encode())
 
 
 class Waiter(Protocol):
@@ -108,6 +146,9 @@ class ChannelTable(Generic[W]):
         self.waiters: dict[bytes, W] = {}
         #: A connection is up: commands may be sent now.
         self.connected = False
+        #: Release messages taken in (for diagnostics and benchmarks: how many
+        #: processes a release reaches).
+        self.messages = 0
         self._refusal_logged = False
 
     def subscribed(self) -> set[bytes]:
@@ -126,6 +167,14 @@ class ChannelTable(Generic[W]):
             return None
         channel.wanted = True
         return channel if self.connected else None
+
+    def add_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
+        """:meth:`add` on each of ``names``; the channels to SUBSCRIBE now (one command)."""
+        return [channel for name in names if (channel := self.add(name, waiter)) is not None]
+
+    def remove_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
+        """:meth:`remove` from each of ``names``; the channels to UNSUBSCRIBE now."""
+        return [channel for name in names if (channel := self.remove(name, waiter)) is not None]
 
     def remove(self, name: bytes, waiter: W) -> Channel[W] | None:
         """Forget ``waiter``; the channel to UNSUBSCRIBE now, if it was the last one."""
@@ -149,6 +198,10 @@ class ChannelTable(Generic[W]):
         """Whether the live connection has an answer to channel ``name``'s subscription."""
         channel = self.channels.get(name)
         return self.connected and channel is not None and channel.wanted and channel.settled
+
+    def confirmed_all(self, names: tuple[bytes, ...]) -> bool:
+        """Whether every channel of ``names`` is :meth:`confirmed`."""
+        return all(self.confirmed(name) for name in names)
 
     def on_connect(self) -> list[Channel[W]]:
         """A new connection is up: the channels to SUBSCRIBE on it. Every waiter retries.
@@ -196,6 +249,7 @@ class ChannelTable(Generic[W]):
         kind, name, payload = reply[0], reply[1], reply[2]
         channel = self.channels.get(name)
         if kind in (b"message", b"smessage"):
+            self.messages += 1
             # A number is Redisson's (layout="redisson": '0' on every release,
             # ours and Java's): like '' it wakes every waiter of the channel.
             # Waiter ids always hold a ':', so no id reads as a number.

@@ -56,12 +56,14 @@ from string import Template
 from django_rlock.core._protocol.calls import ScriptCall, abandon_call
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.lua import (
+    CONFIRM_HANDOFF,
     CURRENT_TOKEN,
     NOW_MS_LUA,
     WAITER_MARGIN_MS,
     drop_lost_grant,
     new_grant,
     next_token,
+    publish_to_waiter,
     release_one,
     report_or_reenter,
 )
@@ -164,30 +166,20 @@ if head then
         redis.call('zrem', KEYS[$queue], head)
         redis.call('zrem', KEYS[3], head)
         redis.call('hdel', KEYS[$entries], head)
-        redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
-    else
-        redis.call(ARGV[2], KEYS[2], head)
-    end
+"""
+    + publish_to_waiter(
+        waiter="head",
+        channel="KEYS[2]",
+        message="head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid",
+        indent=" " * 8,
+    )
+    + """    else
+"""
+    + publish_to_waiter(waiter="head", channel="KEYS[2]", indent=" " * 8)
+    + """    end
 end
 """
 )
-
-
-# FAIR_ACQUIRE's step between a resend's report and a re-entry (expects `ttl`,
-# KEYS[1] lock hash, KEYS[2] fencing counter, ARGV[3] queue id): a lock handed
-# to the caller is confirmed as a new grant; any other call of the owner finds
-# the marker done and clears it.
-_CONFIRM_HANDOFF = Template("""
-    local handed = redis.call('hget', KEYS[1], '~handoff')
-    if handed then
-        redis.call('hdel', KEYS[1], '~handoff')
-        if handed == ARGV[3] then
-            redis.call('pexpire', KEYS[1], ttl)
-            redis.call('pexpire', KEYS[2], ttl)
-            return {$current_token, 1, ttl}
-        end
-    end
-""").substitute(current_token=CURRENT_TOKEN)
 
 
 # FAIR_ACQUIRE's way out of line on a new grant (expects `head`, ARGV[3] queue
@@ -231,7 +223,7 @@ FAIR_ACQUIRE = _fill(
 local ttl = tonumber(ARGV[2])
 """
     + drop_lost_grant("~handoff")
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=_CONFIRM_HANDOFF)
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=CONFIRM_HANDOFF)
     + NOW_MS_LUA
     + _PRUNE
     + """

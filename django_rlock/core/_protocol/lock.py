@@ -77,13 +77,14 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
+    CONFIRM_HANDOFF,
     CURRENT_TOKEN,
+    STARVING_AFTER_MS,
     drop_lost_grant,
     new_grant,
     register_waiter,
-    release_one,
+    release_and_hand_over,
     report_or_reenter,
-    wake_after_release,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -94,6 +95,7 @@ from django_rlock.core._protocol.names import (
 )
 from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockError,
@@ -105,6 +107,16 @@ from django_rlock.core.exceptions import (
 
 if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold, HoldRegistry
+
+
+#: Seconds a plain lock's waiter waits before it is *starving*: the holder's
+#: release then hands it the lock (scripts.ACQUIRE, RELEASE), as Go's
+#: sync.Mutex hands off to a waiter after 1 ms; so does a waiter that was
+#: woken and lost the race. A hand-over makes the next owner a woken process,
+#: never the releasing one that would take the lock again at once, so it is
+#: kept for waiters that need it. The server counts it from the waiter's
+#: first registration under the current holder; the waiter, from its call.
+STARVING_AFTER = STARVING_AFTER_MS / 1000
 
 
 #: Every command the scripts run. An ACL user needs them all (scripts' own
@@ -126,6 +138,8 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
+#   negated by a waiter that says it starves (woken and lost, or waited past
+#   STARVING_AFTER),
 # ARGV[5] (with KEYS[4]) this call's request id,
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
@@ -153,15 +167,21 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #   re-entries the server applied but whose replies were lost), before the
 #   request latch is read, so the call is a new grant with a new token, never a
 #   re-entry of a hold its owner was told is gone, nor a report of one.
+#   A lock handed to the caller by a release (the hash's '~handoff' is its
+#   waiter id, RELEASE) whose message it did not take is confirmed: a new
+#   grant {token, 1, pttl} with the caller's own expiry (lua.CONFIRM_HANDOFF).
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
-#   waiting set until just after its sleep ends, so a release can wake it.
+#   waiting set until just after its sleep ends, so a release can wake it,
+#   and writes what a grant to it needs in the holder's hash ('~w:<waiter
+#   id>': owner, life, since when it waits, description), which goes with
+#   that hash: the release hands the lock to it if it starves by then.
 ACQUIRE = (
     """
 local ttl = tonumber(ARGV[2])
 """
-    + drop_lost_grant()
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
+    + drop_lost_grant("~handoff")
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=CONFIRM_HANDOFF)
     + """
 if redis.call('exists', KEYS[1]) == 0 then
 """
@@ -170,7 +190,7 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 local pttl = redis.call('pttl', KEYS[1])
 """
-    + register_waiter()
+    + register_waiter(hand_over=True)
 )
 
 
@@ -181,12 +201,23 @@ local pttl = redis.call('pttl', KEYS[1])
 # Returns -1 when the owner holds nothing (nothing is changed), else the
 #   owner's holds left. At 0 the lock is free, and when a registered waiter is
 #   left (expired registrations are dropped) the release is published naming
-#   the one to wake: the waiter whose sleep ends first. With no waiter left,
-#   nothing is published (a PUBLISH costs the server a channel lookup, and the
-#   client a bigger script, on every uncontended release).
+#   the one to wake: the waiter whose sleep ends first, on the wake channel its
+#   entry names (KEYS[2] .. ':' .. its wake name, core/_protocol/channels.py),
+#   so one process reads it; an entry of an older version (no wake name) on
+#   the shared channel KEYS[2]. With no waiter left, nothing is published (a
+#   PUBLISH costs the server a channel lookup, and the client a bigger script,
+#   on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since).
+#   Hand-over (lua._HAND_OVER): when that first waiter starves (its
+#   '~w:<id>' request in the hash being released says so, or is
+#   STARVING_AFTER old) and has a wake name, the
+#   release grants it the lock (next token, its life and description, marked
+#   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
+#   grant stands only if a subscriber heard it, else the next waiter is woken.
+#   A release that hands over wakes the new holder, not a retry: the argument
+#   below holds for the waiters left, as the new holder's release comes later.
 #
 # Why publishing only to a registered waiter wakes everyone who needs it. A
 #   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
@@ -201,13 +232,22 @@ local pttl = redis.call('pttl', KEYS[1])
 #   sleeps on the channel: the waiter subscribes, has the subscription
 #   confirmed, and attempts again as a registered waiter before it sleeps, so
 #   a release between its two attempts is seen by the second one.
+#   The message reaches the named waiter: its subscription is to both the
+#   shared channel and the wake channel of its id's wake name (one SUBSCRIBE,
+#   both confirmed before that registered attempt; core/_sync/waiting.py),
+#   and the message goes to exactly one of them: the wake channel for an id
+#   with a wake name, the shared channel otherwise (an older version's waiter,
+#   which listens there; an older version's release names any waiter there,
+#   and new waiters listen there too). The waiter's listener routes it by the
+#   id, whichever channel it came on.
 #   Every caller of this script (release, the replica-sync undo in client.py,
 #   MultiLock's members, RedLock's undo of an unanswered grant) releases a
 #   plain lock hash, and every sleeper of those locks is an RLock acquire plan
 #   (MultiLock waits through its members' plans; RedLock never sleeps on a
 #   channel, it retries after a random pause). On a cluster, the set, the hash
 #   and the channel share one slot, so this check and SPUBLISH run on the node
-#   the waiter's SSUBSCRIBE is on.
+#   the waiter's SSUBSCRIBE is on; the wake channel is made from KEYS[2], after
+#   its hash tag, so it is in that slot too.
 #   The one waiter this misses is one whose entry expired while it still
 #   sleeps: its client paused for more than 500 ms, or the server's clock
 #   jumped forward. Before, a release with no live entry woke everyone; that
@@ -216,7 +256,7 @@ local pttl = redis.call('pttl', KEYS[1])
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+RELEASE = release_and_hand_over(latch="4")
 
 
 # KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
@@ -264,11 +304,19 @@ return 0
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set
 # ARGV[1] waiter id, ARGV[2] publish command
-# A waiter leaves without the lock (its wait ran out). If the lock is free, a
+# A waiter leaves without the lock (its wait ran out). If the lock was handed
+#   to it (the hash's '~handoff' is its id: RELEASE), that grant is given
+#   back: its caller never counted it; else its request to be handed the lock
+#   (the holder's '~w:<id>' field, ACQUIRE) goes. If the lock is free, a
 #   release may have woken this waiter alone: wake the others instead.
 # Returns 1 when the others were woken, else 0.
 ABANDON = """
 redis.call('zrem', KEYS[3], ARGV[1])
+if redis.call('hget', KEYS[1], '~handoff') == ARGV[1] then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hdel', KEYS[1], '~w:' .. ARGV[1])
+end
 if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
     redis.call(ARGV[2], KEYS[2], '')
     return 1
@@ -461,6 +509,18 @@ class LockEngine(Protocol):
     holds: HoldRegistry
 
 
+def handoff_min_life(watchdog_timeout: float) -> float:
+    """The least life left, in seconds, for a handed grant to be taken without a call.
+
+    The watchdog renews on its own ticks (every third of the timeout) and
+    declares a hold lost when a renewal could end within a margin (a sixth)
+    of its deadline; a handed grant whose deadline is nearer than a tick and
+    two margins could be declared lost while Redis keeps it. Its waiter
+    confirms it with an acquire call instead, which renews it.
+    """
+    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
+
+
 #: Below this much of a lease hold's life left (seconds), a re-entry asks for
 #: the watchdog's life instead of the rest of the lease (see _granted_lease).
 _LEASE_LEFT_MIN = 0.05
@@ -569,6 +629,41 @@ class LockBase:
         """
         would_wait = plan.blocking and not plan.zero_wait
         self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
+
+    def _sends_plain_calls(self) -> bool:
+        """Whether this lock's acquire calls and hold keys are the plain lock's own."""
+        kind = type(self)
+        return kind._acquire_call is LockBase._acquire_call and kind.hold_keys is LockBase.hold_keys
+
+    def _take_hand_over(
+        self, owner: str, lease: float | None, sent_at: float, started: float, grant: bytes
+    ) -> bool:
+        """Record the grant a release handed ``owner``'s waiting call (RELEASE); False: none.
+
+        ``grant`` is what the message said after the waiter's id (the token);
+        ``sent_at`` when the call's last attempt was sent. The grant came after
+        that attempt, which found the lock held (an attempt after the grant
+        would have confirmed it), so its send time bounds the deadline from
+        below. Taken only by a caller that waits with the watchdog, when that
+        deadline leaves the watchdog time to renew (:func:`handoff_min_life`);
+        otherwise the caller's next attempt confirms the grant (CONFIRM_HANDOFF).
+        """
+        if not grant or lease is not None or not grant.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            owner,
+            token=int(grant),
+            holds=1,
+            lease=None,
+            sent_at=sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=started,
+        )
+        return True
 
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""

@@ -9,6 +9,7 @@ keeps the escaping one-to-one (two different names never share keys)::
     <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
+    <prefix>:{<escaped name>}:released:@<wake name>  CHANNEL  a release naming its waiter
     <prefix>:{<escaped name>}:req:<owner>  STRING  the owner's last request id (lost replies)
 
 A name is at most :data:`MAX_NAME_BYTES` long. A name built from a call's

@@ -133,6 +133,7 @@ from django_rlock.core._protocol.calls import (
     hold_count_reply,
     release_call,
     release_template,
+    sleep_ms,
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
@@ -153,6 +154,7 @@ from django_rlock.core._protocol.fairlock import (
 from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
     LOST_REPLY,
+    STARVING_AFTER,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -162,6 +164,7 @@ from django_rlock.core._protocol.lock import (
     ScriptRegistry,
     WaitingShell,
     gave_up_after,
+    handoff_min_life,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -197,7 +200,6 @@ from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, un
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
-from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockLostError,
@@ -429,7 +431,7 @@ class RLock(LockBase):
         token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
-            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder, fresh=rid
+            script.sha, waiter_id, sleep_ms(sleep), rid, holds, str(token), holder, fresh=rid
         )
 
         def call() -> ScriptCall:
@@ -524,6 +526,16 @@ class RLock(LockBase):
         """
         call = self._release_call(owner)
         return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
+
+    def _handed_over(self, waiting: _Waiting, subscription: Subscription) -> bool:
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
+        grant, subscription.handoff = subscription.handoff, b""
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
+            return False
+        self._local.lost = False
+        return True
 
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
@@ -810,6 +822,7 @@ class _Waiting:
         "lease",
         "lock",
         "owner",
+        "sent_at",
         "started",
         "subscription",
         "until",
@@ -819,7 +832,10 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: Subscription | None = None
+        self.subscription: _HandOverSubscription | None = None
+        #: When the last attempt was sent (at the latest): a grant handed over
+        #: to the caller came after it, so its deadline counts from it.
+        self.sent_at = plan.started
         # The subscription's context, entered by listen (most calls never listen).
         self._listening: AbstractContextManager[Subscription] | None = None
         # Made by the first deadlock check (most calls never wait that long).
@@ -832,14 +848,24 @@ class _Waiting:
         self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
-        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        subscription = self.subscription
+        waiter_id = subscription.waiter_id if waiter and subscription else ""
+        if waiter_id and self.lock._packs_calls and self._starving():
+            sleep = -sleep  # asks the holder's release to hand it the lock (scripts.ACQUIRE)
+        self.sent_at = clock.monotonic()
         return self.lock._attempt(
             self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
 
+    def _starving(self) -> bool:
+        """Whether the caller was woken and lost, or has waited past :data:`STARVING_AFTER`."""
+        subscription = self.subscription
+        woken = subscription is not None and subscription.mark() > 0
+        return woken or clock.monotonic() - self.started >= STARVING_AFTER
+
     def listen(self) -> None:
         listening = self.lock.client.listener.listen(self.lock.keys.channel)
-        self.subscription = listening.__enter__()
+        self.subscription = _HandOverSubscription(self, listening.__enter__())
         self._listening = listening
 
     def close(self, *, registered: bool) -> None:
@@ -855,6 +881,27 @@ class _Waiting:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
+
+
+class _HandOverSubscription:
+    """A plain lock waiter's subscription: a release that hands it the lock ends its plan."""
+
+    __slots__ = ("inner", "shell", "waiter_id")
+
+    def __init__(self, shell: _Waiting, subscription: Subscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    def wait(self, since: int, timeout: float) -> object:
+        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
+        woken = self.inner.wait(since, timeout)
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 #: How many templates (lock, owner, life) the process keeps before it starts afresh.
@@ -878,18 +925,6 @@ def sleep_cap(plan: AcquirePlan) -> float:
     """
     remaining = plan.deadline - clock.monotonic()
     return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
-
-
-def handoff_min_life(watchdog_timeout: float) -> float:
-    """The least life left, in seconds, for a handed grant to be taken without a call.
-
-    The watchdog renews on its own ticks (every third of the timeout) and
-    declares a hold lost when a renewal could end within a margin (a sixth)
-    of its deadline; a handed grant whose deadline is nearer than a tick and
-    two margins could be declared lost while Redis keeps it. Its waiter
-    confirms it with an acquire call instead, which renews it.
-    """
-    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
 
 
 class FairBase(LockBase):

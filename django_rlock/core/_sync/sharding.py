@@ -33,7 +33,6 @@ release, as long as the hold would have lived anyway).
 from __future__ import annotations
 
 import itertools
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterError
 
 from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.channels import new_wake_name
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, refused_for_slot
 from django_rlock.core._sync.waiting import ReleaseListener, Subscription
 
@@ -99,7 +99,9 @@ class ShardedReleaseListener:
         self._closed = False
         # Waiter ids handed out before the node is known (a fair lock's queue
         # id): a prefix of this listener's own never meets a node listener's.
-        self._id = secrets.token_hex(8)
+        # It is a wake name, so the node listener that subscribes the id
+        # subscribes its wake channel too (in the lock's slot, on that node).
+        self._id = new_wake_name()
         self._sequence = itertools.count()
 
     def new_waiter_id(self) -> str:
@@ -117,6 +119,13 @@ class ShardedReleaseListener:
         with self._lock:
             listeners = list(self._listeners.values())
         return set().union(*(listener.subscribed_channels() for listener in listeners))
+
+    @property
+    def messages(self) -> int:
+        """Release messages read by every node's listener (diagnostics and benchmarks)."""
+        with self._lock:
+            listeners = list(self._listeners.values())
+        return sum(listener.messages for listener in listeners)
 
     def close(self) -> None:
         """Close every node's connection. Threads still waiting fall back to PTTL waits."""
