@@ -466,6 +466,10 @@ class LockEngine(Protocol):
 _LEASE_LEFT_MIN = 0.05
 
 
+#: The keywords a lock is made with (:class:`LockOptions`).
+_OPTION_NAMES = frozenset(LockOptions.__annotations__)
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -482,8 +486,8 @@ class LockBase:
     kind: ClassVar[str] = "lock"
 
     def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
-        unknown = sorted(set(options) - set(LockOptions.__annotations__))
-        if unknown:
+        if options and not _OPTION_NAMES.issuperset(options):
+            unknown = sorted(set(options) - _OPTION_NAMES)
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         if engine.layout != self.layout:
             raise refusal(self.kind, self.layout, engine.layout, name)

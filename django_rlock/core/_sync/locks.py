@@ -103,6 +103,7 @@ number per name (objects with different numbers each stop at their own).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -255,6 +256,20 @@ class SyncShell(WaitingShell, Protocol):
         ...
 
 
+@functools.cache
+def _plain_calls(kind: type[RLock]) -> bool:
+    """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
+
+    Asked once per class (the Django face makes a lock object per block).
+    """
+    return (
+        kind._acquire_call is LockBase._acquire_call
+        and kind._release_call is LockBase._release_call
+        and kind.hold_keys is LockBase.hold_keys
+        and kind._kind_scripts is RLock._kind_scripts
+    )
+
+
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
@@ -263,14 +278,7 @@ class RLock(LockBase):
         self.client = client
         # Per thread: whether this thread's last hold through this object ended lost.
         self._local = threading.local()
-        kind = type(self)
-        self._packs_calls = (
-            client.min_replicas == 0
-            and kind._acquire_call is LockBase._acquire_call
-            and kind._release_call is LockBase._release_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is RLock._kind_scripts
-        )
+        self._packs_calls = client.min_replicas == 0 and _plain_calls(type(self))
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
