@@ -121,13 +121,18 @@ class Paired:
 
 def paired(run: Callable[[str], float], peer: str, pairs: int) -> Paired:
     """``pairs`` back-to-back blocks of ours and ``peer``, the order alternating."""
+    return paired_between(run, OURS, peer, pairs)
+
+
+def paired_between(run: Callable[[str], float], ours: str, peer: str, pairs: int) -> Paired:
+    """``pairs`` back-to-back blocks of ``ours`` and ``peer`` (any two keys of ``run``)."""
     result = Paired()
     for index in range(pairs):
-        order = (OURS, peer) if index % 2 == 0 else (peer, OURS)
-        values = {library: run(library) for library in order}
-        result.ours.append(values[OURS])
+        order = (ours, peer) if index % 2 == 0 else (peer, ours)
+        values = {way: run(way) for way in order}
+        result.ours.append(values[ours])
         result.peer.append(values[peer])
-        result.ratios.append(values[OURS] / values[peer])
+        result.ratios.append(values[ours] / values[peer])
     return result
 
 

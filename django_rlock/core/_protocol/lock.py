@@ -494,10 +494,15 @@ class LockBase:
         self._engine = engine
         self._registry: HoldRegistry = engine.holds
         self.keys = LockKeys.build(engine.key_prefix, name)
-        self.timeout = check_timeout(options.get("timeout"))
-        self.lease = check_lease(options.get("lease"))
-        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
-        self.max_hold = check_max_hold(options.get("max_hold"))
+        self.timeout: float | None = None
+        self.lease: float | None = None
+        self.blocking = True
+        self.max_hold: float | None = None
+        if options:  # else the defaults, nothing to check (a view's ``with rlock(name)``)
+            self.timeout = check_timeout(options.get("timeout"))
+            self.lease = check_lease(options.get("lease"))
+            self.blocking = check_blocking(options.get("blocking", True), self.timeout)
+            self.max_hold = check_max_hold(options.get("max_hold"))
         # Seconds a waiter waits before it looks for a deadlock (None: never). The
         # plain lock alone checks, on its own layout (_protocol/deadlocks.py):
         # the fair lock, the read-write lock, the semaphore and the Redisson
