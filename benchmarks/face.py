@@ -31,6 +31,7 @@ import pstats
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import redis
 
@@ -89,7 +90,7 @@ class FaceBlocks:
             decorated(1)
 
         def with_cache_lock() -> None:
-            with cache.lock("face:cache"):
+            with cast(Any, cache).lock("face:cache"):  # django-redis's RedisCache
                 pass
 
         def engine_object() -> None:
@@ -120,7 +121,7 @@ class FaceBlocks:
         return self.cycles / (time.perf_counter() - started)
 
     def client_cpu_us(self, way: str, blocks: int = 7) -> float:
-        """The client's CPU µs per cycle of ``way`` (``process_time``, the smallest of ``blocks``)."""
+        """The client's CPU µs per cycle of ``way``: ``process_time``, the least of ``blocks``."""
         run = self.ways[way]
         best = float("inf")
         for _ in range(blocks):

@@ -180,7 +180,7 @@ class AsyncWithTwin(AliasAttached):
         stack = twins[task]
         twin = stack.pop()
         if not stack:
-            del self._twins[task]
+            del twins[task]
         await twin.__aexit__(exc_type, exc, traceback)
 
     def _current_task(self) -> asyncio.Task[Any]:

@@ -106,9 +106,14 @@ class Reporter:
         backend = self.backend
         if backend.slow_wait is not None:
             self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
-        lock_acquired.send(
-            sender=type(backend), name=lock.name, alias=backend.alias, lock=lock, waited=hold.waited
-        )
+        if lock_acquired.receivers:  # else send() finds nobody, after its keywords are built
+            lock_acquired.send(
+                sender=type(backend),
+                name=lock.name,
+                alias=backend.alias,
+                lock=lock,
+                waited=hold.waited,
+            )
 
     def _gave_up(self, event: GaveUp) -> None:
         lock = self._ours(event.lock)
@@ -160,14 +165,15 @@ class Reporter:
                 location or "an unknown location",
                 extra={"lock_name": lock.name, "alias": backend.alias, "seconds": held},
             )
-        lock_released.send(
-            sender=type(backend),
-            name=lock.name,
-            alias=backend.alias,
-            lock=lock,
-            held=held,
-            lost=hold.lost,
-        )
+        if lock_released.receivers:
+            lock_released.send(
+                sender=type(backend),
+                name=lock.name,
+                alias=backend.alias,
+                lock=lock,
+                held=held,
+                lost=hold.lost,
+            )
 
     def _lost(self, hold: Hold) -> None:
         if hold.locks:

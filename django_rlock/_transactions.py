@@ -166,7 +166,7 @@ def _initialized() -> list[BaseDatabaseWrapper]:
     """
     local = getattr(connections, "_connections", None)
     if local is None:  # a handler that keeps them elsewhere: Django's own way
-        return connections.all(initialized_only=True)
+        return list(connections.all(initialized_only=True))
     made = []
     for alias in connections:
         connection = getattr(local, alias, None)

@@ -103,7 +103,6 @@ number per name (objects with different numbers each stop at their own).
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -256,18 +255,24 @@ class SyncShell(WaitingShell, Protocol):
         ...
 
 
-@functools.cache
 def _plain_calls(kind: type[RLock]) -> bool:
     """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
 
-    Asked once per class (the Django face makes a lock object per block).
+    Worked out once per class (the Django face makes a lock object per block).
     """
-    return (
-        kind._acquire_call is LockBase._acquire_call
-        and kind._release_call is LockBase._release_call
-        and kind.hold_keys is LockBase.hold_keys
-        and kind._kind_scripts is RLock._kind_scripts
-    )
+    plain = _plain_kinds.get(kind)
+    if plain is None:
+        plain = _plain_kinds[kind] = (
+            kind._acquire_call is LockBase._acquire_call
+            and kind._release_call is LockBase._release_call
+            and kind.hold_keys is LockBase.hold_keys
+            and kind._kind_scripts is RLock._kind_scripts
+        )
+    return plain
+
+
+# Lock class -> whether it sends the plain lock's calls (see _plain_calls).
+_plain_kinds: dict[type[RLock], bool] = {}
 
 
 class RLock(LockBase):
