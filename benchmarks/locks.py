@@ -601,9 +601,9 @@ def run(args: argparse.Namespace) -> Results:
 
 def face_rows(url: str, args: argparse.Namespace, results: Results) -> None:
     """The Django face against django-redis, and a lock object per cycle (benchmarks/face.py)."""
-    blocks = face.FaceBlocks(url, args.cycles)
+    blocks = face.FaceBlocks(url, args.face_cycles)
     for label, ours, peer in face.ROWS:
-        results.face[label] = paired_between(blocks.block, ours, peer, args.pairs)
+        results.face[label] = paired_between(blocks.block, ours, peer, args.face_pairs)
     results.face_cpu = {way: blocks.client_cpu_us(way) for way in blocks.ways}
 
 
@@ -824,6 +824,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100, help="contending asyncio tasks")
     parser.add_argument("--rounds", type=int, default=15, help="wake-ups per latency block")
     parser.add_argument("--wake-pairs", type=int, default=4, help="wake-up pairs per peer")
+    parser.add_argument(
+        "--face-pairs", type=int, default=61, help="pairs per Django face row (short blocks)"
+    )
+    parser.add_argument("--face-cycles", type=int, default=50, help="cycles per face block")
     parser.add_argument(
         "--ceiling-processes", type=int, default=3, help="processes saturating the server"
     )

@@ -234,7 +234,7 @@ class LockMetrics:
         self._children: dict[str, _LockChildren] = {}
 
     def _of(self, label: str) -> _LockChildren:
-        """The children of the series every grant and release of ``label``-led locks count in."""
+        """The children of ``label``'s series, which every grant and release counts in."""
         children = self._children.get(label)
         if children is None:
             alias, series = self.backend.alias, self._series
