@@ -110,6 +110,10 @@ class Hold:
     #: The unit of work (request, task run) under way when it was granted, if
     #: any: it ends with that unit (:mod:`~django_rlock.core._process.scopes`).
     scope: scopes.Scope | None = None
+    #: Where the code that took it is (``path:line in function``), for the
+    #: slow-hold and leak reports; noted by whoever reports it (the Django
+    #: face's reporter), None otherwise.
+    location: str | None = None
 
     def add_lock(self, lock: HeldLock) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""

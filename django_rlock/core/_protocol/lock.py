@@ -526,6 +526,10 @@ def handoff_min_life(watchdog_timeout: float) -> float:
 _LEASE_LEFT_MIN = 0.05
 
 
+#: The keywords a lock is made with (:class:`LockOptions`).
+_OPTION_NAMES = frozenset(LockOptions.__annotations__)
+
+
 class LockBase:
     """What :class:`RLock` and the asyncio ``AsyncRLock`` share.
 
@@ -546,18 +550,23 @@ class LockBase:
     key_template: str | None = None
 
     def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
-        unknown = sorted(set(options) - set(LockOptions.__annotations__))
-        if unknown:
+        if options and not _OPTION_NAMES.issuperset(options):
+            unknown = sorted(set(options) - _OPTION_NAMES)
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         if engine.layout != self.layout:
             raise refusal(self.kind, self.layout, engine.layout, name)
         self._engine = engine
         self._registry: HoldRegistry = engine.holds
         self.keys = LockKeys.build(engine.key_prefix, name)
-        self.timeout = check_timeout(options.get("timeout"))
-        self.lease = check_lease(options.get("lease"))
-        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
-        self.max_hold = check_max_hold(options.get("max_hold"))
+        self.timeout: float | None = None
+        self.lease: float | None = None
+        self.blocking = True
+        self.max_hold: float | None = None
+        if options:  # else the defaults, nothing to check (a view's ``with rlock(name)``)
+            self.timeout = check_timeout(options.get("timeout"))
+            self.lease = check_lease(options.get("lease"))
+            self.blocking = check_blocking(options.get("blocking", True), self.timeout)
+            self.max_hold = check_max_hold(options.get("max_hold"))
         # Seconds a waiter waits before it looks for a deadlock (None: never). The
         # plain lock alone checks, on its own layout (_protocol/deadlocks.py):
         # the fair lock, the read-write lock, the semaphore and the Redisson

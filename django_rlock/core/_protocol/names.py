@@ -117,17 +117,34 @@ def _check_text(name: object) -> str:
     return name
 
 
+#: How many names :func:`check_name` and :meth:`LockKeys.build` remember per
+#: process. The Django face makes a lock object per ``with rlock(...)`` block,
+#: so the same names are checked and their keys built again and again; past
+#: this many the memory is emptied and refilled by the names in use.
+NAMES_KEPT = 4096
+
+# Plain ``str`` names found usable. A DigestName is never kept: its text as a
+# plain ``str`` must still be refused, and a dict cannot tell the two apart.
+_usable: dict[str, None] = {}
+
+
 def check_name(name: object) -> str:
     """Return ``name`` if it is a usable lock name, else raise :class:`InvalidLockNameError`.
 
     The error (a ``ValueError``) names the rule broken.
     """
+    if type(name) is str and name in _usable:
+        return name
     checked = _check_text(name)
     size = len(checked.encode("utf-8"))
     if size > MAX_NAME_BYTES:
         raise InvalidLockNameError(
             f"lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}"
         )
+    if type(checked) is str:
+        if len(_usable) >= NAMES_KEPT:
+            _usable.clear()
+        _usable[checked] = None
     return checked
 
 
@@ -141,6 +158,8 @@ def fit_name(name: object) -> str:
     ``sha256:`` with the hex digest of the whole name. Every other rule of
     :func:`check_name` applies to the whole name.
     """
+    if type(name) is str and name in _usable:
+        return name  # checked before, and short enough
     checked = _check_text(name)
     encoded = checked.encode("utf-8")
     if len(encoded) <= MAX_NAME_BYTES:
@@ -238,9 +257,23 @@ class LockKeys:
 
     @classmethod
     def build(cls, prefix: str, name: str) -> LockKeys:
-        """Derive the keys of ``name`` under ``prefix`` (both already checked)."""
+        """Derive the keys of ``name`` under ``prefix`` (both already checked).
+
+        Built once per prefix and plain ``str`` name (see :data:`NAMES_KEPT`):
+        the keys are a value, shared by every lock object of the name.
+        """
+        plain = type(name) is str
+        if plain:
+            known = _built.get((cls, prefix, name))
+            if known is not None:
+                return known
         base = f"{prefix}:{{{escape(name)}}}" if prefix else f"{{{escape(name)}}}"
-        return cls.around(name, base)
+        keys = cls.around(name, base)
+        if plain:
+            if len(_built) >= NAMES_KEPT:
+                _built.clear()
+            _built[(cls, prefix, name)] = keys
+        return keys
 
     @classmethod
     def around(cls, name: str, hash_key: str) -> Self:
@@ -275,3 +308,7 @@ class LockKeys:
             # Made by fit_name: a name the caller can use to inspect or release it.
             return DigestName(name)
         return name
+
+
+# (kind, prefix, name) -> the keys of a plain ``str`` name (see :meth:`LockKeys.build`).
+_built: dict[tuple[type[LockKeys], str, str], LockKeys] = {}

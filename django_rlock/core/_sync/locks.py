@@ -258,25 +258,55 @@ class SyncShell(WaitingShell, Protocol):
         ...
 
 
+def _plain_calls(kind: type[RLock]) -> bool:
+    """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
+
+    Worked out once per class (the Django face makes a lock object per block).
+    """
+    plain = _plain_kinds.get(kind)
+    if plain is None:
+        plain = _plain_kinds[kind] = (
+            kind._acquire_call is LockBase._acquire_call
+            and kind._release_call is LockBase._release_call
+            and kind.hold_keys is LockBase.hold_keys
+            and kind._kind_scripts is RLock._kind_scripts
+        )
+    return plain
+
+
+# Lock class -> whether it sends the plain lock's calls (see _plain_calls).
+_plain_kinds: dict[type[RLock], bool] = {}
+
+
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self.client = client
-        # Per thread: whether this thread's last hold through this object ended lost.
-        self._local = threading.local()
-        kind = type(self)
-        self._packs_calls = (
-            client.min_replicas == 0
-            and kind._acquire_call is LockBase._acquire_call
-            and kind._release_call is LockBase._release_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is RLock._kind_scripts
-        )
+        self._packs_calls = client.min_replicas == 0 and _plain_calls(type(self))
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
+
+    @property
+    def _local(self) -> threading.local:
+        """Per thread: whether this thread's last hold through this object ended lost.
+
+        Made on first need: the Django face makes a lock object per block, and
+        most are never lost (a grant only clears it if it exists, :meth:`_clear_lost`).
+        """
+        local = self.__dict__.get("_thread_state")
+        if local is None:
+            # setdefault: two threads making it at once keep the same one.
+            local = self.__dict__.setdefault("_thread_state", threading.local())
+        return cast(threading.local, local)
+
+    def _clear_lost(self) -> None:
+        """A grant: this thread's last hold through this object is no longer a lost one."""
+        local = self.__dict__.get("_thread_state")
+        if local is not None:
+            local.lost = False
 
     def _owner(self) -> str:
         """The calling thread's owner id for this lock.
@@ -406,7 +436,7 @@ class RLock(LockBase):
             raise
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
-            self._local.lost = False
+            self._clear_lost()
         return wait
 
     def _attempt_packed(
@@ -451,7 +481,7 @@ class RLock(LockBase):
             self._acquire_failed(error, owner, call())
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
-            self._local.lost = False
+            self._clear_lost()
         return wait
 
     #: Whether this lock's acquire and release calls are the plain lock's, whose
@@ -803,7 +833,8 @@ class RLock(LockBase):
         current = self._current_lost(self._owner())
         if current is not None:
             return current
-        return bool(getattr(self._local, "lost", False))
+        local = self.__dict__.get("_thread_state")
+        return local is not None and bool(getattr(local, "lost", False))
 
     def on_lost(self, callback: Callable[[RLock], object]) -> None:
         """Call ``callback(self)`` when a hold taken through this lock is lost.
@@ -1078,7 +1109,7 @@ class FairLock(FairBase, RLock):
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
         if not self._take_handoff(waiting, subscription):
             return False
-        self._local.lost = False
+        self._clear_lost()
         return True
 
     def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
