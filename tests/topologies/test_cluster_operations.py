@@ -297,3 +297,129 @@ def test_while_a_slot_is_half_moved(cluster_with_replicas: Cluster) -> None:
         assert not held.lost
         assert not held.locked()
         assert not free.locked()
+
+
+#: The held lock's life (the watchdog timeout): a waiter that misses its release
+#: waits most of it out.
+HELD_LOCK_LIFE = 10
+
+#: How late after the release before it a waiter may be granted. The goal is
+#: 100 ms; this bound leaves room for a loaded machine and still fails a
+#: waiter that waited out the lock's life instead of being woken.
+WAKE_BOUND = 1.5
+
+
+class Queue:
+    """Waiters queued on one held lock: two threads of one client (one listener), two alone.
+
+    Each takes the lock in turn once the holder gives it back, holds it
+    briefly and gives it back; the grants and releases are timed.
+    """
+
+    def __init__(self, url: str, name: str) -> None:
+        self.name = name
+        self.clients = [LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)]
+        self.clients += [self.clients[0]] + [
+            LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE) for _ in range(2)
+        ]
+        self.holder = LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)
+        self.held = self.holder.lock(name)
+        #: When each grant came and each release returned (the holder's first).
+        self.grants: list[float] = []
+        self.releases: list[float] = []
+        self.errors: list[str] = []
+        self.overlaps = 0
+        self._inside = 0
+        self._guard = threading.Lock()
+        self.threads = [threading.Thread(target=self._wait, args=(c,)) for c in self.clients]
+
+    def __enter__(self) -> Queue:
+        try:
+            assert self.held.acquire(timeout=10)
+            for thread in self.threads:
+                thread.start()
+            waiters, count = self.held.keys.waiters, len(self.threads)
+            checker = self.holder.cluster
+            assert checker is not None
+            wait_until(lambda: checker.zcard(waiters) == count, 20, f"{count} waiters")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.held.hold_count():  # a failed test: let the waiters finish
+            self.held.release()
+        for thread in self.threads:
+            if thread.ident is not None:
+                thread.join(60)
+        for client in {*self.clients, self.holder}:
+            client.close()
+        assert not any(thread.is_alive() for thread in self.threads), "a waiter hangs"
+
+    def release(self) -> None:
+        """The holder gives the lock back: the first waiter's turn."""
+        self.held.release()
+        with self._guard:
+            self.releases.append(time.monotonic())
+
+    def _wait(self, client: LockClient) -> None:
+        lock = client.lock(self.name)
+        try:
+            if not lock.acquire(timeout=40):
+                self.errors.append("acquire timed out")
+                return
+            with self._guard:
+                self.grants.append(time.monotonic())
+                self._inside += 1
+                self.overlaps += self._inside > 1
+            time.sleep(0.01)
+            with self._guard:
+                self._inside -= 1
+            lock.release()
+            with self._guard:
+                self.releases.append(time.monotonic())
+        except Exception as error:  # noqa: BLE001 -- what escapes is the finding
+            self.errors.append(_named(error))
+
+    def wake_latencies(self) -> list[float]:
+        """Seconds from each release to the grant after it (they alternate: no overlap)."""
+        assert len(self.grants) == len(self.threads), self.errors
+        return [max(grant - released, 0.0) for grant, released in zip(self.grants, self.releases)]
+
+
+def _failover(cluster: Cluster, slot: int) -> None:
+    """Promote the replica of ``slot``'s master; return once the old master has stepped down."""
+    master = _owner_of(cluster, slot, cluster.nodes[0])
+    promoted = _replica_of(cluster, master)
+    _command(promoted, "CLUSTER", "FAILOVER")
+    wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 20, "the failover")
+    wait_until(lambda: not _is_master(master), 20, "the old master stepping down")
+
+
+@pytest.mark.parametrize("operation", ["reshard", "failover"])
+def test_waiters_are_woken_through_a_slot_move(
+    cluster_with_replicas: Cluster, operation: str
+) -> None:
+    """The waiters' subscriptions, dropped by the node the slot leaves, follow it.
+
+    The lock is held (its life: the watchdog's 10 s) while four waiters wait
+    for it; the slot moves to another master (by hand, as a reshard does) or
+    to its replica (a manual failover), which drops every subscription to the
+    lock's channel on the old master. Then the holder releases: each waiter
+    is granted in turn, promptly after the release before it, never a lock's
+    life later; no error escapes, no two hold at once.
+    """
+    cluster = cluster_with_replicas
+    name = f"queued-{operation}"
+    with Queue(cluster.url, name) as queue:
+        slot = slot_of(queue.held.keys.hash)
+        if operation == "reshard":
+            _move_slot_by_hand(cluster, slot, _owner_of(cluster, slot, cluster.nodes[0]))
+        else:
+            _failover(cluster, slot)
+        queue.release()
+    assert not queue.errors, queue.errors
+    assert queue.overlaps == 0
+    latencies = queue.wake_latencies()
+    assert max(latencies) < WAKE_BOUND, [round(latency, 3) for latency in latencies]

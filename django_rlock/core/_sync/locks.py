@@ -212,10 +212,10 @@ if TYPE_CHECKING:
     import redis
     from redis import Redis
 
-    from django_rlock.core._protocol.channels import WakeCount
+    from django_rlock.core._protocol.channels import CarriesHandoff
     from django_rlock.core._protocol.holds import Hold
     from django_rlock.core._protocol.names import LockKeys
-    from django_rlock.core._sync.waiting import Listener, Subscription
+    from django_rlock.core._sync.waiting import Listener, Waiting
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -788,9 +788,9 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: Subscription | None = None
+        self.subscription: Waiting | None = None
         # The subscription's context, entered by listen (most calls never listen).
-        self._listening: AbstractContextManager[Subscription] | None = None
+        self._listening: AbstractContextManager[Waiting] | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
 
@@ -922,7 +922,7 @@ class FairBase(LockBase):
     def _take_handoff(
         self,
         waiting: _FairShell,
-        subscription: WakeCount,
+        subscription: CarriesHandoff,
     ) -> bool:
         """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
 
@@ -1008,7 +1008,7 @@ class FairLock(FairBase, RLock):
     def _kind_scripts(self) -> KindScripts:
         return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
 
-    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+    def _handed(self, waiting: _FairWaiting, subscription: Waiting) -> bool:
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
         if not self._take_handoff(waiting, subscription):
             return False
@@ -1078,7 +1078,7 @@ class _FairWaiting:
 class _HandoffSubscription:
     """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
 
-    def __init__(self, shell: _FairWaiting, subscription: Subscription) -> None:
+    def __init__(self, shell: _FairWaiting, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
