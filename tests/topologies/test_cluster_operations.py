@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
+from django_rlock.core._protocol.fairlock import FairKeys
 from django_rlock.core._sync.sharding import slot_of
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
@@ -316,14 +317,14 @@ class Queue:
     briefly and gives it back; the grants and releases are timed.
     """
 
-    def __init__(self, url: str, name: str) -> None:
-        self.name = name
+    def __init__(self, url: str, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
         self.clients = [LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)]
         self.clients += [self.clients[0]] + [
             LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE) for _ in range(2)
         ]
         self.holder = LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)
-        self.held = self.holder.lock(name)
+        self.held = getattr(self.holder, kind)(name)
         #: When each grant came and each release returned (the holder's first).
         self.grants: list[float] = []
         self.releases: list[float] = []
@@ -338,7 +339,9 @@ class Queue:
             assert self.held.acquire(timeout=10)
             for thread in self.threads:
                 thread.start()
-            waiters, count = self.held.keys.waiters, len(self.threads)
+            # A fair lock's waiters queue in arrival order, a lock's in its waiting set.
+            keys, count = self.held.keys, len(self.threads)
+            waiters = keys.queue if isinstance(keys, FairKeys) else keys.waiters
             checker = self.holder.cluster
             assert checker is not None
             wait_until(lambda: checker.zcard(waiters) == count, 20, f"{count} waiters")
@@ -364,7 +367,7 @@ class Queue:
             self.releases.append(time.monotonic())
 
     def _wait(self, client: LockClient) -> None:
-        lock = client.lock(self.name)
+        lock = getattr(client, self.kind)(self.name)
         try:
             if not lock.acquire(timeout=40):
                 self.errors.append("acquire timed out")
@@ -385,21 +388,25 @@ class Queue:
     def wake_latencies(self) -> list[float]:
         """Seconds from each release to the grant after it (they alternate: no overlap)."""
         assert len(self.grants) == len(self.threads), self.errors
-        return [max(grant - released, 0.0) for grant, released in zip(self.grants, self.releases)]
+        pairs = zip(self.grants, self.releases[: len(self.grants)], strict=True)
+        return [max(grant - released, 0.0) for grant, released in pairs]
 
 
 def _failover(cluster: Cluster, slot: int) -> None:
     """Promote the replica of ``slot``'s master; return once the old master has stepped down."""
     master = _owner_of(cluster, slot, cluster.nodes[0])
     promoted = _replica_of(cluster, master)
+    # A master stepped down by an earlier failover syncs before it can step up.
+    wait_until(lambda: Cluster._synced(promoted), 20, "the replica in sync")
     _command(promoted, "CLUSTER", "FAILOVER")
     wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 20, "the failover")
     wait_until(lambda: not _is_master(master), 20, "the old master stepping down")
 
 
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
 @pytest.mark.parametrize("operation", ["reshard", "failover"])
 def test_waiters_are_woken_through_a_slot_move(
-    cluster_with_replicas: Cluster, operation: str
+    cluster_with_replicas: Cluster, operation: str, kind: str
 ) -> None:
     """The waiters' subscriptions, dropped by the node the slot leaves, follow it.
 
@@ -411,8 +418,8 @@ def test_waiters_are_woken_through_a_slot_move(
     life later; no error escapes, no two hold at once.
     """
     cluster = cluster_with_replicas
-    name = f"queued-{operation}"
-    with Queue(cluster.url, name) as queue:
+    name = f"queued-{operation}-{kind}"
+    with Queue(cluster.url, name, kind) as queue:
         slot = slot_of(queue.held.keys.hash)
         if operation == "reshard":
             _move_slot_by_hand(cluster, slot, _owner_of(cluster, slot, cluster.nodes[0]))

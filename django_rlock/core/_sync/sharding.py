@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TypeVar
 
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterError
 
@@ -142,12 +142,49 @@ class ShardedReleaseListener:
         for listener in listeners:
             listener.close()
 
+    def _owner_after_move(self, channel_name: str, left: ClusterNode) -> ClusterNode:
+        """The primary serving ``channel_name``'s slot now, after node ``left`` dropped it.
+
+        Asked of ``left`` itself: it dropped the subscription because it learnt
+        where the slot went, while the client's map, or another node, may not
+        know yet. A replica would take the SSUBSCRIBE and never hear the
+        primary's SPUBLISH, so a stale answer must not be used. When ``left``
+        cannot tell, the map is read anew (:meth:`_refresh_slots`).
+        """
+        slot = slot_of(channel_name)
+        owner = self._primary_seen_by(left, slot)
+        if owner is None or owner.name == left.name:
+            self._refresh_slots(self._refreshes)
+            owner = self._cluster.nodes_manager.get_node_from_slot(slot)
+        return owner
+
+    def _primary_seen_by(self, node: ClusterNode, slot: int) -> ClusterNode | None:
+        """The primary serving ``slot`` in ``node``'s own view (None: it cannot tell)."""
+        try:
+            ranges = self._cluster.get_redis_connection(node).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+        except Exception as error:  # noqa: BLE001 -- any failure: the client's map instead
+            logger.debug("cannot ask %s where slot %d is: %s", node.name, slot, error)
+            return None
+        manager = self._cluster.nodes_manager
+        for start, end, primary, *_replicas in ranges:
+            if int(start) <= slot <= int(end):
+                host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
+                if not host:  # the node does not know its own address: ask the map
+                    return None
+                host, port = manager.remap_host_port(host, int(primary[1]))
+                found = manager.get_node(host=host, port=port)
+                if found is None:  # a node the client has not met: read the whole map
+                    self._refresh_slots(self._refreshes)
+                    found = manager.get_node(host=host, port=port)
+                return found
+        return None
+
     def _refresh_slots(self, seen: int) -> None:
         """Read the slot map anew, unless it was read since the caller saw refresh ``seen``.
 
-        Waiters whose subscriptions a node dropped at once (a slot's every
-        waiter) share one refresh. A refresh that fails leaves the map as it
-        was: the waiter subscribes where that says, and a refusal tells it again.
+        Waiters moving at once share one refresh. A refresh that fails leaves
+        the map as it was: the waiter subscribes where that says, and a
+        refusal tells it again.
         """
         with self._refresh_lock:
             if self._refreshes != seen:
@@ -158,8 +195,11 @@ class ShardedReleaseListener:
                 logger.debug("cluster slot map refresh failed: %s", error)
             self._refreshes += 1
 
-    def _listener_for(self, channel_name: str) -> ReleaseListener:
-        node = self._cluster.nodes_manager.get_node_from_slot(slot_of(channel_name))
+    def _node_for(self, channel_name: str) -> ClusterNode:
+        """The node owning ``channel_name``'s slot in the client's map."""
+        return self._cluster.nodes_manager.get_node_from_slot(slot_of(channel_name))
+
+    def _listener_on(self, node: ClusterNode) -> ReleaseListener:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the lock client is closed")
@@ -188,7 +228,8 @@ class ShardedSubscription:
         self.waiter_id = waiter_id
         self._listener, self._channel_name = listener, channel_name
         self._stack = ExitStack()
-        self._inner = self._subscribe(listener._listener_for(channel_name))
+        self._node = listener._node_for(channel_name)
+        self._inner = self._subscribe(listener._listener_on(self._node))
 
     @property
     def handoff(self) -> bytes:
@@ -239,14 +280,21 @@ class ShardedSubscription:
         return self._stack.enter_context(node_listener.listen(self._channel_name, self.waiter_id))
 
     def _move(self) -> bool:
-        """Subscribe on the slot's owner after a fresh look at the map; False: cannot now."""
+        """Subscribe on the slot's owner now (see _owner_after_move); False: cannot now."""
         listener = self._listener
-        listener._refresh_slots(listener._refreshes)
         try:
-            node_listener = listener._listener_for(self._channel_name)
+            node = listener._owner_after_move(self._channel_name, self._node)
+            node_listener = listener._listener_on(node)
         except (RuntimeError, *SLOT_MOVING) as error:  # closed, or the map has no owner now
             logger.debug("cannot subscribe %s again: %s", self._channel_name, error)
             return False
+        logger.debug(
+            "%s dropped or refused the subscription to %s: subscribing on %s",
+            self._node.name,
+            self._channel_name,
+            node.name,
+        )
+        self._node = node
         handoff = self._inner.handoff
         self._stack.close()  # the node dropped it; the same waiter id is subscribed next
         self._stack = ExitStack()
