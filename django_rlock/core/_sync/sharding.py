@@ -13,8 +13,8 @@ On a cluster every key and channel of one lock shares one hash slot (see
   each waiter to the node owning its channel's slot. If the slot moves while
   it waits (a reshard, a failover), the node drops the subscription (an
   unasked SUNSUBSCRIBE) or refuses it (MOVED); the waiter is woken, and its
-  :class:`ShardedSubscription` refreshes the slot map and subscribes again on
-  the slot's owner before the waiter retries the acquire. A release made
+  :class:`ShardedSubscription` asks that node where the slot went and
+  subscribes there before the waiter retries the acquire. A release made
   while it was subscribed nowhere is found by that retry, so no wake-up is
   lost, and a release after it reaches the new subscription.
 
@@ -161,23 +161,26 @@ class ShardedReleaseListener:
     def _primary_seen_by(self, node: ClusterNode, slot: int) -> ClusterNode | None:
         """The primary serving ``slot`` in ``node``'s own view (None: it cannot tell)."""
         try:
-            ranges = self._cluster.get_redis_connection(node).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
-        except Exception as error:  # noqa: BLE001 -- any failure: the client's map instead
+            node_client = self._cluster.get_redis_connection(node)
+            ranges = node_client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            address = next(
+                (primary[0], int(primary[1]))
+                for start, end, primary, *_replicas in ranges
+                if int(start) <= slot <= int(end)
+            )
+        except Exception as error:  # noqa: BLE001 -- any failure, or no owner: the client's map
             logger.debug("cannot ask %s where slot %d is: %s", node.name, slot, error)
             return None
+        host = address[0].decode() if isinstance(address[0], bytes) else str(address[0])
+        if not host:  # the node does not know its own address
+            return None
         manager = self._cluster.nodes_manager
-        for start, end, primary, *_replicas in ranges:
-            if int(start) <= slot <= int(end):
-                host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
-                if not host:  # the node does not know its own address: ask the map
-                    return None
-                host, port = manager.remap_host_port(host, int(primary[1]))
-                found = manager.get_node(host=host, port=port)
-                if found is None:  # a node the client has not met: read the whole map
-                    self._refresh_slots(self._refreshes)
-                    found = manager.get_node(host=host, port=port)
-                return found
-        return None
+        host, port = manager.remap_host_port(host, address[1])
+        found = manager.get_node(host=host, port=port)
+        if found is None:  # a node the client has not met: read the whole map
+            self._refresh_slots(self._refreshes)
+            found = manager.get_node(host=host, port=port)
+        return found
 
     def _refresh_slots(self, seen: int) -> None:
         """Read the slot map anew, unless it was read since the caller saw refresh ``seen``.
@@ -217,9 +220,9 @@ class ShardedSubscription:
     It answers as a :class:`~django_rlock.core._sync.waiting.Subscription` of
     the node's listener does. When that node drops or refuses the subscription
     (the slot moved: a reshard, a failover), the waiter is woken; its next
-    :meth:`wait_subscribed` reads the slot map anew and subscribes on the
-    slot's owner under the same waiter id, and :meth:`wait` returns at once
-    meanwhile. The waiter's plan retries the acquire only once the new
+    :meth:`wait_subscribed` asks that node where the slot went and subscribes
+    on the slot's owner under the same waiter id, and :meth:`wait` returns at
+    once meanwhile. The waiter's plan retries the acquire only once the new
     subscription is confirmed, so a release made while it was subscribed
     nowhere is found by that retry, and none after it is missed.
     """
@@ -247,10 +250,10 @@ class ShardedSubscription:
     def wait_subscribed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the slot's owner to confirm the subscription.
 
-        A subscription the node dropped or refused is made again on the node
-        the slot map names now; should that still be refused (the map was
-        read before the node it asked knew of the move), again after a
-        growing pause, until the timeout.
+        A subscription the node dropped or refused is made again on the slot's
+        owner (:meth:`ShardedReleaseListener._owner_after_move`); should that
+        still be refused (an owner named before every node knew of the move),
+        again after a growing pause, until the timeout.
         """
         deadline = clock.monotonic() + timeout
         pause, moves = _FIRST_PAUSE, 0
