@@ -26,7 +26,7 @@ import redis
 
 from django_rlock.core import LockClient
 from django_rlock.core._protocol.fairlock import FairKeys
-from django_rlock.core._sync.sharding import slot_of
+from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
@@ -447,3 +447,36 @@ def test_waiters_are_woken_through_a_slot_move(
     assert queue.overlaps == 0
     latencies = queue.wake_latencies()
     assert max(latencies) < WAKE_BOUND, [round(latency, 3) for latency in latencies]
+
+
+def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
+    cluster_with_replicas: Cluster,
+) -> None:
+    """A client whose map still names the slot's old master: MOVED, then the owner.
+
+    The node the slot left refuses the SSUBSCRIBE with MOVED; the waiter
+    subscribes on the slot's owner instead, whose SPUBLISH then wakes it.
+    """
+    cluster = cluster_with_replicas
+    with LockClient(cluster.url, key_prefix="test") as client:
+        if not isinstance(client.listener, ShardedReleaseListener):
+            pytest.skip("sharded pub/sub needs Redis >= 7")
+        channel = client.lock("refused-subscription").keys.channel
+        slot = slot_of(channel)
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        target = _start_moving(cluster, slot, source)
+        _finish_moving(cluster, slot, source, target)
+        assert client.cluster is not None
+        manager = client.cluster.nodes_manager
+        stale = manager.get_node(host="127.0.0.1", port=source.port)
+        assert stale is not None
+        manager.slots_cache[slot] = [stale]  # as a client that has not heard of the move yet
+        with client.listener.listen(channel) as subscription:
+            assert subscription.wait_subscribed(10)
+            since = subscription.mark()
+            publisher = target.client()
+            try:
+                assert publisher.execute_command("SPUBLISH", channel, "") == 1  # type: ignore[no-untyped-call]
+            finally:
+                publisher.close()
+            assert subscription.wait(since, 10)
