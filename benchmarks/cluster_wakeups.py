@@ -9,7 +9,7 @@ tests/topologies/test_cluster_operations.py, a lock is held (its life: the
 watchdog's 10 s) while four waiters queue for it (two threads of one client,
 two clients alone); its slot then moves to another master by hand (``CLUSTER
 SETSLOT``/``MIGRATE``, as ``redis-cli --cluster reshard`` does) or to its
-replica (``CLUSTER FAILOVER``), and the holder releases. A waiter's delay runs
+replica (``CLUSTER FAILOVER TAKEOVER``), and the holder releases. A waiter's delay runs
 from the release before its grant to that grant; one whose wake-up was lost
 waits out most of the lock's life. The goal: every waiter within 100 ms.
 Prints a markdown table.
@@ -40,7 +40,7 @@ def reshard(cluster: Cluster, slot: int) -> None:
 
 
 def failover(cluster: Cluster, slot: int) -> None:
-    _failover(cluster, slot)
+    _failover(cluster, slot, takeover=True)
 
 
 def one_round(
@@ -68,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    operations = {"reshard (slot moved by hand)": reshard, "manual failover": failover}
+    operations = {"reshard (slot moved by hand)": reshard, "failover (takeover)": failover}
     with Cluster(3, replicas=1) as cluster:
         version = cluster.nodes[0].client().info("server")["redis_version"]
         print(
