@@ -488,7 +488,7 @@ def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
             since = subscription.mark()
             publisher = target.client()
             try:
-                assert publisher.execute_command("SPUBLISH", channel, "") == 1  # type: ignore[no-untyped-call]
+                assert publisher.execute_command("SPUBLISH", channel, "") == 1  # type: ignore[no-untyped-call, unused-ignore]
             finally:
                 publisher.close()
             assert subscription.wait(since, 10)

@@ -162,7 +162,7 @@ class ShardedReleaseListener:
         """The primary serving ``slot`` in ``node``'s own view (None: it cannot tell)."""
         try:
             node_client = self._cluster.get_redis_connection(node)
-            ranges = node_client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            ranges = node_client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call, unused-ignore]
             address = next(
                 (primary[0], int(primary[1]))
                 for start, end, primary, *_replicas in ranges
