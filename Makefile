@@ -92,11 +92,14 @@ docs-build: $(DOCS_STAMP)
 
 # The peers side by side (benchmarks/locks.py), then the wake-up delays of many
 # waiters sharing one client (benchmarks/wakeups.py) and how long after a scope
-# ends its hold is free (benchmarks/ownership.py, docs/guarantees.md).
+# ends its hold is free (benchmarks/ownership.py, docs/guarantees.md), then how
+# soon queued waiters are woken through a cluster reshard and failover
+# (benchmarks/cluster_wakeups.py).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
 	$(BIN)/python -m benchmarks.wakeups
 	$(BIN)/python -m benchmarks.ownership
+	$(BIN)/python -m benchmarks.cluster_wakeups
 
 # Faults injected at random into 8 contending processes on loopback, then the
 # lock model (tests/model: threads and asyncio tasks, faults, invariants checked

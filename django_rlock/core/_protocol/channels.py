@@ -31,8 +31,17 @@ and one SSUBSCRIBE on the node owning it takes both.
 A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
 that moved) leaves the connection sound: reconnecting would be refused again.
 The refusal answers the pending subscriptions instead, so their waiters stop
-waiting for a confirmation and fall back to waiting out the holder's PTTL; it
-is logged once per listener.
+waiting for a confirmation and retry; it is logged once per listener.
+
+On a cluster a node also drops sharded subscriptions on its own: when the
+channel's slot leaves it (a reshard, a failover) it sends an unasked
+SUNSUBSCRIBE, and it refuses a new SSUBSCRIBE for that slot with MOVED. The
+table marks such a channel :attr:`Channel.gone` and wakes its waiters: a
+plain listener's waiters then wait out the holder's PTTL, a cluster's
+sharded listener (:mod:`django_rlock.core._sync.sharding`) subscribes them
+again on the slot's new owner. A gone channel is not subscribed on this
+connection: leaving it sends no UNSUBSCRIBE (the node would refuse it too),
+and a waiter that joins it subscribes anew.
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.crc import key_slot
+from redis.exceptions import MovedError, ResponseError
 
 #: The first character of a wake name (see the module's docstring). Older
 #: versions' listener ids are hex digits, so no id of theirs starts with it.
@@ -83,6 +93,13 @@ class Waiter(Protocol):
 
     def recheck(self) -> None:
         """Something it may be waiting on changed (a confirmation): look again."""
+
+
+class CarriesHandoff(Protocol):
+    """A subscription as a fair lock's handoff sees it (sync or asyncio, plain or sharded)."""
+
+    #: The last handoff message's rest, empty when none came (see :class:`WakeCount`).
+    handoff: bytes
 
 
 class WakeCount:
@@ -131,6 +148,9 @@ class Channel(Generic[W]):
     wanted: bool = False  # a SUBSCRIBE is in force (sent and not unsubscribed)
     sent: int = 0
     acked: int = 0
+    #: The server dropped the subscription (its slot moved away) or refused it;
+    #: cleared when a SUBSCRIBE is sent again.
+    gone: bool = False
 
     @property
     def settled(self) -> bool:
@@ -153,7 +173,9 @@ class ChannelTable(Generic[W]):
 
     def subscribed(self) -> set[bytes]:
         """Channels with a subscription in force."""
-        return {name for name, channel in self.channels.items() if channel.wanted}
+        return {
+            name for name, channel in self.channels.items() if channel.wanted and not channel.gone
+        }
 
     def add(self, name: bytes, waiter: W) -> Channel[W] | None:
         """Register ``waiter`` on channel ``name``; the channel to SUBSCRIBE now, if any."""
@@ -163,9 +185,9 @@ class ChannelTable(Generic[W]):
         key = waiter.waiter_id.encode()
         channel.subscriptions[key] = waiter
         self.waiters[key] = waiter
-        if channel.wanted:
+        if channel.wanted and not channel.gone:
             return None
-        channel.wanted = True
+        channel.wanted = True  # a gone channel: subscribe again (the caller chose this node)
         return channel if self.connected else None
 
     def add_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
@@ -188,11 +210,12 @@ class ChannelTable(Generic[W]):
             return None
         channel.wanted = False
         self._drop_if_idle(channel)
-        return channel if self.connected else None
+        return channel if self.connected and not channel.gone else None
 
     def subscribe_sent(self, channel: Channel[W]) -> None:
         """A SUBSCRIBE for ``channel`` went out: one more confirmation to wait for."""
         channel.sent += 1
+        channel.gone = False
 
     def confirmed(self, name: bytes) -> bool:
         """Whether the live connection has an answer to channel ``name``'s subscription."""
@@ -202,6 +225,11 @@ class ChannelTable(Generic[W]):
     def confirmed_all(self, names: tuple[bytes, ...]) -> bool:
         """Whether every channel of ``names`` is :meth:`confirmed`."""
         return all(self.confirmed(name) for name in names)
+
+    def gone(self, name: bytes) -> bool:
+        """Whether the server dropped or refused channel ``name``'s subscription."""
+        channel = self.channels.get(name)
+        return channel is not None and channel.gone
 
     def on_connect(self) -> list[Channel[W]]:
         """A new connection is up: the channels to SUBSCRIBE on it. Every waiter retries.
@@ -230,10 +258,19 @@ class ChannelTable(Generic[W]):
             waiter.wake()
 
     def read_error(self, error: BaseException) -> ReadError:
-        """What a failed read means; a refusal answers every pending subscription."""
+        """What a failed read means; a refusal answers every pending subscription.
+
+        The refused subscriptions are gone: those of the slot a MOVED names
+        (a cluster node that no longer serves it), else every pending one.
+        """
         if not isinstance(error, ResponseError):
             return ReadError.BROKEN
-        for channel in self.channels.values():
+        moved = error.slot_id if isinstance(error, MovedError) else None
+        for channel in list(self.channels.values()):
+            if moved is None:
+                channel.gone = channel.gone or not channel.settled
+            elif key_slot(channel.name) == moved:
+                channel.gone = True
             channel.acked = max(channel.acked, channel.sent)
             self._drop_if_idle(channel)
         self.wake_all()
@@ -266,7 +303,8 @@ class ChannelTable(Generic[W]):
         elif kind == b"sunsubscribe":
             if channel is not None and channel.wanted:
                 # Unasked: the channel's slot moved to another node. Its
-                # waiters retry now, then wait out the holder's PTTL.
+                # waiters retry now, and subscribe where the slot is (sharding.py).
+                channel.gone = True
                 for waiter in channel.subscriptions.values():
                     waiter.wake()
         elif kind in (b"subscribe", b"ssubscribe") and channel is not None:

@@ -215,10 +215,10 @@ if TYPE_CHECKING:
     import redis
     from redis import Redis
 
-    from django_rlock.core._protocol.channels import WakeCount
+    from django_rlock.core._protocol.channels import CarriesHandoff
     from django_rlock.core._protocol.holds import Hold
     from django_rlock.core._protocol.names import LockKeys
-    from django_rlock.core._sync.waiting import Listener, Subscription
+    from django_rlock.core._sync.waiting import Listener, Waiting
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -557,7 +557,7 @@ class RLock(LockBase):
         call = self._release_call(owner)
         return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
 
-    def _handed_over(self, waiting: _Waiting, subscription: Subscription) -> bool:
+    def _handed_over(self, waiting: _Waiting, subscription: Waiting) -> bool:
         """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
         grant, subscription.handoff = subscription.handoff, b""
         if not self._take_hand_over(
@@ -868,7 +868,7 @@ class _Waiting:
         #: to the caller came after it, so its deadline counts from it.
         self.sent_at = plan.started
         # The subscription's context, entered by listen (most calls never listen).
-        self._listening: AbstractContextManager[Subscription] | None = None
+        self._listening: AbstractContextManager[Waiting] | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
 
@@ -919,7 +919,7 @@ class _HandOverSubscription:
 
     __slots__ = ("inner", "shell", "waiter_id")
 
-    def __init__(self, shell: _Waiting, subscription: Subscription) -> None:
+    def __init__(self, shell: _Waiting, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -1019,7 +1019,7 @@ class FairBase(LockBase):
     def _take_handoff(
         self,
         waiting: _FairShell,
-        subscription: WakeCount,
+        subscription: CarriesHandoff,
     ) -> bool:
         """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
 
@@ -1105,7 +1105,7 @@ class FairLock(FairBase, RLock):
     def _kind_scripts(self) -> KindScripts:
         return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
 
-    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+    def _handed(self, waiting: _FairWaiting, subscription: Waiting) -> bool:
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
         if not self._take_handoff(waiting, subscription):
             return False
@@ -1175,7 +1175,7 @@ class _FairWaiting:
 class _HandoffSubscription:
     """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
 
-    def __init__(self, shell: _FairWaiting, subscription: Subscription) -> None:
+    def __init__(self, shell: _FairWaiting, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 

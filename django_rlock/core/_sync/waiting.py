@@ -83,6 +83,12 @@ class Subscription(WakeCount):
         with self._cond:
             return self._wakeups
 
+    @property
+    def gone(self) -> bool:
+        """Whether the server dropped or refused the subscription (on a cluster: its slot moved)."""
+        with self._cond:
+            return any(self._listener._table.gone(name) for name in self._channels)
+
     def wait_subscribed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the server to answer the subscriptions."""
         listener, channels = self._listener, self._channels
@@ -99,12 +105,27 @@ class Subscription(WakeCount):
         self._cond.notify()  # the table is called with the listener's lock held
 
 
+class Waiting(Protocol):
+    """What a waiter uses of its subscription.
+
+    A :class:`Subscription`, or on a cluster a
+    :class:`~django_rlock.core._sync.sharding.ShardedSubscription` that follows its slot.
+    """
+
+    waiter_id: str
+    handoff: bytes
+
+    def mark(self) -> int: ...
+
+    def wait_subscribed(self, timeout: float) -> bool: ...
+
+    def wait(self, since: int, timeout: float) -> bool: ...
+
+
 class Listener(Protocol):
     """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
 
-    def listen(
-        self, channel_name: str, waiter_id: str = ""
-    ) -> AbstractContextManager[Subscription]: ...
+    def listen(self, channel_name: str, waiter_id: str = "") -> AbstractContextManager[Waiting]: ...
 
     def new_waiter_id(self) -> str: ...
 
