@@ -1,18 +1,24 @@
 -- lock.release: generated from django_rlock/core/_protocol (do not edit)
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r')
+if not mine[1] then
     if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
         return 0
     end
     return -1
 end
-if KEYS[4] and redis.call('set', KEYS[4], ARGV[3], 'px', 60000, 'get') == ARGV[3] then
-    return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+local rid = ARGV[3] or ''
+if rid ~= '' and mine[2] == rid then
+    return tonumber(mine[1])
 end
-local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+local holds = tonumber(mine[1]) - 1
 if holds > 0 then
+    redis.call('hset', KEYS[1], ARGV[1], holds, '~r', rid)
     return holds
 end
 redis.call('del', KEYS[1])
+if KEYS[4] then
+    redis.call('set', KEYS[4], ARGV[3], 'px', 60000)
+end
 
 if redis.call('exists', KEYS[3]) == 0 then
     return 0

@@ -1,11 +1,11 @@
 -- redisson-lock.release: generated from django_rlock/core/_protocol (do not edit)
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
+    if KEYS[5] and redis.call('get', KEYS[5]) == ARGV[3] then
         return 0
     end
     return -1
 end
-if KEYS[4] and redis.call('set', KEYS[4], ARGV[3], 'px', 60000, 'get') == ARGV[3] then
+if KEYS[5] and redis.call('set', KEYS[5], ARGV[3], 'px', 60000, 'get') == ARGV[3] then
     return tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 end
 local holds = redis.call('hincrby', KEYS[1], ARGV[1], -1)
@@ -13,6 +13,11 @@ if holds > 0 then
     return holds
 end
 redis.call('del', KEYS[1])
+local fence = redis.call('hget', KEYS[3], '~t')
+local life = redis.call('pttl', KEYS[3])
+if fence and life > 0 and (tonumber(redis.call('get', KEYS[4]) or '0') or 0) <= tonumber(fence) then
+    redis.call('set', KEYS[4], fence, 'px', life)
+end
 redis.call('del', KEYS[3])
 redis.call(ARGV[2], KEYS[2], '0')
 return 0

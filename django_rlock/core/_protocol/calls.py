@@ -77,15 +77,26 @@ def acquire_call(
 ) -> ScriptCall:
     """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
 
-    ``lost`` and ``holder``: see :func:`acquire_args`.
+    ``lost`` and ``holder``: see :func:`acquire_args`. Two keys: the hash keeps
+    the fencing token and the request latch (:func:`counter_acquire_keys` are
+    the four a sibling kind's acquire takes).
     """
     return ScriptCall(
-        keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+        keys=[keys.hash, keys.waiters],
         args=acquire_args(
             owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
         ),
         rid=rid,
     )
+
+
+def counter_acquire_keys(keys: LockKeys, owner: str) -> list[str]:
+    """The KEYS of a sibling kind's acquire built on the shared grant (lua.new_grant).
+
+    The hash, its fencing counter, the waiting set and the owner's request
+    latch, where the plain lock keeps counter and latch in its hash.
+    """
+    return [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
 
 
 def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
@@ -95,8 +106,7 @@ def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
     arguments in order: waiter id, sleep in ms, request id, the lost holds'
     count and token (str), the holder (see :func:`acquire_args`).
     """
-    latch = keys.latch(owner)
-    return Template([keys.hash, keys.fence, keys.waiters, latch], [owner, milliseconds(ttl)], 6)
+    return Template([keys.hash, keys.waiters], [owner, milliseconds(ttl)], 6)
 
 
 def release_template(keys: LockKeys, owner: str, publish: str) -> Template:

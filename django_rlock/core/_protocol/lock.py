@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from string import Template
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import (
@@ -77,12 +78,8 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
-    CURRENT_TOKEN,
-    drop_lost_grant,
-    new_grant,
+    REQUEST_LATCH_MS,
     register_waiter,
-    release_one,
-    report_or_reenter,
     wake_after_release,
 )
 from django_rlock.core._protocol.names import (
@@ -113,7 +110,7 @@ if TYPE_CHECKING:
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget",
 )  # fmt: skip
 
 
@@ -121,61 +118,111 @@ SCRIPT_COMMANDS = (
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 
-# KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# The lock's hash keeps, beside its owner's field (owner id -> hold count),
+# what the lock needs while it is held, so that a held lock is one key:
+#   '~t'       the grant's fencing token (TOKEN_FIELD)
+#   '~r'       the holder's last request id (LATCH_FIELD): the request latch of
+#              every call that leaves the owner holding (a grant, a re-entry, a
+#              release that leaves holds), read back with the owner's field by
+#              one HMGET
+#   '~holder', '~since'  who holds it, for operators (core/holder.py)
+# (owner ids never start with '~'). They are renewed, expire and are deleted
+# with the lock. The only key a cycle leaves behind is the final release's
+# latch (KEYS[4] of RELEASE), which a resend of that release must find after
+# the hash is gone.
+
+#: The lock hash's field holding the current grant's fencing token.
+TOKEN_FIELD = "~t"
+
+#: The lock hash's field holding the holder's last request id (its request latch).
+LATCH_FIELD = "~r"
+
+
+# KEYS[1] lock hash, KEYS[2] waiting set
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
-# ARGV[5] (with KEYS[4]) this call's request id,
+# ARGV[5] this call's request id ('' for a caller that never resends),
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
 #   only whether there are any matters), ARGV[7] the token of those holds,
 # ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
 #   '' for none): a new grant stores it in the hash as '~holder', with the
-#   server's clock in ms as '~since' (owner ids never start with '~'), so it
-#   is renewed, expires and is deleted with the lock, at no round trip
+#   server's clock in ms as '~since', so it is renewed, expires and is
+#   deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
-#   the branch. A new grant's token is max(last token + 1, the server's clock
-#   in microseconds), so tokens keep increasing when Redis loses the counter
-#   (a restart without persistence, FLUSHALL, a failover), and the counter
-#   expires with the lock: whenever the lock's expiry is set, the counter's is
-#   set to the same. A re-entry keeps the current token, adds one hold, and
-#   never shortens the key's life (a short lease inside a watchdog hold must
-#   not expire the outer hold). A granted waiter leaves the waiting set.
-#   A resent call that was already granted (its latch holds its request id)
-#   changes nothing and returns the same {token, holds} with the PTTL left
+#   the branch. A new grant's token is the server's clock in microseconds: a
+#   new grant finds no hash, so no token of a live grant of this name, and
+#   every earlier grant of it took an earlier clock reading (each one ran in
+#   a script of its own, before the release that let this one in), so tokens
+#   keep increasing with no counter to keep, also when Redis loses every key
+#   (a restart without persistence, FLUSHALL, a failover). The token lives in
+#   the hash ('~t') while the lock is held. A re-entry keeps the token, adds
+#   one hold, and never shortens the key's life (a short lease inside a
+#   watchdog hold must not expire the outer hold). A granted waiter leaves
+#   the waiting set.
+#   A resent call that was already granted (the hash's '~r' holds its request
+#   id) changes nothing and returns the same {token, holds} with the PTTL left
 #   now: the grant happened at the first call, not at the resend. Only the
-#   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   re-entry branch can see such a resend: a first grant makes the owner a
+#   holder, and only the holder writes '~r'.
 #   Holds the client has declared lost (ARGV[6]) may still be on the server (a
 #   loss declared on the local deadline while the key lived on): while the
-#   token is still theirs, all of the owner's holds are taken off first (also
-#   re-entries the server applied but whose replies were lost), before the
-#   request latch is read, so the call is a new grant with a new token, never a
-#   re-entry of a hold its owner was told is gone, nor a report of one.
+#   token is still theirs, the hash is the lost grant's (the lock is
+#   exclusive) and goes first, with every hold of the owner (also re-entries
+#   the server applied but whose replies were lost), before the latch is
+#   read, so the call is a new grant with a new token, never a re-entry of a
+#   hold its owner was told is gone, nor a report of one.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it.
 ACQUIRE = (
-    """
+    Template("""
 local ttl = tonumber(ARGV[2])
-"""
-    + drop_lost_grant()
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
-    + """
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '$token') == ARGV[7] then
+    redis.call('del', KEYS[1])
+end
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
+if mine[1] then
+    local token = tonumber(mine[3] or '0')
+    if ARGV[5] ~= '' and mine[2] == ARGV[5] then
+        return {token, tonumber(mine[1]), redis.call('pttl', KEYS[1])}
+    end
+    local holds = tonumber(mine[1]) + 1
+    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', ARGV[5])
+    local left = redis.call('pttl', KEYS[1])
+    if left < ttl then
+        redis.call('pexpire', KEYS[1], ttl)
+        left = ttl
+    end
+    return {token, holds, left}
+end
 if redis.call('exists', KEYS[1]) == 0 then
-"""
-    + new_grant(latch="4")
-    + """
+    local clock = redis.call('time')
+    local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local fence = string.format('%.0f', token)
+    if ARGV[8] and ARGV[8] ~= '' then
+        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5],
+                   '~holder', ARGV[8], '~since', string.format('%.0f', since))
+    else
+        redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5])
+    end
+    redis.call('pexpire', KEYS[1], ttl)
+    if ARGV[3] ~= '' then
+        redis.call('zrem', KEYS[2], ARGV[3])
+    end
+    return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
-"""
-    + register_waiter()
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + register_waiter(waiters="KEYS[2]")
 )
 
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# KEYS[4] (optional) the owner's release latch (names.LockKeys.latch)
 # ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
 # ARGV[3] (with KEYS[4]) this call's request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
@@ -186,7 +233,10 @@ local pttl = redis.call('pttl', KEYS[1])
 #   client a bigger script, on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
-#   taken the lock since).
+#   taken the lock since). A release that leaves holds keeps its request id
+#   in the hash ('~r', as ACQUIRE does); only a final release, which deletes
+#   the hash, writes its id to KEYS[4], a key of the owner's own that outlives
+#   the lock by REQUEST_LATCH_MS: the one thing a lock cycle leaves behind.
 #
 # Why publishing only to a registered waiter wakes everyone who needs it. A
 #   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
@@ -216,10 +266,36 @@ local pttl = redis.call('pttl', KEYS[1])
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+RELEASE = (
+    Template("""
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch')
+if not mine[1] then
+    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
+        return 0
+    end
+    return -1
+end
+local rid = ARGV[3] or ''
+if rid ~= '' and mine[2] == rid then
+    return tonumber(mine[1])
+end
+local holds = tonumber(mine[1]) - 1
+if holds > 0 then
+    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+    return holds
+end
+redis.call('del', KEYS[1])
+if KEYS[4] then
+    redis.call('set', KEYS[4], ARGV[3], 'px', $latch_ms)
+end
+""").substitute(latch=LATCH_FIELD, latch_ms=REQUEST_LATCH_MS)
+    + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+)
 
 
-# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] the key that expires with it (a
+#   sibling kind's fencing counter; the lock hash again for the plain lock,
+#   whose token is in its hash: not expired twice)
 # ARGV[1] expiry in milliseconds,
 # ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
 #   grant it has just made), '0' to never shorten a key's life (the watchdog:
@@ -227,7 +303,7 @@ RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel
 # ARGV[2+i] owner id of the i-th lock
 # Returns one integer per lock: the key's PTTL in ms after the call (> 0:
 #   renewed; the caller's deadline is its send time + it), or 0 when the owner
-#   no longer holds it (lost). The counter gets the same expiry as the lock.
+#   no longer holds it (lost). The key beside it gets the same expiry.
 RENEW = """
 local ttl = tonumber(ARGV[1])
 local exact = ARGV[2] == '1'
@@ -238,7 +314,9 @@ for i = 1, #KEYS / 2 do
         local pttl = redis.call('pttl', key)
         if exact or pttl < ttl then
             redis.call('pexpire', key, ttl)
-            redis.call('pexpire', fence, ttl)
+            if fence ~= key then
+                redis.call('pexpire', fence, ttl)
+            end
             pttl = ttl
         end
         left[i] = pttl
@@ -512,12 +590,18 @@ class LockBase:
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The key that counts ``owner``'s holds, and the key renewed with it.
 
-        A lock counts every owner's holds in its one hash, renewed with its
-        fencing counter. A sibling may count each owner's holds in a key of the
-        owner's own (a semaphore's permits): the registry, the watchdog and the
-        renew script work per hold on whatever keys this names.
+        A lock counts every owner's holds in its one hash. The plain lock of
+        the default layout keeps its fencing token in that hash too, so the
+        hash is named twice (RENEW expires it once); a sibling kind's hash is
+        renewed with its fencing counter, and a sibling may count each owner's
+        holds in a key of the owner's own (a semaphore's permits): the
+        registry, the watchdog and the renew script work per hold on whatever
+        keys this names.
         """
-        return self.keys.hash, self.keys.fence
+        keys = self.keys
+        if self.kind == "lock" and self.layout == RLOCK:
+            return keys.hash, keys.hash
+        return keys.hash, keys.fence
 
     def _plan(
         self, blocking: bool, timeout: float | None, lease: float | None
