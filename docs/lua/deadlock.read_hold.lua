@@ -1,2 +1,2 @@
 -- deadlock.read_hold: generated from django_rlock/core/_protocol (do not edit)
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+return {redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}

@@ -19,21 +19,26 @@ if mine[1] then
     return {token, holds, left}
 end
 if redis.call('exists', KEYS[1]) == 0 then
-    local clock = redis.call('time')
-    local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    local fence = string.format('%.0f', token)
-    if ARGV[8] and ARGV[8] ~= '' then
-        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5],
-                   '~holder', ARGV[8], '~since', string.format('%.0f', since))
-    else
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5])
-    end
-    redis.call('pexpire', KEYS[1], ttl)
-    if ARGV[3] ~= '' then
-        redis.call('zrem', KEYS[2], ARGV[3])
-    end
-    return {token, 1, ttl}
+
+local clock = redis.call('time')
+local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local last = tonumber(redis.call('hget', KEYS[3], '~t') or '0') or 0
+if token <= last then
+    token = last + 1
+end
+local fence = string.format('%.0f', token)
+if ARGV[8] and ARGV[8] ~= '' then
+    local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5],
+               '~holder', ARGV[8], '~since', string.format('%.0f', since))
+else
+    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5])
+end
+redis.call('pexpire', KEYS[1], ttl)
+if ARGV[3] ~= '' then
+    redis.call('zrem', KEYS[2], ARGV[3])
+end
+return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
 

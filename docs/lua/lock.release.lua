@@ -1,7 +1,7 @@
 -- lock.release: generated from django_rlock/core/_protocol (do not edit)
-local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r')
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r', '~t')
 if not mine[1] then
-    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
+    if KEYS[4] and redis.call('hget', KEYS[4], ARGV[1]) == ARGV[3] then
         return 0
     end
     return -1
@@ -17,7 +17,8 @@ if holds > 0 then
 end
 redis.call('del', KEYS[1])
 if KEYS[4] then
-    redis.call('set', KEYS[4], ARGV[3], 'px', 60000)
+    redis.call('hset', KEYS[4], ARGV[1], rid, '~t', mine[3] or '0')
+    redis.call('pexpire', KEYS[4], 60000)
 end
 
 if redis.call('exists', KEYS[3]) == 0 then

@@ -159,10 +159,11 @@ def test_a_call_that_may_be_resent_carries_its_request_id_and_latch(
     script: str, owner: str
 ) -> None:
     call = calls("shop", "order:42", owner)[script]
-    if script == "lock.acquire":
-        # The plain lock's acquire latches in its hash ('~r'): no latch key.
+    if script in ("lock.acquire", "lock.release"):
+        # The plain lock latches in its hash ('~r'), and a final release in
+        # the name's latches hash: no latch key per owner.
         assert call.rid == RID and RID in call.args
-        assert not any(":req:" in key for key in call.keys)
+        assert call.keys[-1].endswith("}:req") and not any(":req:" in key for key in call.keys)
     elif call.rid:
         assert call.rid == RID and RID in call.args
         # The owner's latch: where a resent call finds its request id.

@@ -53,7 +53,12 @@ from __future__ import annotations
 
 from string import Template
 
-from django_rlock.core._protocol.calls import ScriptCall, abandon_call, counter_acquire_keys
+from django_rlock.core._protocol.calls import (
+    ScriptCall,
+    abandon_call,
+    counter_acquire_keys,
+    counter_release_keys,
+)
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
@@ -356,11 +361,15 @@ def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float)
 def fair_release_call(call: ScriptCall, keys: FairKeys) -> ScriptCall:
     """A plain lock's release call on ``keys``, as FAIR_RELEASE takes it.
 
-    Plus the queue, the fencing counter and the entries: a release that frees
-    the lock hands it on.
+    The owner's own request latch (where the plain lock has the name's
+    latches hash), plus the queue, the fencing counter and the entries: a
+    release that frees the lock hands it on.
     """
+    owner = str(call.args[0])
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args, rid=call.rid
+        keys=[*counter_release_keys(keys, owner), keys.queue, keys.fence, keys.entries],
+        args=call.args,
+        rid=call.rid,
     )
 
 

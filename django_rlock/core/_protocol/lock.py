@@ -79,6 +79,7 @@ from django_rlock.core._protocol.calls import (
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
     REQUEST_LATCH_MS,
+    next_token,
     register_waiter,
     wake_after_release,
 )
@@ -123,22 +124,26 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #   '~t'       the grant's fencing token (TOKEN_FIELD)
 #   '~r'       the holder's last request id (LATCH_FIELD): the request latch of
 #              every call that leaves the owner holding (a grant, a re-entry, a
-#              release that leaves holds), read back with the owner's field by
-#              one HMGET
+#              release that leaves holds), read with the owner's field by one
+#              HMGET
 #   '~holder', '~since'  who holds it, for operators (core/holder.py)
 # (owner ids never start with '~'). They are renewed, expire and are deleted
-# with the lock. The only key a cycle leaves behind is the final release's
-# latch (KEYS[4] of RELEASE), which a resend of that release must find after
-# the hash is gone.
+# with the lock. What a final release must leave behind goes to one hash per
+# name, ``<lock>:req`` (names.LockKeys.latches), for REQUEST_LATCH_MS: the
+# releasing owner -> its request id (a resend of that release, which finds
+# the lock hash gone or another owner's, must still be told it was applied),
+# and '~t', the released token (the next grant's token is above it even if
+# the server's clock stepped back meanwhile). Nothing else outlives a lock.
 
-#: The lock hash's field holding the current grant's fencing token.
+#: The lock hash's field holding the current grant's fencing token (also the
+#: last released token, in the name's latches hash).
 TOKEN_FIELD = "~t"
 
 #: The lock hash's field holding the holder's last request id (its request latch).
 LATCH_FIELD = "~r"
 
 
-# KEYS[1] lock hash, KEYS[2] waiting set
+# KEYS[1] lock hash, KEYS[2] waiting set, KEYS[3] the name's latches (last token)
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
@@ -152,16 +157,15 @@ LATCH_FIELD = "~r"
 #   deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
-#   the branch. A new grant's token is the server's clock in microseconds: a
-#   new grant finds no hash, so no token of a live grant of this name, and
-#   every earlier grant of it took an earlier clock reading (each one ran in
-#   a script of its own, before the release that let this one in), so tokens
-#   keep increasing with no counter to keep, also when Redis loses every key
-#   (a restart without persistence, FLUSHALL, a failover). The token lives in
-#   the hash ('~t') while the lock is held. A re-entry keeps the token, adds
-#   one hold, and never shortens the key's life (a short lease inside a
-#   watchdog hold must not expire the outer hold). A granted waiter leaves
-#   the waiting set.
+#   the branch. A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), the last token being the one a final release left in
+#   KEYS[3] (a new grant finds no hash, so no live grant's token): tokens
+#   keep increasing when Redis loses every key (a restart without
+#   persistence, FLUSHALL, a failover), and when the clock steps back within
+#   a minute of a release. The token lives in the hash ('~t') while the lock
+#   is held. A re-entry keeps the token, adds one hold, and never shortens
+#   the key's life (a short lease inside a watchdog hold must not expire the
+#   outer hold). A granted waiter leaves the waiting set.
 #   A resent call that was already granted (the hash's '~r' holds its request
 #   id) changes nothing and returns the same {token, holds} with the PTTL left
 #   now: the grant happened at the first call, not at the resend. Only the
@@ -199,21 +203,21 @@ if mine[1] then
     return {token, holds, left}
 end
 if redis.call('exists', KEYS[1]) == 0 then
-    local clock = redis.call('time')
-    local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    local fence = string.format('%.0f', token)
-    if ARGV[8] and ARGV[8] ~= '' then
-        local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-        redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5],
-                   '~holder', ARGV[8], '~since', string.format('%.0f', since))
-    else
-        redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5])
-    end
-    redis.call('pexpire', KEYS[1], ttl)
-    if ARGV[3] ~= '' then
-        redis.call('zrem', KEYS[2], ARGV[3])
-    end
-    return {token, 1, ttl}
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + next_token(counter="KEYS[3]", field=TOKEN_FIELD)
+    + Template("""local fence = string.format('%.0f', token)
+if ARGV[8] and ARGV[8] ~= '' then
+    local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5],
+               '~holder', ARGV[8], '~since', string.format('%.0f', since))
+else
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5])
+end
+redis.call('pexpire', KEYS[1], ttl)
+if ARGV[3] ~= '' then
+    redis.call('zrem', KEYS[2], ARGV[3])
+end
+return {token, 1, ttl}
 end
 local pttl = redis.call('pttl', KEYS[1])
 """).substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
@@ -222,7 +226,7 @@ local pttl = redis.call('pttl', KEYS[1])
 
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's release latch (names.LockKeys.latch)
+# KEYS[4] (optional) the name's latches (names.LockKeys.latches)
 # ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
 # ARGV[3] (with KEYS[4]) this call's request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
@@ -234,9 +238,10 @@ local pttl = redis.call('pttl', KEYS[1])
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
 #   taken the lock since). A release that leaves holds keeps its request id
-#   in the hash ('~r', as ACQUIRE does); only a final release, which deletes
-#   the hash, writes its id to KEYS[4], a key of the owner's own that outlives
-#   the lock by REQUEST_LATCH_MS: the one thing a lock cycle leaves behind.
+#   in the hash ('~r', as ACQUIRE does); a final release, which deletes the
+#   hash, writes its id under the owner in KEYS[4], with the released token
+#   as '~t', and gives KEYS[4] REQUEST_LATCH_MS to live: the one thing a lock
+#   cycle leaves behind.
 #
 # Why publishing only to a registered waiter wakes everyone who needs it. A
 #   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
@@ -268,9 +273,9 @@ local pttl = redis.call('pttl', KEYS[1])
 #   ABANDON hands a wake-up on only while the set has members.
 RELEASE = (
     Template("""
-local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch')
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
 if not mine[1] then
-    if KEYS[4] and redis.call('get', KEYS[4]) == ARGV[3] then
+    if KEYS[4] and redis.call('hget', KEYS[4], ARGV[1]) == ARGV[3] then
         return 0
     end
     return -1
@@ -286,9 +291,10 @@ if holds > 0 then
 end
 redis.call('del', KEYS[1])
 if KEYS[4] then
-    redis.call('set', KEYS[4], ARGV[3], 'px', $latch_ms)
+    redis.call('hset', KEYS[4], ARGV[1], rid, '$token', mine[3] or '0')
+    redis.call('pexpire', KEYS[4], $latch_ms)
 end
-""").substitute(latch=LATCH_FIELD, latch_ms=REQUEST_LATCH_MS)
+""").substitute(latch=LATCH_FIELD, token=TOKEN_FIELD, latch_ms=REQUEST_LATCH_MS)
     + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
 )
 

@@ -47,25 +47,35 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
 
-# Expects $counter the fencing counter (KEYS[2] in a new grant). Defines
-# `clock` (the TIME reply) and `token`: the next fencing token, max(last + 1,
-# the server's time in microseconds). It fits a Lua number (a double, exact
+# Expects $counter the fencing counter (KEYS[2] in a new grant), read as
+# $last (GET, or HGET of a field when the last token is a hash's field).
+# Defines `clock` (the TIME reply) and `token`: the next fencing token,
+# max(last + 1, the server's time in microseconds). It fits a Lua number (a double, exact
 # below 2^53, which the clock reaches in the year 2255), a signed 64-bit
 # integer and a Postgres bigint; whoever stores it writes it with '%.0f', as
 # Lua would write a number this large as '1.7e+15'.
 _NEXT_TOKEN = Template("""
 local clock = redis.call('time')
 local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = tonumber(redis.call('get', $counter) or '0') or 0
+local last = tonumber($last or '0') or 0
 if token <= last then
     token = last + 1
 end
 """)
 
 
-def next_token(*, counter: str = "KEYS[2]") -> str:
-    """Define ``token``, the next fencing token after the one in the key ``counter``."""
-    return _NEXT_TOKEN.substitute(counter=counter)
+def next_token(*, counter: str = "KEYS[2]", field: str | None = None) -> str:
+    """Define ``token``, the next fencing token after the one in the key ``counter``.
+
+    ``field``: the last token is that field of the hash ``counter`` (None: the
+    key is a plain counter).
+    """
+    last = (
+        f"redis.call('get', {counter})"
+        if field is None
+        else f"redis.call('hget', {counter}, '{field}')"
+    )
+    return _NEXT_TOKEN.substitute(last=last)
 
 
 #: The token of the current grant, as a Lua expression: the fencing counter
