@@ -3,14 +3,15 @@ local ttl = tonumber(ARGV[2])
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '~t') == ARGV[7] then
     redis.call('del', KEYS[1])
 end
+local rid = ARGV[5] or ''
 local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r', '~t')
 if mine[1] then
     local token = tonumber(mine[3] or '0')
-    if ARGV[5] ~= '' and mine[2] == ARGV[5] then
+    if rid ~= '' and mine[2] == rid then
         return {token, tonumber(mine[1]), redis.call('pttl', KEYS[1])}
     end
     local holds = tonumber(mine[1]) + 1
-    redis.call('hset', KEYS[1], ARGV[1], holds, '~r', ARGV[5])
+    redis.call('hset', KEYS[1], ARGV[1], holds, '~r', rid)
     local left = redis.call('pttl', KEYS[1])
     if left < ttl then
         redis.call('pexpire', KEYS[1], ttl)
@@ -29,10 +30,10 @@ end
 local fence = string.format('%.0f', token)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5],
+    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', rid,
                '~holder', ARGV[8], '~since', string.format('%.0f', since))
 else
-    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', ARGV[5])
+    redis.call('hset', KEYS[1], ARGV[1], 1, '~t', fence, '~r', rid)
 end
 redis.call('pexpire', KEYS[1], ttl)
 if ARGV[3] ~= '' then

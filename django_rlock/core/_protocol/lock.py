@@ -187,14 +187,15 @@ local ttl = tonumber(ARGV[2])
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '$token') == ARGV[7] then
     redis.call('del', KEYS[1])
 end
+local rid = ARGV[5] or ''
 local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
 if mine[1] then
     local token = tonumber(mine[3] or '0')
-    if ARGV[5] ~= '' and mine[2] == ARGV[5] then
+    if rid ~= '' and mine[2] == rid then
         return {token, tonumber(mine[1]), redis.call('pttl', KEYS[1])}
     end
     local holds = tonumber(mine[1]) + 1
-    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', ARGV[5])
+    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
     local left = redis.call('pttl', KEYS[1])
     if left < ttl then
         redis.call('pexpire', KEYS[1], ttl)
@@ -208,10 +209,10 @@ if redis.call('exists', KEYS[1]) == 0 then
     + Template("""local fence = string.format('%.0f', token)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5],
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid,
                '~holder', ARGV[8], '~since', string.format('%.0f', since))
 else
-    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', ARGV[5])
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid)
 end
 redis.call('pexpire', KEYS[1], ttl)
 if ARGV[3] ~= '' then
