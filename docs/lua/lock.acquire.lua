@@ -4,22 +4,23 @@ if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '~t') == ARGV[7
     redis.call('del', KEYS[1])
 end
 local rid = ARGV[5] or ''
-local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r', '~t')
-if mine[1] then
-    local token = tonumber(mine[3] or '0')
-    if rid ~= '' and mine[2] == rid then
-        return {token, tonumber(mine[1]), redis.call('pttl', KEYS[1])}
+local pttl = redis.call('pttl', KEYS[1])
+if pttl ~= -2 then
+    local mine = redis.call('hmget', KEYS[1], ARGV[1], '~r', '~t')
+    if mine[1] then
+        local token = tonumber(mine[3] or '0')
+        if rid ~= '' and mine[2] == rid then
+            return {token, tonumber(mine[1]), pttl}
+        end
+        local holds = tonumber(mine[1]) + 1
+        redis.call('hset', KEYS[1], ARGV[1], holds, '~r', rid)
+        if pttl < ttl then
+            redis.call('pexpire', KEYS[1], ttl)
+            pttl = ttl
+        end
+        return {token, holds, pttl}
     end
-    local holds = tonumber(mine[1]) + 1
-    redis.call('hset', KEYS[1], ARGV[1], holds, '~r', rid)
-    local left = redis.call('pttl', KEYS[1])
-    if left < ttl then
-        redis.call('pexpire', KEYS[1], ttl)
-        left = ttl
-    end
-    return {token, holds, left}
-end
-if redis.call('exists', KEYS[1]) == 0 then
+else
 
 local clock = redis.call('time')
 local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -41,7 +42,6 @@ if ARGV[3] ~= '' then
 end
 return {token, 1, ttl}
 end
-local pttl = redis.call('pttl', KEYS[1])
 
 if ARGV[3] ~= '' then
 

@@ -33,12 +33,12 @@ end
 local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
-redis.call('del', KEYS[3])
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     redis.call('hset', KEYS[3], '~t', fence, '~holder', ARGV[8],
                '~since', string.format('%.0f', since))
 else
+    redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], '~t', fence)
 end
 redis.call('pexpire', KEYS[3], ttl)

@@ -13,10 +13,12 @@ if holds > 0 then
     return holds
 end
 redis.call('del', KEYS[1])
-local fence = redis.call('hget', KEYS[3], '~t')
 local life = redis.call('pttl', KEYS[3])
-if fence and life > 0 and (tonumber(redis.call('get', KEYS[4]) or '0') or 0) <= tonumber(fence) then
-    redis.call('set', KEYS[4], fence, 'px', life)
+if life > 0 and redis.call('pexpire', KEYS[4], life) == 0 then
+    local fence = redis.call('hget', KEYS[3], '~t')
+    if fence then
+        redis.call('set', KEYS[4], fence, 'px', life)
+    end
 end
 redis.call('del', KEYS[3])
 redis.call(ARGV[2], KEYS[2], '0')

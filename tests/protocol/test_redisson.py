@@ -95,6 +95,7 @@ def test_the_hash_holds_owner_fields_only_and_releases_say_zero() -> None:
     assert "KEYS[2], '0')" in RELEASE and "KEYS[2], '0')" in FORCE_RELEASE
     # Redisson's counter expires with the grant, and is set again when this side lets go.
     assert "redis.call('set', KEYS[2], fence, 'px', ttl)\n" in ACQUIRE
+    assert "redis.call('pexpire', KEYS[4], life)" in RELEASE
     assert "redis.call('set', KEYS[4], fence, 'px', life)\n" in RELEASE
 
 

@@ -157,7 +157,8 @@ LATCH_FIELD = "~r"
 #   deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
-#   the branch. A new grant's token is max(last token + 1, the server's clock
+#   the branch (one PTTL, read first, tells a free lock, -2, from a held one
+#   and is the life reported). A new grant's token is max(last token + 1, the server's clock
 #   in microseconds), the last token being the one a final release left in
 #   KEYS[3] (a new grant finds no hash, so no live grant's token): tokens
 #   keep increasing when Redis loses every key (a restart without
@@ -188,22 +189,23 @@ if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '$token') == AR
     redis.call('del', KEYS[1])
 end
 local rid = ARGV[5] or ''
-local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
-if mine[1] then
-    local token = tonumber(mine[3] or '0')
-    if rid ~= '' and mine[2] == rid then
-        return {token, tonumber(mine[1]), redis.call('pttl', KEYS[1])}
+local pttl = redis.call('pttl', KEYS[1])
+if pttl ~= -2 then
+    local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
+    if mine[1] then
+        local token = tonumber(mine[3] or '0')
+        if rid ~= '' and mine[2] == rid then
+            return {token, tonumber(mine[1]), pttl}
+        end
+        local holds = tonumber(mine[1]) + 1
+        redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+        if pttl < ttl then
+            redis.call('pexpire', KEYS[1], ttl)
+            pttl = ttl
+        end
+        return {token, holds, pttl}
     end
-    local holds = tonumber(mine[1]) + 1
-    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
-    local left = redis.call('pttl', KEYS[1])
-    if left < ttl then
-        redis.call('pexpire', KEYS[1], ttl)
-        left = ttl
-    end
-    return {token, holds, left}
-end
-if redis.call('exists', KEYS[1]) == 0 then
+else
 """).substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
     + next_token(counter="KEYS[3]", field=TOKEN_FIELD)
     + Template("""local fence = string.format('%.0f', token)
@@ -220,7 +222,6 @@ if ARGV[3] ~= '' then
 end
 return {token, 1, ttl}
 end
-local pttl = redis.call('pttl', KEYS[1])
 """).substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
     + register_waiter(waiters="KEYS[2]")
 )

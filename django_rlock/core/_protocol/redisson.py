@@ -198,12 +198,12 @@ _NEW_GRANT = Template(
 local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
-redis.call('del', KEYS[3])
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     redis.call('hset', KEYS[3], '$token', fence, '~holder', ARGV[8],
                '~since', string.format('%.0f', since))
 else
+    redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], '$token', fence)
 end
 redis.call('pexpire', KEYS[3], ttl)
@@ -247,15 +247,18 @@ return redis.call('pttl', KEYS[1])
 #   ARGV[3] (with KEYS[5]) request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
 #   owner's holds left (a resend reports, as lock.RELEASE). At 0 the lock and
-#   KEYS[3] are deleted, the counter is set to at least the released token
-#   with what was left of the lock's life (it may have expired during a long
-#   hold: Redisson's next INCR must continue above this side's tokens), and
+#   KEYS[3] are deleted, the counter gets what was left of the lock's life,
+#   or, when it expired during a long hold, is set again to the released
+#   token (Redisson's next INCR must continue above this side's tokens; while
+#   this side held the lock, nobody else wrote the counter), and
 #   Redisson's UNLOCK_MESSAGE, '0', is published, waiters or not: Redisson's
 #   waiters register nowhere.
-RELEASE = release_one(latch="5") + Template("""local fence = redis.call('hget', KEYS[3], '$token')
-local life = redis.call('pttl', KEYS[3])
-if fence and life > 0 and (tonumber(redis.call('get', KEYS[4]) or '0') or 0) <= tonumber(fence) then
-    redis.call('set', KEYS[4], fence, 'px', life)
+RELEASE = release_one(latch="5") + Template("""local life = redis.call('pttl', KEYS[3])
+if life > 0 and redis.call('pexpire', KEYS[4], life) == 0 then
+    local fence = redis.call('hget', KEYS[3], '$token')
+    if fence then
+        redis.call('set', KEYS[4], fence, 'px', life)
+    end
 end
 redis.call('del', KEYS[3])
 redis.call(ARGV[2], KEYS[2], '$message')
