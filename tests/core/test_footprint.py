@@ -25,31 +25,33 @@ RELEASED_BYTES = 150
 NAME = "order:12345"
 
 
-def footprint(r: redis.Redis) -> dict[bytes, int]:
-    """Every key of the database, with the bytes ``MEMORY USAGE`` counts for it."""
-    return {key: int(r.memory_usage(key, samples=0) or 0) for key in r.keys("*")}
+def footprint(r: redis.Redis, lock_hash: str) -> dict[bytes, int]:
+    """Every key of the lock whose hash is ``lock_hash``, with its ``MEMORY USAGE`` in bytes.
+
+    (Its keys all start with its hash's name; other tests' clients on this
+    server may still be giving back holds of their own.)
+    """
+    return {key: int(r.memory_usage(key, samples=0) or 0) for key in r.keys(f"{lock_hash}*")}
 
 
 def test_a_held_lock_is_one_key_within_its_budget(lock_client: LockClient, r: redis.Redis) -> None:
-    r.flushall()
     lock = lock_client.lock(NAME)
     with lock:
-        held = footprint(r)
+        held = footprint(r, lock.keys.hash)
         assert sum(held.values()) <= HELD_BYTES, held
         assert list(held) == [lock.keys.hash.encode()], held
         with lock:  # a re-entry adds nothing
-            assert footprint(r).keys() == held.keys()
+            assert footprint(r, lock.keys.hash).keys() == held.keys()
 
 
 def test_a_released_name_leaves_one_key_within_its_budget_and_for_a_minute(
     lock_client: LockClient, r: redis.Redis
 ) -> None:
-    r.flushall()
     lock = lock_client.lock(NAME)
     for _ in range(3):  # the same owner, again and again: still one key
         with lock:
             pass
-    left = footprint(r)
+    left = footprint(r, lock.keys.hash)
     assert sum(left.values()) <= RELEASED_BYTES, left
     assert len(left) == 1, left
     (key,) = left
@@ -60,7 +62,6 @@ def test_many_owners_of_one_name_share_its_latches(
     lock_client: LockClient, r: redis.Redis
 ) -> None:
     """Each owner that released a name adds a field to one key, not a key of its own."""
-    r.flushall()
     lock = lock_client.lock(NAME)
 
     def cycle() -> None:
@@ -72,5 +73,5 @@ def test_many_owners_of_one_name_share_its_latches(
         thread.start()
         thread.join(timeout=30)
         assert not thread.is_alive()
-    (key,) = r.keys("*")
+    (key,) = r.keys(f"{lock.keys.hash}*")
     assert r.hlen(key) == 3 + 1  # each owner's request id, and the last token
