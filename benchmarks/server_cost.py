@@ -97,7 +97,9 @@ def ours(url: str) -> Cycle:
     release_sha = admin.script_load(ALLOW_OOM + RELEASE)
     admin.close()
     keys = LockKeys.build("rlock", NAME)
-    sample = acquire_call(keys, OWNER, ttl=30.0, waiter_id="", sleep=0.0, rid="0", holder=describe())
+    sample = acquire_call(
+        keys, OWNER, ttl=30.0, waiter_id="", sleep=0.0, rid="0", holder=describe()
+    )
     acquire_head = (
         _evalsha_head(acquire_sha, 3 + len(sample.keys) + len(sample.args))
         + _bulk(len(sample.keys))
@@ -274,12 +276,14 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Row], str | None]:
         blocks: dict[str, list[Block]] = {library: [] for library in cycles}
         ratios: dict[str, list[float]] = {library: [] for library in cycles if library != OURS}
         for pair in range(args.pairs):
-            for peer in ratios:
+            for peer, peer_ratios in ratios.items():
                 order = [OURS, peer] if pair % 2 == 0 else [peer, OURS]
-                measured = {library: block(admin, cycles[library], args.cycles) for library in order}
+                measured = {
+                    library: block(admin, cycles[library], args.cycles) for library in order
+                }
                 for library, result in measured.items():
                     blocks[library].append(result)
-                ratios[peer].append(measured[OURS].cpu_us / measured[peer].cpu_us)
+                peer_ratios.append(measured[OURS].cpu_us / measured[peer].cpu_us)
         for cycle in cycles.values():
             cycle.close()
         rows = {}

@@ -91,8 +91,10 @@ _PROBE_SECONDS = 5.0
 
 
 def _token(field: str | None, counter: bytes | None) -> int | None:
-    """A lock's last fencing token: its hash's token field, else (a lock a client
-    of an older version granted) its fencing counter."""
+    """A lock's last fencing token: its hash's token field, else its fencing counter.
+
+    (A lock that a client of an older version granted has only the counter.)
+    """
     if field is not None:
         return int(field)
     return None if counter is None else int(counter)

@@ -25,7 +25,7 @@ RELEASED_BYTES = 150
 NAME = "order:12345"
 
 
-def footprint(r: redis.Redis, lock_hash: str) -> dict[bytes, int]:
+def footprint(r: redis.Redis, lock_hash: str) -> dict[bytes | str, int]:
     """Every key of the lock whose hash is ``lock_hash``, with its ``MEMORY USAGE`` in bytes.
 
     (Its keys all start with its hash's name; other tests' clients on this
@@ -58,9 +58,7 @@ def test_a_released_name_leaves_one_key_within_its_budget_and_for_a_minute(
     assert 0 < r.pttl(key) <= 60_000
 
 
-def test_many_owners_of_one_name_share_its_latches(
-    lock_client: LockClient, r: redis.Redis
-) -> None:
+def test_many_owners_of_one_name_share_its_latches(lock_client: LockClient, r: redis.Redis) -> None:
     """Each owner that released a name adds a field to one key, not a key of its own."""
     lock = lock_client.lock(NAME)
 

@@ -138,7 +138,7 @@ def test_without_the_latch_a_lost_reply_double_counts(
     client = retrying_client(proxy.port)
     bare = Script(client, ACQUIRE)
     keys = ["f:{bare}", "f:{bare}:waiters", "f:{bare}:req"]
-    args = ["owner", 30000, "", 0, "", 0, "0", ""]  # ARGV[5] '': no request id
+    args: list[str | int] = ["owner", 30000, "", 0, "", 0, "0", ""]  # ARGV[5] '': no request id
     bare(keys=keys, args=args)
     client.delete(*keys)
     proxy.drop_reply_after(b"EVALSHA")

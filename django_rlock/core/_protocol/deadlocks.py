@@ -88,7 +88,8 @@ MIN_EDGE_LIFE = 2.0
 # The plain lock keeps its token in its hash ('~t'); a sibling kind (and a
 # plain lock an older version granted) in the counter.
 READ_HOLD = """
-return {redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1])}
 """
 
 

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from string import Template
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from string import Template
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -273,8 +273,7 @@ end
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = (
-    Template("""
+RELEASE = Template("""
 local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
 if not mine[1] then
     if KEYS[4] and redis.call('hget', KEYS[4], ARGV[1]) == ARGV[3] then
@@ -296,9 +295,9 @@ if KEYS[4] then
     redis.call('hset', KEYS[4], ARGV[1], rid, '$token', mine[3] or '0')
     redis.call('pexpire', KEYS[4], $latch_ms)
 end
-""").substitute(latch=LATCH_FIELD, token=TOKEN_FIELD, latch_ms=REQUEST_LATCH_MS)
-    + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
-)
+""").substitute(
+    latch=LATCH_FIELD, token=TOKEN_FIELD, latch_ms=REQUEST_LATCH_MS
+) + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
 
 
 # KEYS[2i-1] the i-th lock hash, KEYS[2i] the key that expires with it (a
