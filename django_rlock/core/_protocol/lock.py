@@ -23,13 +23,16 @@ flushed script cache costs one extra round trip and nothing else.
 Lost replies. redis-py resends a command when the connection breaks before
 the reply arrives, but the server may already have run it. Acquire and release
 are therefore made idempotent by a *request latch*: the caller sends a request
-id, unique per call, and the script records it in a key of the owner's own
-(``<lock>:req:<owner>``, same hash slot, :data:`REQUEST_LATCH_MS` to live). A
-resent call finds its id already there and reports the current state instead
-of applying itself twice. The latch is written with ``SET ... GET``, so the
-common path pays one command inside the script and no extra round trip; the
-callers that never resend (RedLock's bounded connections, replica undo) leave
-the latch out.
+id, unique per call, and the script records it where a resend will look. While
+the owner holds the lock, that is a field of the lock's hash (``~r``), written
+by the same HSET that counts the hold and read with the hold count by one
+HMGET; a final release, which deletes the hash, writes it under the owner in
+the name's latches hash (``<lock>:req``, same hash slot,
+:data:`REQUEST_LATCH_MS` to live). A resent call finds its id already there
+and reports the current state instead of applying itself twice, at no extra
+round trip; the callers that never resend (RedLock's bounded connections,
+replica undo) send no request id. The sibling kinds keep a latch key per owner
+(``<hash>:req:<owner>``, written with ``SET ... GET``).
 
 Out of memory. With ``maxmemory`` reached and ``noeviction``, Redis refuses
 commands that may grow memory. Acquire must be refused then (it creates keys),
