@@ -65,7 +65,7 @@ from django_rlock.core._process.holder import (
     read_holder,
 )
 from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
@@ -96,6 +96,16 @@ _SCHEMES = (
 _ASYNC_SCHEMES = ("redis://", "rediss://", "unix://")
 _SCAN_BATCH = 1000
 _PROBE_SECONDS = 5.0
+
+
+def _token(field: str | None, counter: bytes | None) -> int | None:
+    """A lock's last fencing token: its hash's token field, else its fencing counter.
+
+    (A lock that a client of an older version granted has only the counter.)
+    """
+    if field is not None:
+        return int(field)
+    return None if counter is None else int(counter)
 
 
 def _text(value: bytes | str) -> str:
@@ -409,7 +419,7 @@ class RedisLockBackend(BaseLockBackend):
             name=name,
             holders=holders,
             ttl=ttl,
-            token=None if fence is None else int(fence),
+            token=_token(fields.get(TOKEN_FIELD), fence),
             waiters=int(waiters),
             holder=read_holder(fields),
             read_at=_server_time(clock),

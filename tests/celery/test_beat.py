@@ -142,7 +142,7 @@ def check_history(history: list[dict[str, Any]]) -> list[int]:
 def check_left_behind(store: redis.Redis, run: str) -> None:
     """After every beat stopped: no lock, no waiter, no subscriber; the records expire.
 
-    The request latches of the core (``:req:<owner>``, lost-reply protection)
+    The request latches of the core (``<lock>:req``, lost-reply protection)
     live their own 60 s and are not waited for here.
     """
     key = lock_key(run)
@@ -150,7 +150,7 @@ def check_left_behind(store: redis.Redis, run: str) -> None:
     assert store.pubsub_numsub(f"{key}:released")[0][1] == 0
 
     def others() -> list[bytes]:
-        return [k for k in store.scan_iter(match=f"{key}*") if b":req:" not in k]
+        return [k for k in store.scan_iter(match=f"{key}*") if not k.endswith(b":req")]
 
     # An entry's record lives an interval and two watchdog timeouts past its send.
     wait_until(lambda: not others(), "the beat's keys to expire", INTERVAL + 2 * WATCHDOG + 3)

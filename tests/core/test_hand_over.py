@@ -80,8 +80,8 @@ def _hold(r: redis.Redis, owner: str, **fields: str) -> None:
     r.hset("test:{handed}", owner, 1)
     for name, value in fields.items():
         r.hset("test:{handed}", name, value)
+    r.hset("test:{handed}", "~t", 7)  # the grant's token, in its hash
     r.pexpire("test:{handed}", 30_000)
-    r.set("test:{handed}:fence", 7, px=30_000)
 
 
 def test_a_grant_its_waiter_did_not_take_is_confirmed_by_its_next_attempt(
@@ -89,7 +89,7 @@ def test_a_grant_its_waiter_did_not_take_is_confirmed_by_its_next_attempt(
 ) -> None:
     _hold(r, "owner-1", **{"~handoff": "@w:1"})
     scripts = lock_client.scripts[LockScripts]
-    keys = ["test:{handed}", "test:{handed}:fence", "test:{handed}:waiters"]
+    keys = ["test:{handed}", "test:{handed}:waiters", "test:{handed}:req"]
     reply = scripts.acquire(keys=keys, args=["owner-1", 30_000, "@w:1", 1000, "9", 0, "0", ""])
     assert reply == [7, 1, 30_000]  # a new grant: one hold, not a re-entry's second
     assert not r.hexists("test:{handed}", "~handoff")
@@ -126,7 +126,7 @@ def test_a_waiter_that_leaves_takes_its_request_out_of_the_holders_hash(
     scripts = lock_client.scripts[LockScripts]
     keys = ["test:{handed}", "test:{handed}:released", "test:{handed}:waiters"]
     scripts.abandon(keys=keys, args=["@w:2", "publish"])
-    assert r.hkeys("test:{handed}") == [b"owner-1"]  # the holder's own hold is untouched
+    assert sorted(r.hkeys("test:{handed}")) == [b"owner-1", b"~t"]  # the hold is untouched
 
 
 def test_a_waiter_that_waited_past_starving_after_is_handed_the_lock(

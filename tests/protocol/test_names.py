@@ -59,6 +59,7 @@ def test_a_lock_hash_lists_back_as_its_name(name: str, prefix: str) -> None:
         "p:{order}:fence",  # a lock's other keys are not locks
         "p:{order}:waiters",
         "p:{order}:req:owner-1",
+        "p:{order}:req",  # the name's latches after a release
         "q:{order}",  # another prefix
         "p:order",  # no hash tag
         "p:{a}{b}",  # never made by escaping

@@ -85,8 +85,11 @@ MIN_EDGE_LIFE = 2.0
 # KEYS[1] lock hash, KEYS[2] its fencing counter
 # Returns {token or nil, {field, value, ...}}: the lock's grant and its hash,
 # read at one instant (the walk must never pair a holder with another grant's token).
+# The plain lock keeps its token in its hash ('~t'); a sibling kind (and a
+# plain lock an older version granted) in the counter.
 READ_HOLD = """
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1])}
 """
 
 

@@ -53,7 +53,12 @@ from __future__ import annotations
 
 from string import Template
 
-from django_rlock.core._protocol.calls import ScriptCall, abandon_call
+from django_rlock.core._protocol.calls import (
+    ScriptCall,
+    abandon_call,
+    counter_acquire_keys,
+    counter_release_keys,
+)
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.lua import (
     CONFIRM_HANDOFF,
@@ -331,12 +336,15 @@ return 0
 def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float) -> ScriptCall:
     """A plain lock's acquire call (:mod:`~.calls`) as FAIR_ACQUIRE takes it.
 
-    FAIR_ACQUIRE takes the KEYS and ARGV of scripts.ACQUIRE, plus the queue and
-    the handoff entries as its last keys, and the caller's watchdog timeout
-    (the life of a grant handed to it): one builder for both kinds.
+    FAIR_ACQUIRE takes the ARGV of scripts.ACQUIRE, plus the caller's watchdog
+    timeout (the life of a grant handed to it); its KEYS are the hash, its
+    fencing counter, the waiting set and the owner's request latch (the fair
+    lock keeps them apart, where the plain lock keeps counter and latch in its
+    hash), then the queue and the handoff entries: one builder for both kinds.
     """
+    owner = str(call.args[0])
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.entries],
+        keys=[*counter_acquire_keys(keys, owner), keys.queue, keys.entries],
         args=[*call.args, milliseconds(watchdog_timeout)],
         rid=call.rid,
     )
@@ -345,11 +353,15 @@ def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float)
 def fair_release_call(call: ScriptCall, keys: FairKeys) -> ScriptCall:
     """A plain lock's release call on ``keys``, as FAIR_RELEASE takes it.
 
-    Plus the queue, the fencing counter and the entries: a release that frees
-    the lock hands it on.
+    The owner's own request latch (where the plain lock has the name's
+    latches hash), plus the queue, the fencing counter and the entries: a
+    release that frees the lock hands it on.
     """
+    owner = str(call.args[0])
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args, rid=call.rid
+        keys=[*counter_release_keys(keys, owner), keys.queue, keys.fence, keys.entries],
+        args=call.args,
+        rid=call.rid,
     )
 
 

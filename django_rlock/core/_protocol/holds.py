@@ -88,7 +88,8 @@ class Hold:
 
     name: str
     key: str
-    #: The lock's fencing counter key: renewals give it the lock's expiry.
+    #: The key renewals give the lock's expiry too: a sibling kind's fencing counter
+    #: (the plain lock keeps its token in its hash, and names the hash again).
     fence: str
     owner: str
     token: int

@@ -23,13 +23,16 @@ flushed script cache costs one extra round trip and nothing else.
 Lost replies. redis-py resends a command when the connection breaks before
 the reply arrives, but the server may already have run it. Acquire and release
 are therefore made idempotent by a *request latch*: the caller sends a request
-id, unique per call, and the script records it in a key of the owner's own
-(``<lock>:req:<owner>``, same hash slot, :data:`REQUEST_LATCH_MS` to live). A
-resent call finds its id already there and reports the current state instead
-of applying itself twice. The latch is written with ``SET ... GET``, so the
-common path pays one command inside the script and no extra round trip; the
-callers that never resend (RedLock's bounded connections, replica undo) leave
-the latch out.
+id, unique per call, and the script records it where a resend will look. While
+the owner holds the lock, that is a field of the lock's hash (``~r``), written
+by the same HSET that counts the hold and read with the hold count by one
+HMGET; a final release, which deletes the hash, writes it under the owner in
+the name's latches hash (``<lock>:req``, same hash slot,
+:data:`REQUEST_LATCH_MS` to live). A resent call finds its id already there
+and reports the current state instead of applying itself twice, at no extra
+round trip; the callers that never resend (RedLock's bounded connections,
+replica undo) send no request id. The sibling kinds keep a latch key per owner
+(``<hash>:req:<owner>``, written with ``SET ... GET``).
 
 Out of memory. With ``maxmemory`` reached and ``noeviction``, Redis refuses
 commands that may grow memory. Acquire must be refused then (it creates keys),
@@ -48,6 +51,7 @@ import itertools
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from string import Template
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -77,14 +81,11 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
-    CONFIRM_HANDOFF,
-    CURRENT_TOKEN,
+    REQUEST_LATCH_MS,
     STARVING_AFTER_MS,
-    drop_lost_grant,
-    new_grant,
+    next_token,
     register_waiter,
     release_and_hand_over,
-    report_or_reenter,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -125,7 +126,7 @@ STARVING_AFTER = STARVING_AFTER_MS / 1000
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget",
 )  # fmt: skip
 
 
@@ -133,43 +134,72 @@ SCRIPT_COMMANDS = (
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 
-# KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# The lock's hash keeps, beside its owner's field (owner id -> hold count),
+# what the lock needs while it is held, so that a held lock is one key:
+#   '~t'       the grant's fencing token (TOKEN_FIELD)
+#   '~r'       the holder's last request id (LATCH_FIELD): the request latch of
+#              every call that leaves the owner holding (a grant, a re-entry, a
+#              release that leaves holds), read with the owner's field by one
+#              HMGET
+#   '~holder', '~since'  who holds it, for operators (core/holder.py)
+# (owner ids never start with '~'). They are renewed, expire and are deleted
+# with the lock. What a final release must leave behind goes to one hash per
+# name, ``<lock>:req`` (names.LockKeys.latches), for REQUEST_LATCH_MS: the
+# releasing owner -> its request id (a resend of that release, which finds
+# the lock hash gone or another owner's, must still be told it was applied),
+# and '~t', the released token (the next grant's token is above it even if
+# the server's clock stepped back meanwhile). Nothing else outlives a lock.
+
+#: The lock hash's field holding the current grant's fencing token (also the
+#: last released token, in the name's latches hash).
+TOKEN_FIELD = "~t"
+
+#: The lock hash's field holding the holder's last request id (its request latch).
+LATCH_FIELD = "~r"
+
+
+# KEYS[1] lock hash, KEYS[2] waiting set, KEYS[3] the name's latches (last token)
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
 #   negated by a waiter that says it starves (woken and lost, or waited past
 #   STARVING_AFTER),
-# ARGV[5] (with KEYS[4]) this call's request id,
+# ARGV[5] this call's request id ('' for a caller that never resends),
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
 #   only whether there are any matters), ARGV[7] the token of those holds,
 # ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
 #   '' for none): a new grant stores it in the hash as '~holder', with the
-#   server's clock in ms as '~since' (owner ids never start with '~'), so it
-#   is renewed, expires and is deleted with the lock, at no round trip
+#   server's clock in ms as '~since', so it is renewed, expires and is
+#   deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
-#   the branch. A new grant's token is max(last token + 1, the server's clock
-#   in microseconds), so tokens keep increasing when Redis loses the counter
-#   (a restart without persistence, FLUSHALL, a failover), and the counter
-#   expires with the lock: whenever the lock's expiry is set, the counter's is
-#   set to the same. A re-entry keeps the current token, adds one hold, and
-#   never shortens the key's life (a short lease inside a watchdog hold must
-#   not expire the outer hold). A granted waiter leaves the waiting set.
-#   A resent call that was already granted (its latch holds its request id)
-#   changes nothing and returns the same {token, holds} with the PTTL left
+#   the branch (one PTTL, read first, tells a free lock, -2, from a held one
+#   and is the life reported). A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), the last token being the one a final release left in
+#   KEYS[3] (a new grant finds no hash, so no live grant's token): tokens
+#   keep increasing when Redis loses every key (a restart without
+#   persistence, FLUSHALL, a failover), and when the clock steps back within
+#   a minute of a release. The token lives in the hash ('~t') while the lock
+#   is held. A re-entry keeps the token, adds one hold, and never shortens
+#   the key's life (a short lease inside a watchdog hold must not expire the
+#   outer hold). A granted waiter leaves the waiting set.
+#   A resent call that was already granted (the hash's '~r' holds its request
+#   id) changes nothing and returns the same {token, holds} with the PTTL left
 #   now: the grant happened at the first call, not at the resend. Only the
-#   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   re-entry branch can see such a resend: a first grant makes the owner a
+#   holder, and only the holder writes '~r'.
 #   Holds the client has declared lost (ARGV[6]) may still be on the server (a
 #   loss declared on the local deadline while the key lived on): while the
-#   token is still theirs, all of the owner's holds are taken off first (also
-#   re-entries the server applied but whose replies were lost), before the
-#   request latch is read, so the call is a new grant with a new token, never a
-#   re-entry of a hold its owner was told is gone, nor a report of one.
+#   token is still theirs, the hash is the lost grant's (the lock is
+#   exclusive) and goes first, with every hold of the owner (also re-entries
+#   the server applied but whose replies were lost), before the latch is
+#   read, so the call is a new grant with a new token, never a re-entry of a
+#   hold its owner was told is gone, nor a report of one.
 #   A lock handed to the caller by a release (the hash's '~handoff' is its
 #   waiter id, RELEASE) whose message it did not take is confirmed: a new
-#   grant {token, 1, pttl} with the caller's own expiry (lua.CONFIRM_HANDOFF).
+#   grant {token, 1, ttl} with the caller's own expiry; any other call of the
+#   owner finds the marker done and clears it.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
 #   waiting set until just after its sleep ends, so a release can wake it,
@@ -177,25 +207,60 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #   id>': owner, life, since when it waits, description), which goes with
 #   that hash: the release hands the lock to it if it starves by then.
 ACQUIRE = (
-    """
+    Template("""
 local ttl = tonumber(ARGV[2])
-"""
-    + drop_lost_grant("~handoff")
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=CONFIRM_HANDOFF)
-    + """
-if redis.call('exists', KEYS[1]) == 0 then
-"""
-    + new_grant(latch="4")
-    + """
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '$token') == ARGV[7] then
+    redis.call('del', KEYS[1])
 end
+local rid = ARGV[5] or ''
 local pttl = redis.call('pttl', KEYS[1])
-"""
-    + register_waiter(hand_over=True)
+if pttl ~= -2 then
+    local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token', '~handoff')
+    if mine[1] then
+        local token = tonumber(mine[3] or '0')
+        if rid ~= '' and mine[2] == rid then
+            return {token, tonumber(mine[1]), pttl}
+        end
+        if mine[4] then
+            redis.call('hdel', KEYS[1], '~handoff')
+            if mine[4] == ARGV[3] then
+                redis.call('hset', KEYS[1], '$latch', rid)
+                redis.call('pexpire', KEYS[1], ttl)
+                return {token, 1, ttl}
+            end
+        end
+        local holds = tonumber(mine[1]) + 1
+        redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+        if pttl < ttl then
+            redis.call('pexpire', KEYS[1], ttl)
+            pttl = ttl
+        end
+        return {token, holds, pttl}
+    end
+else
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + next_token(counter="KEYS[3]", field=TOKEN_FIELD)
+    + Template("""local fence = string.format('%.0f', token)
+if ARGV[8] and ARGV[8] ~= '' then
+    local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid,
+               '~holder', ARGV[8], '~since', string.format('%.0f', since))
+else
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid)
+end
+redis.call('pexpire', KEYS[1], ttl)
+if ARGV[3] ~= '' then
+    redis.call('zrem', KEYS[2], ARGV[3])
+end
+return {token, 1, ttl}
+end
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + register_waiter(waiters="KEYS[2]", hand_over=True)
 )
 
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# KEYS[4] (optional) the name's latches (names.LockKeys.latches)
 # ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
 # ARGV[3] (with KEYS[4]) this call's request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
@@ -209,11 +274,15 @@ local pttl = redis.call('pttl', KEYS[1])
 #   on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
-#   taken the lock since).
+#   taken the lock since). A release that leaves holds keeps its request id
+#   in the hash ('~r', as ACQUIRE does); a final release, which deletes the
+#   hash, writes its id under the owner in KEYS[4], with the released token
+#   as '~t', and gives KEYS[4] REQUEST_LATCH_MS to live: the one thing a lock
+# cycle leaves behind.
 #   Hand-over (lua._HAND_OVER): when that first waiter starves (its
 #   '~w:<id>' request in the hash being released says so, or is
-#   STARVING_AFTER old) and has a wake name, the
-#   release grants it the lock (next token, its life and description, marked
+#   STARVING_AFTER old) and has a wake name, the release grants it the lock
+#   (the next token after the released one, its life and description, marked
 #   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
 #   grant stands only if a subscriber heard it, else the next waiter is woken.
 #   A release that hands over wakes the new holder, not a retry: the argument
@@ -256,10 +325,35 @@ local pttl = redis.call('pttl', KEYS[1])
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = release_and_hand_over(latch="4")
+RELEASE = Template("""
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
+if not mine[1] then
+    if KEYS[4] and redis.call('hget', KEYS[4], ARGV[1]) == ARGV[3] then
+        return 0
+    end
+    return -1
+end
+local rid = ARGV[3] or ''
+if rid ~= '' and mine[2] == rid then
+    return tonumber(mine[1])
+end
+local holds = tonumber(mine[1]) - 1
+if holds > 0 then
+    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+    return holds
+end
+if KEYS[4] then
+    redis.call('hset', KEYS[4], ARGV[1], rid, '$token', mine[3] or '0')
+    redis.call('pexpire', KEYS[4], $latch_ms)
+end
+""").substitute(
+    latch=LATCH_FIELD, token=TOKEN_FIELD, latch_ms=REQUEST_LATCH_MS
+) + release_and_hand_over(last="mine[3]", token_field=TOKEN_FIELD)
 
 
-# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] the key that expires with it (a
+#   sibling kind's fencing counter; the lock hash again for the plain lock,
+#   whose token is in its hash: not expired twice)
 # ARGV[1] expiry in milliseconds,
 # ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
 #   grant it has just made), '0' to never shorten a key's life (the watchdog:
@@ -267,7 +361,7 @@ RELEASE = release_and_hand_over(latch="4")
 # ARGV[2+i] owner id of the i-th lock
 # Returns one integer per lock: the key's PTTL in ms after the call (> 0:
 #   renewed; the caller's deadline is its send time + it), or 0 when the owner
-#   no longer holds it (lost). The counter gets the same expiry as the lock.
+#   no longer holds it (lost). The key beside it gets the same expiry.
 RENEW = """
 local ttl = tonumber(ARGV[1])
 local exact = ARGV[2] == '1'
@@ -278,7 +372,9 @@ for i = 1, #KEYS / 2 do
         local pttl = redis.call('pttl', key)
         if exact or pttl < ttl then
             redis.call('pexpire', key, ttl)
-            redis.call('pexpire', fence, ttl)
+            if fence ~= key then
+                redis.call('pexpire', fence, ttl)
+            end
             pttl = ttl
         end
         left[i] = pttl
@@ -585,12 +681,18 @@ class LockBase:
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The key that counts ``owner``'s holds, and the key renewed with it.
 
-        A lock counts every owner's holds in its one hash, renewed with its
-        fencing counter. A sibling may count each owner's holds in a key of the
-        owner's own (a semaphore's permits): the registry, the watchdog and the
-        renew script work per hold on whatever keys this names.
+        A lock counts every owner's holds in its one hash. The plain lock of
+        the default layout keeps its fencing token in that hash too, so the
+        hash is named twice (RENEW expires it once); a sibling kind's hash is
+        renewed with its fencing counter, and a sibling may count each owner's
+        holds in a key of the owner's own (a semaphore's permits): the
+        registry, the watchdog and the renew script work per hold on whatever
+        keys this names.
         """
-        return self.keys.hash, self.keys.fence
+        keys = self.keys
+        if self.kind == "lock" and self.layout == RLOCK:
+            return keys.hash, keys.hash
+        return keys.hash, keys.fence
 
     def _plan(
         self, blocking: bool, timeout: float | None, lease: float | None

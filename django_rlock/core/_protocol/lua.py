@@ -48,25 +48,35 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
 
-# Expects $counter the fencing counter (KEYS[2] in a new grant). Defines
-# `clock` (the TIME reply) and `token`: the next fencing token, max(last + 1,
-# the server's time in microseconds). It fits a Lua number (a double, exact
+# Expects $counter the fencing counter (KEYS[2] in a new grant), read as
+# $last (GET, or HGET of a field when the last token is a hash's field).
+# Defines `clock` (the TIME reply) and `token`: the next fencing token,
+# max(last + 1, the server's time in microseconds). It fits a Lua number (a double, exact
 # below 2^53, which the clock reaches in the year 2255), a signed 64-bit
 # integer and a Postgres bigint; whoever stores it writes it with '%.0f', as
 # Lua would write a number this large as '1.7e+15'.
 _NEXT_TOKEN = Template("""
 local clock = redis.call('time')
 local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = tonumber(redis.call('get', $counter) or '0') or 0
+local last = tonumber($last or '0') or 0
 if token <= last then
     token = last + 1
 end
 """)
 
 
-def next_token(*, counter: str = "KEYS[2]") -> str:
-    """Define ``token``, the next fencing token after the one in the key ``counter``."""
-    return _NEXT_TOKEN.substitute(counter=counter)
+def next_token(*, counter: str = "KEYS[2]", field: str | None = None) -> str:
+    """Define ``token``, the next fencing token after the one in the key ``counter``.
+
+    ``field``: the last token is that field of the hash ``counter`` (None: the
+    key is a plain counter).
+    """
+    last = (
+        f"redis.call('get', {counter})"
+        if field is None
+        else f"redis.call('hget', {counter}, '{field}')"
+    )
+    return _NEXT_TOKEN.substitute(last=last)
 
 
 #: The token of the current grant, as a Lua expression: the fencing counter
@@ -407,29 +417,26 @@ def wake_after_release(*, waiters: str, channel: str, everyone: bool = False) ->
     return _WAKE_AFTER_RELEASE.substitute(waiters=waiters, publish=publish)
 
 
-# KEYS[1] the lock hash, KEYS[2] its release channel, KEYS[3] its waiting
-# set, ARGV[2] the publish command; after release_hold, with `holds` the
-# owner's holds left (scripts.RELEASE). The plain lock's full release: the
-# lock is freed, and the registered waiter whose sleep ends first (expired
-# registrations dropped) is woken on its wake channel (publish_to_waiter) or,
-# when it is *starving* (register_waiter's '~w:<waiter id>' field of the
-# hash says it starves, or has waited STARVING_AFTER_MS under this holder)
-# and has a wake name, handed the lock:
-# a new grant to its owner in the release itself (the fencing counter, the
-# hash KEYS[1] .. ':fence', gives the next token), for the life it asked for,
-# with its description, marked '~handoff' = its waiter id, the waiter out of
-# the set. The message on its wake channel is "<waiter id> <token>"; its
+# KEYS[1] the lock hash (still there), KEYS[2] its release channel, KEYS[3]
+# its waiting set, ARGV[2] the publish command; after the owner's last hold
+# went (scripts.RELEASE), with $last the released grant's token. The plain
+# lock's full release: the lock is freed, and the registered waiter whose sleep
+# ends first (expired registrations dropped) is woken on its wake channel
+# (publish_to_waiter) or, when it is *starving* (register_waiter's
+# '~w:<waiter id>' field of the hash says it starves, or has waited
+# STARVING_AFTER_MS under this holder) and has a wake name, handed the lock:
+# a new grant to its owner in the release itself (the next token after $last,
+# next_token's rule, kept in the hash's $token_field), for the life it asked
+# for, with its description, marked '~handoff' = its waiter id, the waiter out
+# of the set. The message on its wake channel is "<waiter id> <token>"; its
 # waiter holds when it reads it, with no acquire call (or, when it does not
-# take it, its next attempt confirms it: CONFIRM_HANDOFF). The grant is made
+# take it, its next attempt confirms it: scripts.ACQUIRE). The grant is made
 # only if the publish reached a subscriber: a waiter whose process is gone
 # (its connection, hence its subscription, closed with it) is not handed the
 # lock; it leaves the set, and the next waiter is woken instead.
 # With no waiter, nothing is published. Ends the script: returns 0.
 _HAND_OVER = Template(
-    """if holds > 0 then
-    return holds
-end
-if redis.call('exists', KEYS[3]) == 0 then
+    """if redis.call('exists', KEYS[3]) == 0 then
     redis.call('del', KEYS[1])
     return 0
 end
@@ -456,19 +463,21 @@ if starving then
     local owner = string.sub(entry, 1, one - 1)
     local life = tonumber(string.sub(entry, one + 1, two - 1))
     local holder = string.sub(entry, three + 1)
-"""
-    + textwrap.indent(next_token(counter="KEYS[1] .. ':fence'"), "    ")
-    + """    if holder ~= '' then
-        redis.call('hset', KEYS[1], owner, 1, '~holder', holder,
+    local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local last = tonumber($last or '0') or 0
+    if token <= last then
+        token = last + 1
+    end
+    local fence = string.format('%.0f', token)
+    if holder ~= '' then
+        redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~holder', holder,
                    '~since', string.format('%.0f', now), '~handoff', first)
     else
-        redis.call('hset', KEYS[1], owner, 1, '~handoff', first)
+        redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~handoff', first)
     end
     redis.call('pexpire', KEYS[1], life)
     redis.call('zrem', KEYS[3], first)
-    local told = first .. ' ' .. string.format('%.0f', token)
-    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, told) > 0 then
-        redis.call('set', KEYS[1] .. ':fence', string.format('%.0f', token), 'px', life)
+    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
         return 0
     end
     redis.call('del', KEYS[1])
@@ -484,9 +493,15 @@ end
 )
 
 
-def release_and_hand_over(*, latch: str) -> str:
-    """:func:`release_hold` on KEYS[1], then the plain lock's full release (see _HAND_OVER)."""
-    return release_hold(latch=latch) + _HAND_OVER.substitute(starving_after_ms=STARVING_AFTER_MS)
+def release_and_hand_over(*, last: str, token_field: str) -> str:
+    """The plain lock's full release, its hash still there: wake or hand over (_HAND_OVER).
+
+    ``last``: the released grant's token, a Lua expression; ``token_field``:
+    the hash's field a handed grant's token goes to.
+    """
+    return _HAND_OVER.substitute(
+        starving_after_ms=STARVING_AFTER_MS, last=last, token_field=token_field
+    )
 
 
 # A step between a resent call's report and a re-entry (report_or_reenter's

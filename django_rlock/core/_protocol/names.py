@@ -5,12 +5,19 @@ library owns the hash tag: the user's name is escaped so that it can never
 contain ``{`` or ``}``, then wrapped in braces. ``%`` is escaped first, which
 keeps the escaping one-to-one (two different names never share keys)::
 
-    <prefix>:{<escaped name>}           HASH     owner id -> hold count
-    <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
+    <prefix>:{<escaped name>}           HASH     owner id -> hold count; '~t' the grant's
+                                                 fencing token, '~r' the holder's last
+                                                 request id, '~holder', '~since'
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
     <prefix>:{<escaped name>}:released:@<wake name>  CHANNEL  a release naming its waiter
-    <prefix>:{<escaped name>}:req:<owner>  STRING  the owner's last request id (lost replies)
+    <prefix>:{<escaped name>}:req       HASH     after a final release, for a minute: the
+                                                 releasing owner -> its request id, and
+                                                 '~t' the last token (lost replies, fencing)
+
+The sibling kinds keep a fencing counter ``<hash>:fence`` (STRING) and a
+request latch per owner ``<hash>:req:<owner>`` (STRING) instead (see each
+kind's module).
 
 A name is at most :data:`MAX_NAME_BYTES` long. A name built from a call's
 arguments (``@locked``, Celery's task keys) may be longer: :func:`fit_name`
@@ -293,6 +300,14 @@ class LockKeys:
     def latch(self, owner: str) -> str:
         """The request latch of ``owner`` on this lock (see :mod:`~.lock`)."""
         return f"{self.hash}:req:{owner}"
+
+    @property
+    def latches(self) -> str:
+        """The plain lock's final releases, kept a while after them (see :mod:`~.lock`).
+
+        One hash per name: each releasing owner's request id, and the last token.
+        """
+        return f"{self.hash}:req"
 
     @staticmethod
     def name_of(prefix: str, hash_key: str) -> str | None:

@@ -431,7 +431,7 @@ class MultiLock(_GroupLock):
             # '1': set this expiry even though it is shorter than the grant's.
             with reported_unavailable(client.server, "acquire", member.name):
                 left = client.scripts[LockScripts].renew(
-                    keys=[member.keys.hash, member.keys.fence],
+                    keys=list(member.hold_keys(owner)),
                     args=[milliseconds(lease), 1, owner],
                 )
             pttl_ms = int(left[0])
