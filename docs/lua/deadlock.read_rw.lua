@@ -1,0 +1,12 @@
+-- deadlock.read_rw: generated from django_rlock/core/_protocol (do not edit)
+local readers = {}
+local members = redis.call('smembers', KEYS[3])
+table.sort(members)
+for _, reader in ipairs(members) do
+    local count = redis.call('hget', ARGV[1] .. reader, reader)
+    if count then
+        table.insert(readers, reader)
+        table.insert(readers, count)
+    end
+end
+return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), readers}
