@@ -262,9 +262,8 @@ def test_asyncio_tasks_through_a_read_write_lock_and_a_semaphore(
                         assert time.monotonic() - began < SOON
                         return "deadlock"
 
-            return await asyncio.wait_for(
-                asyncio.gather(member(rw.read, semaphore), member(semaphore, rw.write)), HANG
-            )
+            both_done = asyncio.gather(member(rw.read, semaphore), member(semaphore, rw.write))
+            return list(await asyncio.wait_for(both_done, HANG))
 
     assert sorted(asyncio.run(main())) == ["deadlock", "granted"]
     assert no_edges_left(r)
@@ -393,9 +392,7 @@ def test_semaphore_waiters_behind_slow_holders_never_deadlock(
     assert no_edges_left(r)
 
 
-def test_a_dead_semaphore_holder_is_waited_out_not_reported(
-    r: redis.Redis, redis_url: str
-) -> None:
+def test_a_dead_semaphore_holder_is_waited_out_not_reported(r: redis.Redis, redis_url: str) -> None:
     # A child holds the only permit and is killed: its permit expires with the
     # watchdog timeout; the waiter checks several times meanwhile, finds the
     # holder waits for nothing, and gets the permit.

@@ -98,9 +98,7 @@ def take(client: LockClient, name: str, mode: str) -> Any:
     return side.read if mode == "read" else side.write
 
 
-def worker(
-    history: History, client: LockClient, seed: int, units: int, *, ordered: bool
-) -> None:
+def worker(history: History, client: LockClient, seed: int, units: int, *, ordered: bool) -> None:
     me = threading.current_thread().name
     chooser = random.Random(seed)
     history.holding[me] = {}

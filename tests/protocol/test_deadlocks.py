@@ -20,12 +20,12 @@ from django_rlock.core._protocol.deadlocks import (
     Cycle,
     Detector,
     Edge,
+    Wait,
     check_deadlock_timeout,
     deadlock_error,
     edge_key,
     edge_life,
     walk,
-    Wait,
 )
 from django_rlock.core._protocol.plan import AcquirePlan, drive
 from django_rlock.core.exceptions import DeadlockError, LockError
@@ -114,7 +114,10 @@ def test_a_cycle_of_two_comes_back_to_the_caller() -> None:
     assert [link.lock for link in cycle.links] == [lock_key("b"), lock_key("a")]
     assert [link.holder["thread"] for link in cycle.links if link.holder] == ["two", "one"]
     assert [edge.lock for edge in cycle.edges] == [lock_key("a")]
-    assert [link.wait for link in cycle.links] == [Wait(LOCK, lock_key("b")), Wait(LOCK, lock_key("a"))]
+    assert [link.wait for link in cycle.links] == [
+        Wait(LOCK, lock_key("b")),
+        Wait(LOCK, lock_key("a")),
+    ]
 
 
 def test_a_chain_that_ends_at_a_running_holder_is_no_cycle() -> None:
@@ -333,9 +336,10 @@ def test_a_reader_waiting_for_a_writer_that_waits_for_its_lock_is_a_deadlock() -
     graph.wait("writer", "plain")
     cycle = graph.run("reader", "rw", READ)
     assert cycle is not None
-    assert "a read lock of 'rw' kept from it by" in deadlock_error(
-        PREFIX, "rw", cycle, clock.monotonic()
-    ).args[0]
+    assert (
+        "a read lock of 'rw' kept from it by"
+        in deadlock_error(PREFIX, "rw", cycle, clock.monotonic()).args[0]
+    )
 
 
 def test_read_write_waits_that_end_never_count() -> None:

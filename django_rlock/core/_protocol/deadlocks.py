@@ -87,6 +87,7 @@ unreachable as the wait ended) stays until its life ends.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import secrets
@@ -114,17 +115,19 @@ MAX_OWNERS = 256
 MIN_EDGE_LIFE = 2.0
 
 
-# KEYS[1] lock hash, KEYS[2] its fencing counter,
-# KEYS[3] (optional) a hash describing the holder (the Redisson layout's)
-# Returns {token or nil, {field, value, ...}[, {field, value, ...}]}: the
-# lock's grant and its hash (and the description), read at one instant (a
-# search must never pair a holder with another grant's token).
+# KEYS[1] lock hash, KEYS[2] its fencing counter
+# Returns {token or nil, {field, value, ...}}: the lock's grant and its hash,
+# read at one instant (a search must never pair a holder with another grant's token).
 READ_HOLD = """
-if KEYS[3] then
-    return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]),
-            redis.call('hgetall', KEYS[3])}
-end
 return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+"""
+
+
+# KEYS[1] the lock (Redisson's hash: its name), KEYS[2] RFencedLock's counter,
+# KEYS[3] this library's description of a Python holder
+# Returns {token or nil, {field, value, ...}, {field, value, ...}}: read at one instant.
+READ_REDISSON = """
+return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), redis.call('hgetall', KEYS[3])}
 """
 
 
@@ -172,6 +175,7 @@ class DeadlockScripts(ScriptSet):
     def register(self, plain: MakeScript, oom_safe: MakeScript) -> None:
         """Make the scripts."""
         self.read_hold = plain(READ_HOLD)
+        self.read_redisson = plain(READ_REDISSON)
         self.read_rw = plain(READ_RW)
         self.read_semaphore = plain(READ_SEMAPHORE)
 
@@ -232,7 +236,7 @@ def read_call(prefix: str, wait: Wait) -> tuple[str, ScriptCall]:
         return "read_hold", read_hold_call(wait.key)
     if wait.mode == REDISSON:
         keys = redisson_keys(prefix, wait.key)
-        return "read_hold", ScriptCall(keys=[keys.hash, keys.token, keys.holder], args=[])
+        return "read_redisson", ScriptCall(keys=[keys.hash, keys.token, keys.holder], args=[])
     if wait.mode == SEMAPHORE:
         return "read_semaphore", ScriptCall(keys=[wait.key], args=[f"{wait.key}:permit:"])
     base = wait.key
@@ -484,7 +488,9 @@ def _successors(
     member: str, stuck: set[str], waits: Mapping[str, Wait], read: Mapping[Any, Holds]
 ) -> list[str]:
     wait = waits[member]
-    return [holder for holder in read[wait.resource].blockers(wait, member) or () if holder in stuck]
+    return [
+        holder for holder in read[wait.resource].blockers(wait, member) or () if holder in stuck
+    ]
 
 
 def _reach(start: str, step: Mapping[str, list[str]]) -> set[str]:
@@ -497,9 +503,7 @@ def _reach(start: str, step: Mapping[str, list[str]]) -> set[str]:
     return seen
 
 
-def _deadlock(
-    owner: str, waits: Mapping[str, Wait], read: Mapping[Any, Holds]
-) -> set[str] | None:
+def _deadlock(owner: str, waits: Mapping[str, Wait], read: Mapping[Any, Holds]) -> set[str] | None:
     """The members of the deadlock ``owner`` is part of (see the module's docstring), or None."""
     stuck = _reduce({member for member in waits if waits[member].resource in read}, waits, read)
     if owner not in stuck:
@@ -539,7 +543,7 @@ def _cycle(
     path.append(owner)
     path.reverse()  # owner, the holder of what it waits for, ..., owner
     links = []
-    for member, holder in zip(path, path[1:], strict=False):
+    for member, holder in itertools.pairwise(path):
         wait = waits[member]
         links.append(Link(wait.key, read[wait.resource].info.get(holder), wait))
     return tuple(links)

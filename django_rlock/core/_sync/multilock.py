@@ -20,11 +20,11 @@ again after a random pause (two MultiLocks taking the same locks in opposite
 orders cannot deadlock). A member whose wait closes a deadlock through a
 member the round took (a :class:`DeadlockError`, see docs/deadlocks.md) fails
 the round the same way; one that closes it through a lock the caller holds
-outside the MultiLock raises, as another round could not break it. With a ``lease`` the members are taken with a lease at
-least twice the round's wait, then all are re-expired to ``lease`` together, so
-none expires before the others; with ``lease=None`` each member's watchdog
-keeps it alive. ``release`` releases every member and raises LockLostError
-naming any that was lost.
+outside the MultiLock raises, as another round could not break it. With a
+``lease`` the members are taken with a lease at least twice the round's wait,
+then all are re-expired to ``lease`` together, so none expires before the
+others; with ``lease=None`` each member's watchdog keeps it alive. ``release``
+releases every member and raises LockLostError naming any that was lost.
 
 **RedLock** is the Redlock algorithm over N independent masters (3 or 5 is
 usual): it tries every member once, each call bounded by a short socket timeout,
