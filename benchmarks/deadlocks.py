@@ -134,7 +134,8 @@ def measured_checks() -> Iterator[list[tuple[float, int]]]:
     Measurement hooks around the engine's own methods, not a change to them:
     every command a check sends goes through ``redis.Redis.execute_command``.
     """
-    check, execute = RLock._check_deadlock, redis.Redis.execute_command
+    check = RLock._check_deadlock
+    execute: Callable[..., Any] = redis.Redis.execute_command
     waiting = threading.current_thread()
 
     def measured(self: RLock, detector: Any, started: float) -> None:
