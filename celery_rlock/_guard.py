@@ -12,6 +12,13 @@ A delivery of a message whose task id has a live run holding the lock, or
 one that has ended, is a duplicate: acknowledged and dropped, never run
 again (:mod:`celery_rlock._delivery`).
 
+A run whose lock wait is the victim of a deadlock
+(:class:`~django_rlock.exceptions.DeadlockError`: its own lock's, or a lock
+its body takes while holding the run's) is treated as a busy one, by
+``on_busy``, once the body's holds are given back (see :func:`_deadlocked`):
+re-queued by ``"retry"`` and ``"wait"``, skipped by ``"skip"``, failed by
+``"raise"``.
+
 A lock found lost when the run ends (its key expired, was force-released, or
 vanished with a lock server that restarted) is reported, never allowed to
 replace what the body returned or raised: a log line, ``rlock.lost`` turning
@@ -46,6 +53,7 @@ from celery_rlock._conf import get_lock
 from celery_rlock._delivery import Delivery, sent_on
 from celery_rlock._once import OnceMarker
 from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock._holdtimes import MIN_RETRY_AFTER
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._reporting import reporter_of
 from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
@@ -55,6 +63,7 @@ from django_rlock.core._protocol.names import check_lease, check_max_hold, check
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
@@ -273,11 +282,11 @@ def run_locked(
     started = time.monotonic()
     acquired = _acquire(lock, options, task, request, marker=marker)
     waited = time.monotonic() - started
-    if not acquired:
+    if acquired is not True:
         delivery.when_busy()  # the holder may be a run of this very message
         ending: BaseException | None = None
         try:
-            return _busy(task, options, lock, waited)
+            return _refused(task, options, lock, waited, refusal=acquired, app=app)
         except BaseException as error:
             ending = error
             raise
@@ -291,7 +300,7 @@ def run_locked(
         request.rlock = held
     ending = None
     try:
-        result = body()
+        result = _run_body(body, task, options, app)
     except BaseException as error:
         ending = error
         raise
@@ -309,6 +318,22 @@ def run_locked(
         finally:
             _end_marker(marker, task_id, ending, request)
     return result
+
+
+def _run_body(
+    body: Callable[[], _R], task: Any, options: LockOptions, app: Celery
+) -> _R | SkippedResult:
+    """``body()``; ``on_busy`` if a lock it takes gives way to break a deadlock.
+
+    A lock the body takes while holding the run's may be the victim of a
+    deadlock: :func:`_deadlocked` applies ``on_busy``. Its Retry is raised
+    before the run's lock is released, as ``raise self.retry()`` in a body
+    is: the run ends at once, and the message goes on.
+    """
+    try:
+        return body()
+    except DeadlockError as error:
+        return _deadlocked(task, options, app, error)
 
 
 def _acquired(name: str, lock: RLock, waited: float, delivery: Delivery) -> TaskLock:
@@ -356,6 +381,51 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
     raise task.retry(exc=error, countdown=countdown)
 
 
+def _refused(
+    task: Any,
+    options: LockOptions,
+    lock: RLock,
+    waited: float,
+    *,
+    refusal: bool | DeadlockError,
+    app: Celery,
+) -> SkippedResult:
+    """``on_busy`` for a run that did not get its lock: busy, or a deadlock's victim."""
+    if isinstance(refusal, DeadlockError):
+        return _deadlocked(task, options, app, refusal)
+    return _busy(task, options, lock, waited)
+
+
+def _deadlocked(
+    task: Any, options: LockOptions, app: Celery, error: DeadlockError
+) -> SkippedResult:
+    """Apply ``on_busy`` to a run whose lock wait was a deadlock's victim (``error``).
+
+    The run cannot wait on: the locks it holds are what the other members of
+    the cycle wait for. ``"retry"`` and ``"wait"`` re-queue it (``max_retries``
+    applies: past it, ``error`` itself is raised) for when the lock it waited
+    for is likely free (:func:`retry_countdown`, at least one second), by when
+    the member it gave way to has finished; ``"skip"`` skips it; ``"raise"``,
+    and a call outside a worker run, raise ``error``. The cycle itself is
+    logged by the lock's reporting (Django) and here.
+    """
+    name = error.name or "?"
+    if options.on_busy == "skip":
+        logger.warning("%s: skipped", error)
+        return SkippedResult(skipped=True, reason="deadlock", lock=name)
+    if options.on_busy == "raise" or task is None:
+        logger.warning("%s: failing", error)
+        raise error
+    waited_for = get_lock(app, options.using, name) if error.name is not None else None
+    countdown = MIN_RETRY_AFTER
+    if waited_for is not None:
+        countdown = max(countdown, retry_countdown(task, waited_for, None))
+    error.retry_after = countdown
+    logger.warning("%s: retrying in %.3fs", error, countdown)
+    # retry() raises Retry, or `error` itself once max_retries is exhausted.
+    raise task.retry(exc=error, countdown=countdown)
+
+
 def _acquire(
     lock: RLock,
     options: LockOptions,
@@ -363,16 +433,20 @@ def _acquire(
     request: Any,
     *,
     marker: OnceMarker | None,
-) -> bool:
+) -> bool | DeadlockError:
     """Take the run's lock within ``options.wait``; ``on_unavailable`` when its server is down.
 
-    ``request`` is the run's own request (None outside a task).
+    ``request`` is the run's own request (None outside a task). The
+    DeadlockError of a wait that gave way to break a deadlock is returned, for
+    ``on_busy`` (the run's caller held a lock of the cycle: a nested run).
     """
     task_id = request.id if request is not None and not request.called_directly else None
     try:
         # Operators see which task holds it (rlock inspect, the admin).
         with holder_details(task_id=task_id or "", task_name=getattr(task, "name", None) or ""):
             return lock.acquire(blocking=True, timeout=options.wait, lease=options.lease)
+    except DeadlockError as error:
+        return error
     except LockUnavailableError as error:
         try:
             _unavailable(task, request, options, error)

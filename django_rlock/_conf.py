@@ -43,7 +43,7 @@ from django_rlock.core.defaults import (
     DEFAULT_REPLICA_SYNC_TIMEOUT,
     DEFAULT_WATCHDOG_TIMEOUT,
 )
-from django_rlock.core.exceptions import LockTimeout
+from django_rlock.core.exceptions import DeadlockError, LockTimeout
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 DEFAULT_BACKEND: Final = "django_rlock.backends.redis.RedisLockBackend"
@@ -97,9 +97,10 @@ LEAKED_CHOICES: Final = ("release", "warn")
 #: The values ``RLOCK_METRICS`` takes besides None (no metrics, the default).
 METRICS_CHOICES: Final = ("prometheus",)
 
-#: What a view answers when its lock stays busy: an HTTP status, ``"raise"``, or
-#: a callable ``(request, LockTimeout) -> HttpResponse`` (or its dotted path).
-BusyResponse = int | str | Callable[[HttpRequest, LockTimeout], HttpResponse]
+#: What a view answers when its lock stays busy (or its wait was a deadlock's
+#: victim): an HTTP status, ``"raise"``, or a callable
+#: ``(request, LockTimeout | DeadlockError) -> HttpResponse`` (or its dotted path).
+BusyResponse = int | str | Callable[[HttpRequest, LockTimeout | DeadlockError], HttpResponse]
 
 
 def lock_settings() -> dict[str, dict[str, Any]]:
@@ -442,6 +443,22 @@ def busy_response(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> Bus
     return check_busy_response(found, source)
 
 
+def imported_callable(path: str, source: str, refusal: str) -> Callable[..., Any] | None:
+    """What the dotted ``path`` names if it is callable, else None.
+
+    A path that does not import is a :class:`LockSettingError` saying
+    ``source = path is <refusal>: <why>`` (E006, the check id of every setting
+    that names a callable: ``BUSY_RESPONSE``, ``RLOCK_RATE_LIMITED_VIEW``).
+    """
+    try:
+        found = import_string(path)
+    except ImportError as error:
+        raise LockSettingError(
+            f"{source} = {path!r} is {refusal}: {error}", check_id="django_rlock.E006"
+        ) from None
+    return found if callable(found) else None
+
+
 def check_busy_response(found: object, source: str, *, resolve: bool = True) -> BusyResponse:
     """``found`` as a BUSY_RESPONSE, or LockSettingError naming ``source``.
 
@@ -457,15 +474,9 @@ def check_busy_response(found: object, source: str, *, resolve: bool = True) -> 
         if module and all(part.isidentifier() for part in (*module.split("."), attribute)):
             return found
     elif isinstance(found, str):
-        try:
-            handler = import_string(found)
-        except ImportError as error:
-            raise LockSettingError(
-                f"{source} = {found!r} is neither 'raise' nor an importable callable: {error}",
-                check_id="django_rlock.E006",
-            ) from None
-        if callable(handler):
-            return handler  # type: ignore[no-any-return]  # checked callable just above
+        handler = imported_callable(found, source, "neither 'raise' nor an importable callable")
+        if handler is not None:
+            return handler
     raise LockSettingError(
         f"{source} must be an HTTP status (100-599), 'raise', or a callable "
         f"(request, error) -> HttpResponse, got {found!r}",

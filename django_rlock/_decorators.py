@@ -35,6 +35,17 @@ Django REST framework's ``Request``) answers ``409 Conflict`` with a
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
 a view always raises :class:`LockTimeout`.
 
+When the wait for the lock is the victim of a deadlock (the caller already
+holds a lock that another waiter needs, and this wait closed the cycle:
+:class:`~django_rlock.exceptions.DeadlockError`, see docs/deadlocks.md),
+a view answers as for a busy lock (``409 Conflict`` with a ``Retry-After`` of
+how long the lock is really held, or ``BUSY_RESPONSE``'s answer); the cycle is
+logged (WARNING on ``django_rlock.lock``, naming every lock and holder). Inside
+a transaction the lock is bound to (``transaction="auto"``), the transaction
+is rolled back, as a database rolls back its own deadlock's victim: nothing
+the request did is committed, and the locks it kept for the transaction are
+released at once, so the other members of the cycle go on.
+
 When the lock server cannot be reached, a view answers ``503 Service
 Unavailable`` with ``Retry-After: 5`` (the view does not run; the error,
 naming the alias, is logged); with ``busy_response="raise"``, and for
@@ -122,6 +133,7 @@ from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
+    DeadlockError,
     InvalidLockNameError,
     LockError,
     LockNotOwnedError,
@@ -193,10 +205,8 @@ def locked(
             name = build_key(template, signature_source, args, kwargs)
             return _described(_async_lock(using, name, kind, permits, options), where)
 
-        def busy(
-            args: tuple[Any, ...], error: LockTimeout | LockUnavailableError, lock: object
-        ) -> HttpResponse:
-            return _answer_busy(args, _honest(error, lock), using, busy_response)
+        def busy(args: tuple[Any, ...], error: _Busy, lock: object) -> HttpResponse:
+            return _answer_busy(args, _honest(error, lock), using, busy_response, lock)
 
         if inspect.iscoroutinefunction(func):
 
@@ -208,7 +218,7 @@ def locked(
                     return _refuse_name(args, error)
                 try:
                     await lock.__aenter__()
-                except (LockTimeout, LockUnavailableError) as error:
+                except (LockTimeout, LockUnavailableError, DeadlockError) as error:
                     # The honest Retry-After may read the holder: blocking I/O, on a thread.
                     return await sync_to_async(busy)(args, error, lock)
                 if _request_of(args) is None:
@@ -231,7 +241,7 @@ def locked(
                 return _refuse_name(args, error)
             try:
                 lock.__enter__()
-            except (LockTimeout, LockUnavailableError) as error:
+            except (LockTimeout, LockUnavailableError, DeadlockError) as error:
                 return busy(args, error, lock)
             if _request_of(args) is None:
                 try:
@@ -355,11 +365,18 @@ def _async_lock(
     return backend.async_lock(name, **given)
 
 
-def _honest(
-    error: LockTimeout | LockUnavailableError, lock: object
-) -> LockTimeout | LockUnavailableError:
-    """``error`` with the Retry-After of how long the lock is really held, not its lease."""
-    if isinstance(error, LockTimeout) and error.name is not None:
+#: What a locked view answers instead of running: its lock stayed busy, its
+#: server is unreachable, or its wait was a deadlock's victim.
+_Busy = LockTimeout | LockUnavailableError | DeadlockError
+
+
+def _honest(error: _Busy, lock: object) -> _Busy:
+    """``error`` with the Retry-After of how long the lock is really held, not its lease.
+
+    For a deadlock's victim too: the member it gave way to holds the lock it
+    waited for, and finishes its work under it.
+    """
+    if isinstance(error, LockTimeout | DeadlockError) and error.name is not None:
         honest = lock_retry_after(lock, error.retry_after)
         if honest is not None:
             error.retry_after = honest
@@ -487,6 +504,22 @@ def _bound_to_a_transaction(lock: object) -> bool:
     return getattr(lock, "transaction", None) == "auto" and bool(open_transactions())
 
 
+def _roll_back_the_victim(error: DeadlockError) -> None:
+    """Roll back the transactions a deadlock's victim is in, as a database does.
+
+    The holds the view's code kept for them (``transaction="auto"``) are part
+    of the cycle: the rollback releases them as soon as the view returns, and
+    nothing the request did is committed (it answers "busy, retry").
+    """
+    for connection in open_transactions():
+        set_rollback(True, using=connection.alias)
+    logger.warning(
+        "a view gave up lock %r to break a deadlock: its transaction is rolled back, "
+        "releasing the locks kept for it",
+        error.name,
+    )
+
+
 def _outcome(error: LockError) -> str:
     """What became of a release that raised ``error``: the header's ``lost`` or ``failed``."""
     return LOST if isinstance(error, LockNotOwnedError) else FAILED
@@ -527,17 +560,19 @@ def _refuse_name(args: tuple[Any, ...], error: InvalidLockNameError) -> HttpResp
 
 
 def _answer_busy(
-    args: tuple[Any, ...], error: LockTimeout | LockUnavailableError, using: str, option: object
+    args: tuple[Any, ...], error: _Busy, using: str, option: object, lock: object
 ) -> HttpResponse:
-    """A view's answer when its lock stayed busy or its server is unreachable; else raise."""
+    """A locked view's answer when it cannot run (see :data:`_Busy`); else raise."""
     request = _request_of(args)
     if request is None:
         raise error
     answer = conf.busy_response(using, option)
     if answer == "raise":
-        raise error
+        raise error  # through the atomic blocks around the view, which roll back
     if isinstance(error, LockUnavailableError):
         return unavailable_response(error)
+    if isinstance(error, DeadlockError) and _bound_to_a_transaction(lock):
+        _roll_back_the_victim(error)
     if callable(answer):
         return answer(request, error)
     return busy_status_response(error, cast(int, answer))

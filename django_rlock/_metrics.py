@@ -13,6 +13,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 ``django_rlock_lost_total``                 counter    ``alias``, ``lock``
 ``django_rlock_leaked_total``               counter    ``alias``, ``lock``
 ``django_rlock_duplicates_total``           counter    ``alias``, ``lock``, ``found``
+``django_rlock_deadlocks_total``            counter    ``alias``, ``lock``
 ``django_rlock_renewals_total``             counter    ``outcome``
 ``django_rlock_held``                       gauge      ``alias``, ``lock``
 ``django_rlock_throttled_total``            counter    ``alias``, ``limiter``, ``outcome``
@@ -28,6 +29,11 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
 * ``outcome`` of a watchdog renewal, per lock: ``ok``, ``failed`` (the call
   failed; retried on the next tick), ``lost`` (the key was gone or another
   owner's).
+* ``django_rlock_deadlocks_total``: deadlocks broken by giving up an
+  acquire call of the alias (its caller got DeadlockError: docs/deadlocks.md);
+  ``lock`` is the template of the lock that call waited for. One per cycle
+  broken (only its victim counts), also counted as the ``deadlock`` outcome
+  of ``django_rlock_acquisitions_total``.
 * ``django_rlock_duplicates_total``: deliveries of a locked Celery task's
   message dropped as duplicates (:mod:`celery_rlock._delivery`); ``found`` is
   what gave them away: ``running`` (a live run of the same task id held the
@@ -115,6 +121,7 @@ class _Series:
     lost: Counter
     leaked: Counter
     duplicates: Counter
+    deadlocks: Counter
     renewals: Counter
     held: Gauge
     throttled: Counter
@@ -167,6 +174,12 @@ def _create_series() -> _Series:
             "Deliveries of a locked Celery task's message dropped as duplicates of a run "
             "of the same task id, by what was found: running, finished.",
             [*per_lock, "found"],
+        ),
+        deadlocks=Counter(
+            "django_rlock_deadlocks",
+            "Deadlocks broken: acquire calls that gave up as the victim of a cycle of "
+            "waiters (DeadlockError).",
+            per_lock,
         ),
         renewals=Counter(
             "django_rlock_renewals",
@@ -255,6 +268,7 @@ class LockMetrics:
         alias, label, series = self.backend.alias, _label(lock), self._series
         if event.deadlock is not None:
             outcome = "deadlock"
+            series.deadlocks.labels(alias, label).inc()
         else:
             outcome = "timeout" if event.would_wait else "busy"
         series.acquisitions.labels(alias, label, outcome).inc()

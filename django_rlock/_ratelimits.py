@@ -77,8 +77,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
-from django.utils.module_loading import import_string
 
+from django_rlock._conf import imported_callable
 from django_rlock._decorators import _request_of, _signature_source
 from django_rlock._handler import locks
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
@@ -439,14 +439,8 @@ def limited_view() -> Callable[[HttpRequest, RateLimitExceeded], HttpResponseBas
     if found is None or callable(found):
         return found
     if isinstance(found, str):
-        try:
-            view = import_string(found)
-        except ImportError as error:
-            raise LockSettingError(
-                f"{LIMITED_VIEW_SETTING} = {found!r} is not an importable view: {error}",
-                check_id="django_rlock.E006",
-            ) from None
-        if callable(view):
+        view = imported_callable(found, LIMITED_VIEW_SETTING, "not an importable view")
+        if view is not None:
             return cast(Callable[[HttpRequest, RateLimitExceeded], HttpResponseBase], view)
     raise LockSettingError(
         f"{LIMITED_VIEW_SETTING} must be None or the dotted path of a view "

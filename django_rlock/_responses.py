@@ -21,7 +21,12 @@ from typing import Final
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 
-from django_rlock.core.exceptions import InvalidLockNameError, LockTimeout, LockUnavailableError
+from django_rlock.core.exceptions import (
+    DeadlockError,
+    InvalidLockNameError,
+    LockTimeout,
+    LockUnavailableError,
+)
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -43,12 +48,14 @@ LOST: Final = "lost"
 FAILED: Final = "failed"
 
 
-def busy_status_response(error: LockTimeout, status: int) -> HttpResponse:
+def busy_status_response(error: LockTimeout | DeadlockError, status: int) -> HttpResponse:
     """What a view answers when its lock stayed busy and BUSY_RESPONSE is a status.
 
     ``status`` (409 by default) with a Retry-After taken from ``error``. The
     body does not name the lock: lock names may carry ids the client should
     not see. (Not itself a BUSY_RESPONSE callable, which takes ``(request, error)``.)
+    A :class:`DeadlockError` (the view's wait was the victim of a deadlock) is
+    answered the same way: to the client, the resource was busy.
     """
     retry_after = error.retry_after
     seconds = 1 if retry_after is None or not math.isfinite(retry_after) else retry_after

@@ -20,6 +20,14 @@ For any view, sync or async, that lets one of these escape:
   its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
   applies: another status, a callable ``(request, error) -> HttpResponse``, or
   ``"raise"`` to leave the error to Django (a 500);
+* :class:`~django_rlock.exceptions.DeadlockError` (the view's wait in ``with
+  rlock(...)`` was the victim of a deadlock: see docs/deadlocks.md): answered
+  as a busy lock, ``409 Conflict`` with ``Retry-After`` (or the alias's
+  ``RLOCK_BUSY_RESPONSE``); the cycle is logged (WARNING on
+  ``django_rlock.lock``, naming every lock and holder). Under
+  ``ATOMIC_REQUESTS`` the error has gone through the request's transaction,
+  which rolled back: nothing the view did is committed, and the locks kept
+  for the transaction are released, so the other members of the cycle go on;
 * :class:`~django_rlock.exceptions.RateLimitExceeded` (a ``@rate_limited``
   function the view called is over its limit; a ``LockTimeout``): ``429 Too
   Many Requests`` with ``Retry-After``, as a ``@rate_limited`` view answers;
@@ -69,6 +77,7 @@ from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
+    DeadlockError,
     InvalidLockNameError,
     LockLostError,
     LockTimeout,
@@ -82,7 +91,7 @@ logger = logging.getLogger("django_rlock.lock")
 
 
 class LockErrorMiddleware(MiddlewareMixin):
-    """A lock timeout answers 409, a rate limit 429, an outage or a lost lock 503, a bad name 400.
+    """A busy lock or a deadlock: 409; a rate limit: 429; an outage or a loss: 503; a bad name: 400.
 
     See the module. Sync and async capable (``MiddlewareMixin``).
     """
@@ -98,7 +107,7 @@ class LockErrorMiddleware(MiddlewareMixin):
             # @rate_limited view's own, not a busy lock's 409.
             # JSON when the request asks for it, or RLOCK_RATE_LIMITED_VIEW's answer.
             return limited_answer(request, exception)
-        if isinstance(exception, LockTimeout | LockUnavailableError):
+        if isinstance(exception, LockTimeout | LockUnavailableError | DeadlockError):
             return _lock_error_response(request, exception)
         if isinstance(exception, LockLostError):
             return _lost_lock_response(exception)
@@ -106,9 +115,9 @@ class LockErrorMiddleware(MiddlewareMixin):
 
 
 def _lock_error_response(
-    request: HttpRequest, error: LockTimeout | LockUnavailableError
+    request: HttpRequest, error: LockTimeout | LockUnavailableError | DeadlockError
 ) -> HttpResponse | None:
-    """409 (or the alias's BUSY_RESPONSE) for a timeout, 503 for an unreachable server."""
+    """409 (or the alias's BUSY_RESPONSE) for a timeout or a deadlock, 503 for an outage."""
     lock = _raising_lock(error)
     alias = lock.backend.alias if lock is not None else DEFAULT_LOCK_ALIAS
     answer = conf.busy_response(alias)

@@ -153,6 +153,10 @@ class DeadlockError(LockError):
     there, one entry per lock: ``{"lock": name, "holder": {"host", "pid",
     "thread", "task_id", "task_name", "acquired_at"}}`` (the holder as stored
     with the grant; None when unknown). The caller's own hold closes the list.
+    ``retry_after`` is None from the engine; the Django and Celery faces set it
+    to the seconds after which a retry is likely to find the lock free (how
+    long it is really held), as :class:`LockTimeout` carries it, for the
+    ``Retry-After`` of a view or the countdown of a task's retry.
     """
 
     def __init__(
@@ -161,9 +165,11 @@ class DeadlockError(LockError):
         *,
         name: str | None = None,
         cycle: tuple[dict[str, Any], ...] = (),
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, name=name)
         self.cycle = cycle
+        self.retry_after = retry_after
 
 
 class LockUpgradeError(LockError):

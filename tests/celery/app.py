@@ -22,6 +22,7 @@ from celery.signals import task_postrun, worker_process_init
 from django.conf import settings
 
 from celery_rlock import LockedTask, locked
+from celery_rlock._conf import get_lock
 from django_rlock import locked as django_locked
 from django_rlock.signals import lock_acquired, lock_lost, lock_released
 
@@ -542,3 +543,33 @@ def rate_limited(self: Task, run: str) -> Any:
 def rate_limited_once(self: Task, run: str) -> Any:
     """One run a minute per ``run``, no retry: a second run fails at once."""
     return work(self, run, 0.0, gate=False)
+
+
+# -- deadlocks -----------------------------------------------------------------------------
+
+
+def transfer_body(task: Task, run: str, first: str, second: str) -> dict[str, Any]:
+    """Holding the run's lock (``first``), meet the partner run, then take ``second``.
+
+    Only the first attempt meets: a retried victim finds its partner done.
+    """
+    store().rpush(f"ctest:attempts:{run}", f"{first} {task.request.retries}")
+    if task.request.retries == 0:
+        store().rpush(f"ctest:meet:{run}:{first}", "here")
+        if store().blpop([f"ctest:meet:{run}:{second}"], timeout=GATE_TIMEOUT) is None:
+            raise RuntimeError("the partner run never came")
+    with get_lock(app, "default", f"dl:{run}:{second}"):
+        store().rpush(f"ctest:done:{run}", first)
+    return {"first": first, "retries": task.request.retries}
+
+
+@app.task(bind=True, base=LockedTask, lock="dl:{run}:{first}", max_retries=5)
+def transfer_retry(self: Task, run: str, first: str, second: str) -> Any:
+    """The default on_busy ("retry"): a deadlock's victim is re-queued."""
+    return transfer_body(self, run, first, second)
+
+
+@app.task(bind=True, base=LockedTask, lock="dl:{run}:{first}", on_busy="skip")
+def transfer_skip(self: Task, run: str, first: str, second: str) -> Any:
+    """on_busy="skip": a deadlock's victim is skipped."""
+    return transfer_body(self, run, first, second)

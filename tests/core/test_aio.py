@@ -118,7 +118,9 @@ def test_a_sync_thread_and_an_async_task_exclude_each_other(redis_url: str, r: r
 def test_async_with_raises_lock_timeout_and_a_lease_expires(redis_url: str, r: redis.Redis) -> None:
     async def scenario(client: AsyncLockClient) -> None:
         lock = client.lock("leased")
-        assert await lock.acquire(lease=0.2)
+        # A lease long enough to outlive the contender's timeout and the TTL query
+        # that follows it on a loaded machine, short enough to wait out.
+        assert await lock.acquire(lease=1.0)
 
         async def contender() -> None:
             async with client.lock("leased", timeout=0.05):
@@ -127,7 +129,7 @@ def test_async_with_raises_lock_timeout_and_a_lease_expires(redis_url: str, r: r
         with pytest.raises(LockTimeout) as caught:
             await asyncio.create_task(contender())
         assert caught.value.retry_after is not None
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(1.3)
         assert lock.lost
         assert not await lock.owned()
         with pytest.raises(LockLostError):

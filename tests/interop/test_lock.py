@@ -144,7 +144,7 @@ def test_a_redlock_undoing_a_grant_whose_reply_was_lost_deletes_and_announces_it
         group = through.red_lock(member)
         with group:  # the scripts loaded: the EVALSHA below runs
             pass
-        listening = r.pubsub()  # type: ignore[no-untyped-call]  # redis-py's is untyped
+        listening = r.pubsub()  # type: ignore[no-untyped-call, unused-ignore]  # redis-py's is untyped
         try:
             listening.subscribe(member.keys.channel)
             assert listening.get_message(timeout=WOKEN)["type"] == "subscribe"

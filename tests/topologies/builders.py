@@ -206,7 +206,7 @@ class Cluster:
     def _ok(node: RedisServer) -> bool:
         probe = node.client(socket_timeout=1)
         try:
-            info = probe.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+            info = probe.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call, unused-ignore]
         finally:
             probe.close()
         text = info.decode() if isinstance(info, bytes) else str(info)
@@ -252,10 +252,10 @@ class SentinelGroup:
 
     def sentinel(self) -> redis.Sentinel:
         hosts = [("127.0.0.1", port) for port in self.sentinel_ports]
-        return redis.Sentinel(hosts, socket_timeout=1)  # type: ignore[no-untyped-call]
+        return redis.Sentinel(hosts, socket_timeout=1)  # type: ignore[no-untyped-call, unused-ignore]
 
     def master_address(self) -> tuple[str, int]:
-        host, port = self.sentinel().discover_master(SERVICE)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        host, port = self.sentinel().discover_master(SERVICE)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves it untyped
         return str(host), int(port)
 
     def __enter__(self) -> SentinelGroup:

@@ -53,7 +53,7 @@ def test_a_sentinel_url_gives_sentinel_managed_connections(
 def test_a_sentinel_managed_client_can_be_passed_in(
     group: SentinelGroup, master: redis.Redis
 ) -> None:
-    managed = group.sentinel().master_for("rlock-test")  # type: ignore[no-untyped-call]
+    managed = group.sentinel().master_for("rlock-test")  # type: ignore[no-untyped-call, unused-ignore]
     with LockClient(managed, key_prefix="test") as client, client.lock("passed-in") as lock:
         assert master.exists(lock.keys.hash)
     managed.close()

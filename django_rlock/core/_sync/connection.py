@@ -203,8 +203,8 @@ def _sentinel_from_url(url: str, options: dict[str, Any]) -> redis.Redis:
     for key in ("socket_timeout", "socket_connect_timeout", "ssl"):
         if key in kwargs:
             sentinel_kwargs.setdefault(key, kwargs[key])
-    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
-    master: redis.Redis = sentinel.master_for(service, **kwargs)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call, unused-ignore]  # untyped before redis-py 8.2
+    master: redis.Redis = sentinel.master_for(service, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     return master
 
 

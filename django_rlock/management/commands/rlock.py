@@ -3,7 +3,8 @@
 ::
 
     manage.py rlock list [PATTERN]         # held locks whose name matches the glob
-    manage.py rlock inspect NAME           # holders, hold counts, TTL, fencing token
+    manage.py rlock inspect NAME           # holders, hold counts, TTL, fencing token,
+                                           # waiters, who waits for whom (wait edges)
                                            # (and the rate limiter NAME's state, if any)
     manage.py rlock release NAME --force   # delete it whoever holds it (asks first)
 
@@ -11,6 +12,11 @@ Every action takes ``--using ALIAS`` (default ``default``) and ``--json``.
 Listing walks the keys with SCAN, never KEYS, so it does not block the server.
 Holders are shown as ``<digest of the process id>:<thread id>``: the raw owner
 id is a credential and is never printed.
+
+``inspect`` also shows who waits for whom around the lock, from the wait edges
+deadlock detection keeps (:mod:`django_rlock._waitgraph`): the owners that have
+waited for it longer than ``RLOCK_DEADLOCK_TIMEOUT``, and what its holder itself
+waits for, lock by lock, flagged when the path comes back to the lock (a deadlock).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rlock._handler import locks
+from django_rlock._waitgraph import Waits, read_waits
 from django_rlock.backends.base import BaseLockBackend, LockInfo
+from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.exceptions import LockSettingError, LockUnavailableError
@@ -95,6 +103,13 @@ def _accept(sub: CommandParser, option: argparse.Action) -> None:
     )
 
 
+def _waits(backend: BaseLockBackend, name: str) -> Waits | None:
+    """Who waits for whom around lock ``name``; None for a backend with no wait edges."""
+    if not isinstance(backend, RedisLockBackend):
+        return None
+    return read_waits(backend.client, name)
+
+
 class Command(BaseCommand):
     """List, inspect and force-release distributed locks."""
 
@@ -119,8 +134,9 @@ class Command(BaseCommand):
         listing.add_argument("pattern", nargs="?", default="*", help="glob over lock names")
         inspecting = action(
             "inspect",
-            "Show one lock's holders, hold counts, TTL and token, and the rate limiter "
-            "of that name while its permits refill.",
+            "Show one lock's holders, hold counts, TTL and token, its waiters and who "
+            "waits for whom around it, and the rate limiter of that name while its "
+            "permits refill.",
         )
         inspecting.add_argument("name", help="the lock name")
         releasing = action("release", "Delete a lock whoever holds it (needs --force).")
@@ -176,14 +192,19 @@ class Command(BaseCommand):
     def _inspect(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
         name = options["name"]
         info = backend.inspect(name)
+        waits = None if info is None else _waits(backend, name)  # a free lock has no holder
         limiter = backend.inspect_rate_limiter(name)
         if options["json"]:
             data = {"name": name, "held": False} if info is None else _as_json(info)
+            if waits is not None:
+                data.update(waits.as_json())
             if limiter is not None:
                 data["rate_limiter"] = _limiter_json(limiter)
             self._emit(data)
             return
         self._show_lock(name, info)
+        if waits is not None:
+            self._show_waits(name, waits)
         if limiter is not None:
             self.stdout.write(f"Rate limiter {name!r}: {limiter.rate}, burst {limiter.burst}.")
             self.stdout.write(f"  available: {limiter.available} of {limiter.burst}")
@@ -202,6 +223,31 @@ class Command(BaseCommand):
         if info.holder is not None:
             self.stdout.write(f"  holder: {info.holder_text()}")
             self.stdout.write(f"  since:  {info.holder['acquired_at']}")
+        self.stdout.write(f"  waiters: {info.waiters}")
+
+    def _show_waits(self, name: str, waits: Waits) -> None:
+        """Who has waited for ``name`` past the deadlock check, and what its holder waits for."""
+        if waits.waited_by:
+            self.stdout.write("  waiting past the deadlock check:")
+            for waiter in waits.waited_by:
+                self.stdout.write(f"    {waiter.owner} for {waiter.waiting:.1f}s")
+        if not waits.holder_waits_for:
+            return
+        self.stdout.write("  its holder waits for:")
+        for step in waits.holder_waits_for:
+            if step.owner is None:
+                held = "now free"
+            else:
+                held = f"held by {step.owner}"
+                if step.holder is not None:
+                    held += f": {LockInfo(step.lock, holder=step.holder).holder_text()}"
+            back = ", this lock" if step.lock == name and waits.cycle else ""
+            self.stdout.write(f"    lock {step.lock!r} (for {step.waiting:.1f}s{back}), {held}")
+        if waits.cycle:
+            self.stdout.write(
+                "  deadlock: the holder waits, through these locks, for itself; detection "
+                "breaks it within RLOCK_DEADLOCK_TIMEOUT (with detection off it waits for ever)"
+            )
 
     def _release(self, backend: BaseLockBackend, options: dict[str, Any]) -> None:
         name = options["name"]
