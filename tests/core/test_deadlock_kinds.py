@@ -432,3 +432,55 @@ def test_fair_locks_in_one_global_order_never_deadlock(client: LockClient, r: re
         assert not thread.is_alive()
     assert errors == []
     assert no_edges_left(r)
+
+
+def test_a_long_chain_through_every_kind_to_a_slow_holder_never_deadlocks(
+    client: LockClient, r: redis.Redis
+) -> None:
+    # end <- semaphore <- write lock <- fair lock <- waiter, each link held by
+    # a thread that waits for the next; the last holder only sleeps. Every
+    # waiter checks several times and finds a chain, never a cycle; re-entries
+    # of each kind on the way are granted at once.
+    semaphore = client.semaphore("chain:sem", 2)
+    rw = client.read_write_lock("chain:rw")
+    fair, end = client.fair_lock("chain:fair"), client.lock("chain:end")
+    links: list[tuple[Any, Any]] = [(semaphore, end), (rw.write, semaphore), (fair, rw.read)]
+    errors: list[BaseException] = []
+    ready = threading.Barrier(len(links) + 2)
+
+    def slow() -> None:
+        with end:
+            ready.wait(HANG)
+            time.sleep(DEADLOCK_TIMEOUT * 4)
+
+    def link(first: Any, second: Any) -> None:
+        try:
+            with first:
+                with first:  # re-entry (a semaphore's second permit: one is free)
+                    pass
+                ready.wait(HANG)
+                time.sleep(0.1)
+                with second:
+                    pass
+        except BaseException as error:  # noqa: BLE001 -- reported by the test
+            errors.append(error)
+
+    def last() -> None:
+        ready.wait(HANG)
+        time.sleep(0.2)
+        try:
+            with fair:
+                pass
+        except BaseException as error:  # noqa: BLE001 -- reported by the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=slow, daemon=True)]
+    threads += [threading.Thread(target=link, args=pair, daemon=True) for pair in links]
+    threads += [threading.Thread(target=last, daemon=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG)
+        assert not thread.is_alive()
+    assert errors == []
+    assert no_edges_left(r)
