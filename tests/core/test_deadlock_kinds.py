@@ -269,6 +269,32 @@ def test_asyncio_tasks_through_a_read_write_lock_and_a_semaphore(
     assert no_edges_left(r)
 
 
+def test_asyncio_tasks_through_two_fair_locks(r: redis.Redis, redis_url: str) -> None:
+    async def main() -> list[str]:
+        async with AsyncLockClient(
+            redis_url, key_prefix="test", deadlock_timeout=DEADLOCK_TIMEOUT
+        ) as client:
+            a, b = client.fair_lock("afair:a"), client.fair_lock("afair:b")
+            both = asyncio.Barrier(2)
+
+            async def member(first: Any, second: Any) -> str:
+                async with first:
+                    await both.wait()
+                    try:
+                        async with second:
+                            return "granted"
+                    except DeadlockError as error:
+                        assert {entry["kind"] for entry in error.cycle} == {"fair_lock"}
+                        return "deadlock"
+
+            both_done = asyncio.gather(member(a, b), member(b, a))
+            return list(await asyncio.wait_for(both_done, HANG))
+
+    assert sorted(asyncio.run(main())) == ["deadlock", "granted"]
+    assert no_edges_left(r)
+    assert not list(r.scan_iter("test:*fair:queue"))
+
+
 # -- MultiLock ------------------------------------------------------------------------
 
 
