@@ -3,10 +3,10 @@ local readers = {}
 local members = redis.call('smembers', KEYS[3])
 table.sort(members)
 for _, reader in ipairs(members) do
-    local count = redis.call('hget', ARGV[1] .. reader, reader)
-    if count then
+    local fields = redis.call('hgetall', ARGV[1] .. reader)
+    if #fields > 0 then
         table.insert(readers, reader)
-        table.insert(readers, count)
+        table.insert(readers, fields)
     end
 end
 return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), readers}

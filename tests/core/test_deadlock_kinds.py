@@ -111,6 +111,8 @@ def test_a_writer_waiting_for_a_reader_that_waits_for_its_lock(
     assert victim.error is not None
     kinds = sorted(entry["kind"] for entry in victim.error.cycle)
     assert kinds == ["lock", "read_write_lock"]
+    reader = next(e for e in victim.error.cycle if e["kind"] == "read_write_lock")["holder"]
+    assert reader is not None and reader["pid"] == os.getpid()  # a reader is described too
     assert {entry["lock"] for entry in victim.error.cycle} == {"report", "order:1"}
     assert no_edges_left(r)
 

@@ -85,7 +85,12 @@ class Graph:
             base = call.keys[0].removesuffix(":write")
             writer, readers = self.rw.get(base, (None, {}))
             if writer is None:
-                return [None, [], [x for reader in sorted(readers) for x in (reader, b"1")]]
+                described = [b"~holder", b'{"host":"h","pid":2,"thread":"R"}']
+                return [
+                    None,
+                    [],
+                    [x for r in sorted(readers) for x in (r, [r.encode(), b"1", *described])],
+                ]
             return [b"7", [writer.encode(), b"1"], []]
         assert read[0] == "read_semaphore"
         holders = self.sems.get(call.keys[0], {})
@@ -323,7 +328,8 @@ def test_a_writer_waiting_for_a_reader_that_waits_for_the_writers_lock_is_a_dead
     error = deadlock_error(PREFIX, "plain", cycle, clock.monotonic())
     assert [entry["kind"] for entry in error.cycle] == ["lock", "read_write_lock"]
     assert [entry["lock"] for entry in error.cycle] == ["plain", "rw"]
-    assert "the write lock of 'rw'" in str(error)
+    assert "the write lock of 'rw' kept from it by h pid 2 thread 'R'" in str(error)
+    assert error.cycle[1]["holder"]["thread"] == "R"  # the reader, as its read key describes it
     # The writer's own search finds the same deadlock: one victim between them.
     graph.wait("reader", "plain", started_ms=9)
     assert graph.run("writer", "rw", WRITE) is not None

@@ -62,8 +62,8 @@ call's wait, so an edge read equal twice was there all along, its owner in the
 same acquire call, unable to release anything. A hold counted in a reading
 can only be granted again to its own owner (by an acquire call of its own):
 so a stuck member's holds read equal twice were held all along too (a lock's
-grant also carries its fencing token, a permit hash and a writer its
-``~since``). So at any instant between the two searches every member of the
+grant also carries its fencing token, a writer's hash, a read key and a
+permit hash their ``~since``). So at any instant between the two searches every member of the
 deadlock waited, in the same call, for what stuck members held: none could
 ever move. The two searches cost twice the reads of one.
 
@@ -134,16 +134,17 @@ return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), redis.call('
 # KEYS[1] write hash, KEYS[2] write fencing counter, KEYS[3] readers index
 # ARGV[1] the read keys' common prefix
 # Returns {token or nil, {field, value, ...} of the write hash,
-#   {owner, read holds, ...} of the live readers, sorted}: read at one instant.
+#   {owner, {field, value, ...} of its read key, ...} of the live readers,
+#   sorted}: read at one instant.
 READ_RW = """
 local readers = {}
 local members = redis.call('smembers', KEYS[3])
 table.sort(members)
 for _, reader in ipairs(members) do
-    local count = redis.call('hget', ARGV[1] .. reader, reader)
-    if count then
+    local fields = redis.call('hgetall', ARGV[1] .. reader)
+    if #fields > 0 then
         table.insert(readers, reader)
-        table.insert(readers, count)
+        table.insert(readers, fields)
     end
 end
 return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), readers}
@@ -359,7 +360,7 @@ class Holds:
     holders: dict[str, int] = field(default_factory=dict)
     #: The read-write lock's writer (None: nobody writes, or not a read-write lock).
     writer: str | None = None
-    #: Owner -> its description (None when it has none: a reader).
+    #: Owner -> its description (None when it has none).
     info: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def blockers(self, wait: Wait, owner: str) -> list[str] | None:
@@ -420,9 +421,9 @@ def _holds(wait: Wait, reply: Any) -> Holds:
         return found
     readers = parts[2] if len(parts) > 2 and isinstance(parts[2], list | tuple) else []
     for i in range(0, len(readers) - 1, 2):
-        owner = _text(readers[i])
-        found.holders[owner] = _count(_text(readers[i + 1]))
-        found.info[owner] = None  # a read key carries no description
+        owner, read = _text(readers[i]), _fields(readers[i + 1] or [])
+        found.holders[owner] = _count(read.get(owner, "0"))
+        found.info[owner] = read_holder(read)  # None for a read granted before it was kept
     return found
 
 

@@ -1270,6 +1270,7 @@ class ReadSide(_Side):
             rid=self._request_id("acquire", owner),
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(key, owner) is not None,
+            holder=describe(),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:
