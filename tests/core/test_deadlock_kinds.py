@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import pytest
@@ -294,6 +294,38 @@ def test_asyncio_tasks_through_two_fair_locks(r: redis.Redis, redis_url: str) ->
     assert sorted(asyncio.run(main())) == ["deadlock fair_lock", "granted"]
     assert no_edges_left(r)
     assert not list(r.scan_iter("test:*fair:queue"))
+
+
+def test_three_processes_through_a_read_write_lock_a_lock_and_a_semaphore(
+    redis_url: str, r: redis.Redis
+) -> None:
+    # P1 reads rw and waits for p; P2 holds p and waits for a permit; P3 holds
+    # the permit and waits to write rw, which P1 reads.
+    members = [("read:rw", "p"), ("p", "sem1:s"), ("sem1:s", "write:rw")]
+    timeout = str(DEADLOCK_TIMEOUT)
+    with ExitStack() as stack:
+        children = [
+            stack.enter_context(
+                python_module(
+                    "tests.core.deadlock_member", redis_url, first, second, timeout, stdin=True
+                )
+            )
+            for first, second in members
+        ]
+        for child in children:
+            assert read_answer(child) == {"held": True}
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        answers = [read_answer(child) for child in children]
+    outcomes = [answer["outcome"] for answer in answers]
+    assert sorted(outcomes) == ["deadlock", "granted", "granted"], answers
+    victim = next(answer for answer in answers if answer["outcome"] == "deadlock")
+    assert victim["seconds"] < SOON
+    assert {entry["kind"] for entry in victim["cycle"]} == {"lock", "read_write_lock", "semaphore"}
+    assert {entry["holder"]["pid"] for entry in victim["cycle"]} == {c.pid for c in children}
+    assert no_edges_left(r)
 
 
 # -- MultiLock ------------------------------------------------------------------------
