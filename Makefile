@@ -90,14 +90,19 @@ docs: $(DOCS_STAMP)
 docs-build: $(DOCS_STAMP)
 	$(DOCS_VENV)/bin/mkdocs build --strict
 
-# The peers side by side (benchmarks/locks.py), then the wake-up delays of many
-# waiters sharing one client (benchmarks/wakeups.py) and how long after a scope
-# ends its hold is free (benchmarks/ownership.py, docs/guarantees.md), and what
-# deadlock detection costs per kind (benchmarks/deadlocks.py, docs/deadlocks.md).
+# The peers side by side (benchmarks/locks.py), what the server pays per lock beside
+# Redisson's RLock (benchmarks/server_cost.py: commands, CPU, bytes held and left),
+# then the wake-up delays of many waiters sharing one client (benchmarks/wakeups.py)
+# and how long after a scope ends its hold is free (benchmarks/ownership.py,
+# docs/guarantees.md), then how soon queued waiters are woken through a cluster
+# reshard and failover (benchmarks/cluster_wakeups.py), and what deadlock
+# detection costs per kind (benchmarks/deadlocks.py, docs/deadlocks.md).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
+	$(BIN)/python -m benchmarks.server_cost
 	$(BIN)/python -m benchmarks.wakeups
 	$(BIN)/python -m benchmarks.ownership
+	$(BIN)/python -m benchmarks.cluster_wakeups
 	$(BIN)/python -m benchmarks.deadlocks
 
 # Faults injected at random into 8 contending processes on loopback, then the

@@ -129,6 +129,53 @@ def server_binary(session: nox.Session, server: str) -> str:
     return binary
 
 
+#: The release a rolling upgrade starts from (tests/core/test_rolling_upgrade.py):
+#: the last commit before the wake channels changed what a release publishes.
+#: Move it forward at each release that changes the protocol.
+PREVIOUS_RELEASE = "13e8a09"
+
+
+def previous_release_python(session: nox.Session) -> str | None:
+    """An interpreter with :data:`PREVIOUS_RELEASE` installed, built once from this clone.
+
+    ``RLOCK_PREVIOUS_PYTHON`` chooses one. Without git or that commit (a source
+    tarball, a shallow clone) the rolling-upgrade tests skip, saying so; under
+    ``CI=true`` that is an error instead.
+    """
+    chosen = os.environ.get("RLOCK_PREVIOUS_PYTHON")
+    if chosen:
+        return chosen
+    home = BUILD / f"previous-{PREVIOUS_RELEASE}"
+    python = home / "venv" / "bin" / "python"
+    if (home / "installed").is_file():
+        return str(python)
+    missing = None
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        missing = "this is not a git clone"
+    elif subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
+        check=False,
+        capture_output=True,
+    ).returncode:
+        missing = f"this clone lacks commit {PREVIOUS_RELEASE} (a shallow clone?)"
+    if missing:
+        message = f"the rolling-upgrade tests need the previous release, but {missing}"
+        if os.environ.get("CI") == "true":
+            session.error(message)
+        session.warn(message + ": they will skip")
+        return None
+    shutil.rmtree(home, ignore_errors=True)
+    (home / "src").mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", PREVIOUS_RELEASE], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(home / "src")], input=archive, check=True)
+    session.run(sys.executable, "-m", "venv", str(home / "venv"), external=True)
+    session.run(str(python), "-m", "pip", "install", "--quiet", str(home / "src"), external=True)
+    (home / "installed").touch()
+    return str(python)
+
+
 def parallel(args: Sequence[str]) -> list[str]:
     """``-n WORKERS`` for pytest, unless ``args`` choose: their own ``-n`` or ``-p no:xdist``."""
     chosen = any(
@@ -138,7 +185,11 @@ def parallel(args: Sequence[str]) -> list[str]:
 
 
 def run_suite(
-    session: nox.Session, *pins: str, paths: tuple[str, ...] = (), server: str | None = None
+    session: nox.Session,
+    *pins: str,
+    paths: tuple[str, ...] = (),
+    server: str | None = None,
+    previous: str | None = None,
 ) -> None:
     """Install the wheel (and ``pins``) in the session's virtualenv; run pytest on a staged copy.
 
@@ -156,6 +207,8 @@ def run_suite(
         env["REDISSON_EMULATOR_DIR"] = str(emulator)
     if server:
         env["RLOCK_TEST_SERVER_BINARY"] = server_binary(session, server)
+    if previous:
+        env["RLOCK_PREVIOUS_PYTHON"] = previous
     session.run("python", "-m", "pip", "list", "--format=freeze", silent=False)
     stage = stage_suite(session)
     session.chdir(stage)
@@ -171,8 +224,11 @@ def run_suite(
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole suite against the wheel, newest Django/Celery/redis-py on this interpreter."""
-    run_suite(session)
+    """The whole suite against the wheel, newest Django/Celery/redis-py on this interpreter.
+
+    With the previous release beside it, for the rolling-upgrade tests.
+    """
+    run_suite(session, previous=previous_release_python(session))
 
 
 def pyenv_interpreters() -> None:

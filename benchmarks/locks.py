@@ -41,6 +41,7 @@ import redis
 import redis.asyncio
 import redis_lock
 
+from benchmarks import face, serverside
 from benchmarks.protocol_limit import our_protocol
 from django_rlock.core import LockClient
 from django_rlock.core.aio import AsyncLockClient
@@ -121,13 +122,18 @@ class Paired:
 
 def paired(run: Callable[[str], float], peer: str, pairs: int) -> Paired:
     """``pairs`` back-to-back blocks of ours and ``peer``, the order alternating."""
+    return paired_between(run, OURS, peer, pairs)
+
+
+def paired_between(run: Callable[[str], float], ours: str, peer: str, pairs: int) -> Paired:
+    """``pairs`` back-to-back blocks of ``ours`` and ``peer`` (any two keys of ``run``)."""
     result = Paired()
     for index in range(pairs):
-        order = (OURS, peer) if index % 2 == 0 else (peer, OURS)
-        values = {library: run(library) for library in order}
-        result.ours.append(values[OURS])
+        order = (ours, peer) if index % 2 == 0 else (peer, ours)
+        values = {way: run(way) for way in order}
+        result.ours.append(values[ours])
         result.peer.append(values[peer])
-        result.ratios.append(values[OURS] / values[peer])
+        result.ratios.append(values[ours] / values[peer])
     return result
 
 
@@ -267,7 +273,14 @@ async def async_contended(
 
 
 def _contend(
-    *, library: str, url: str, counter: str, seconds: float, barrier: Barrier, done: Any
+    *,
+    library: str,
+    url: str,
+    counter: str,
+    seconds: float,
+    barrier: Barrier,
+    done: Any,
+    messages: Any,
 ) -> None:
     mutex = LIBRARIES[library](url, f"contended:{library}")
     raw = redis.Redis.from_url(url)
@@ -282,6 +295,11 @@ def _contend(
         cycles += 1
     with done.get_lock():
         done.value += cycles
+    # Ours: the release messages this process's listener read (see Contended.messages).
+    listener = getattr(getattr(mutex, "client", None), "listener", None)
+    if listener is not None:
+        with messages.get_lock():
+            messages.value += listener.messages
 
 
 class Contended:
@@ -290,6 +308,10 @@ class Contended:
     def __init__(self, url: str, processes: int, seconds: float) -> None:
         self.url, self.processes, self.seconds = url, processes, seconds
         self.lost: dict[str, int] = {}
+        #: Ours, per block: release messages read by all processes per cycle. A
+        #: release that reaches every waiting process costs ~processes - 1; one
+        #: published to the woken waiter's own channel, ~1.
+        self.messages: list[float] = []
         self._blocks = 0
 
     def block(self, library: str) -> float:
@@ -297,6 +319,7 @@ class Contended:
         context = multiprocessing.get_context("fork")
         barrier = context.Barrier(self.processes + 1)
         done: Synchronized[int] = context.Value("l", 0)
+        messages: Synchronized[int] = context.Value("l", 0)
         self._blocks += 1
         counter = f"bench:count:{self.processes}:{self._blocks}"
         workers = [
@@ -309,6 +332,7 @@ class Contended:
                     "seconds": self.seconds,
                     "barrier": barrier,
                     "done": done,
+                    "messages": messages,
                 },
             )
             for _ in range(self.processes)
@@ -323,6 +347,8 @@ class Contended:
         total = int(done.value)
         stored = int(redis.Redis.from_url(self.url).get(counter) or 0)
         self.lost[library] = self.lost.get(library, 0) + total - stored
+        if library == OURS and total:
+            self.messages.append(int(messages.value) / total)
         return total / elapsed
 
 
@@ -543,10 +569,21 @@ class Results:
     wake: dict[str, Paired]
     #: Per number of contending processes, per library.
     lost: dict[int, dict[str, int]]
+    #: Per number of contending processes: ours' release messages read per cycle, per block.
+    messages: dict[int, list[float]]
     #: Per library: the server's CPU µs per uncontended cycle, one per pair of blocks.
     server_cpu: dict[str, Paired]
     costs: dict[str, ServerCost]
     floor: dict[str, float]
+    #: The Django face's rows (benchmarks/face.py), by row label.
+    face: dict[str, Paired] = field(default_factory=dict)
+    #: The client's CPU µs per cycle of each way of the face's rows.
+    face_cpu: dict[str, float] = field(default_factory=dict)
+    #: Each library's own commands on a raw socket, ours against each peer's.
+    raw: dict[str, Paired] = field(default_factory=dict)
+    #: Per library: commands and server CPU per raw cycle, and the saturated ceiling.
+    raw_costs: dict[str, serverside.Cost] = field(default_factory=dict)
+    ceilings: dict[str, serverside.Ceiling] = field(default_factory=dict)
 
 
 def run(args: argparse.Namespace) -> Results:
@@ -559,13 +596,14 @@ def run(args: argparse.Namespace) -> Results:
         aio_contended, aio_lost = asyncio.run(
             async_contended(url, args.tasks, args.seconds, args.contended_pairs)
         )
-        contended, lost = {}, {}
+        contended, lost, messages = {}, {}, {}
         for processes in args.processes:
             contention = Contended(url, processes, args.seconds)
             contended[processes] = {
                 peer: paired(contention.block, peer, args.contended_pairs) for peer in PEERS
             }
             lost[processes] = contention.lost
+            messages[processes] = contention.messages
         wake = {
             peer: paired(
                 lambda library: wake_block(library, url, args.rounds), peer, args.wake_pairs
@@ -575,9 +613,40 @@ def run(args: argparse.Namespace) -> Results:
         cpu = ServerCpu(url)
         server_cpu = {peer: paired(cpu.block, peer, args.cpu_pairs) for peer in PEERS}
         costs = {library: server_cost(url, library, 1000) for library in LIBRARIES}
-    return Results(
-        unc, limit, aio, aio_contended, aio_lost, contended, wake, lost, server_cpu, costs, floor
-    )
+        results = Results(
+            unc, limit, aio, aio_contended, aio_lost, contended, wake, lost, messages, server_cpu,
+            costs,
+            floor,
+        )  # fmt: skip
+        face_rows(url, args, results)
+        server_side(url, args, results)
+    return results
+
+
+def face_rows(url: str, args: argparse.Namespace, results: Results) -> None:
+    """The Django face against django-redis, and a lock object per cycle (benchmarks/face.py)."""
+    blocks = face.FaceBlocks(url, args.face_cycles)
+    for label, ours, peer in face.ROWS:
+        results.face[label] = paired_between(blocks.block, ours, peer, args.face_pairs)
+    results.face_cpu = {way: blocks.client_cpu_us(way) for way in blocks.ways}
+
+
+def server_side(url: str, args: argparse.Namespace, results: Results) -> None:
+    """Raw against raw, commands and server CPU per cycle, the ceiling (serverside.py)."""
+    raw = serverside.RawBlocks(url, args.cycles)
+    try:
+        results.raw = {
+            peer: paired_between(raw.block, OURS, peer, args.limit_pairs)
+            for peer in serverside.RAW
+            if peer != OURS
+        }
+    finally:
+        raw.close()
+    for library in serverside.RAW:
+        results.raw_costs[library] = serverside.server_cost(url, library, 1000)
+        results.ceilings[library] = serverside.ceiling(
+            url, library, args.ceiling_processes, args.ceiling_connections, args.ceiling_seconds
+        )
 
 
 def _ours(results: dict[str, Paired]) -> float:
@@ -622,6 +691,8 @@ def table(results: Results, args: argparse.Namespace) -> str:
 
     row("uncontended acquire+release", results.uncontended, rate)
     row("protocol limit: our scripts on a raw socket (hiredis)", results.limit, rate)
+    label = "protocol limit, raw vs raw: each library's own commands on a raw socket"
+    row(label, results.raw, rate)
     for processes, contended in results.contended.items():
         label = f"{processes}-process contended, read-modify-write inside"
         row(label, contended, rate, results.lost[processes])
@@ -630,7 +701,64 @@ def table(results: Results, args: argparse.Namespace) -> str:
     row("asyncio uncontended (each library's asyncio lock)", results.asyncio, rate)
     label = f"asyncio {args.tasks}-task contended, read-modify-write inside"
     row(label, results.async_contended, rate, results.async_lost)
+    if results.ceilings:
+        ours = results.ceilings[OURS].per_core
+        cells = [rate(ours)]
+        for peer in peers:
+            top = results.ceilings.get(peer)
+            if top is None:
+                cells.append("n/a")
+                continue
+            cells.append(f"**{ours / top.per_core:.2f}x** ({rate(top.per_core)})")
+        label = "saturated server ceiling: cycles per second of one Redis core"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def face_table(results: Results) -> str:
+    """The Django face's rows: each ratio ours / peer (medians of paired blocks)."""
+    lines = [
+        "| where users stand (paired blocks) | django-rlock | peer | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, pair in results.face.items():
+        ours, peer = statistics.median(pair.ours), statistics.median(pair.peer)
+        lines.append(f"| {label} | {ours:,.0f}/s | {peer:,.0f}/s | **{pair.ratio:.2f}x** |")
+    cpu = ", ".join(f"{way} {value:.0f} µs" for way, value in results.face_cpu.items())
+    lines.append(f"\nClient CPU per cycle (process_time, the smallest of 7 blocks): {cpu}.")
+    return "\n".join(lines)
+
+
+def server_side_table(results: Results) -> str:
+    """Per library, its own commands raw: the server's work per cycle, and its ceiling."""
+    lines = [
+        "| raw cycle (the library's own commands) | commands run (scripts' included) "
+        "| server CPU µs per cycle | ceiling: cycles/s of one core | achieved (server busy) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for library, cost in results.raw_costs.items():
+        top = results.ceilings[library]
+        lines.append(
+            f"| {library} | {cost.commands:.1f} | {cost.server_cpu_us:.1f} "
+            f"| {top.per_core:,.0f} | {top.achieved:,.0f}/s ({top.busy:.0%}) |"
+        )
+    return "\n".join(lines)
+
+
+def messages_line(results: Results) -> str:
+    """Release messages our processes read per contended cycle (median block, range)."""
+    parts = [
+        f"{processes} processes {statistics.median(values):.2f} "
+        f"({min(values):.2f}-{max(values):.2f})"
+        for processes, values in results.messages.items()
+        if values
+    ]
+    return (
+        "Release messages read per contended cycle, all django-rlock processes together "
+        "(1: one process woken per release; processes - 1: every waiting process): "
+        + ", ".join(parts)
+        + "."
+    )
 
 
 def cost_table(results: Results) -> str:
@@ -657,32 +785,56 @@ def chart(results: Results, args: argparse.Namespace, path: Path) -> None:
     matplotlib.use("svg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    groups = [
-        ("uncontended", results.uncontended, False),
+    def ratios(data: dict[str, Paired], latency: bool = False) -> dict[str, float]:
+        # Higher is better on every bar: a latency or cost ratio is turned over.
+        return {peer: 1 / pair.ratio if latency else pair.ratio for peer, pair in data.items()}
+
+    django_redis = "django-redis cache.lock()"
+    face_ratios = list(results.face.values())
+    groups: list[tuple[str, dict[str, float]]] = [
+        ("uncontended", ratios(results.uncontended)),
+        ("raw vs raw\n(protocol)", ratios(results.raw)),
         *(
-            (f"{processes}-process\ncontended", contended, False)
+            (f"{processes}-process\ncontended", ratios(contended))
             for processes, contended in results.contended.items()
         ),
-        ("wake-up p50\n(latency)", results.wake, True),
-        ("server CPU\nper cycle", results.server_cpu, True),
-        ("asyncio\nuncontended", results.asyncio, False),
-        (f"asyncio {args.tasks}-task\ncontended", results.async_contended, False),
+        ("wake-up p50\n(latency)", ratios(results.wake, latency=True)),
+        ("server CPU\nper cycle", ratios(results.server_cpu, latency=True)),
+        (
+            "server\nceiling",
+            {
+                peer: results.ceilings[OURS].per_core / top.per_core
+                for peer, top in results.ceilings.items()
+                if peer != OURS
+            },
+        ),
+        ("asyncio\nuncontended", ratios(results.asyncio)),
+        (f"asyncio {args.tasks}-task\ncontended", ratios(results.async_contended)),
     ]
-    figure, axes = plt.subplots(figsize=(11, 4.8))
+    if len(face_ratios) == len(face.ROWS):
+        groups += [
+            ("Django face\nwith rlock()", {django_redis: face_ratios[0].ratio}),
+            ("Django face\n@locked", {django_redis: face_ratios[1].ratio}),
+            ("lock object\nper cycle", {"redis-py Lock": face_ratios[2].ratio}),
+        ]
+    columns = [*PEERS, django_redis]
+    figure, axes = plt.subplots(figsize=(14, 5))
     width = 0.8 / len(PEERS)
-    for offset, peer in enumerate(PEERS):
+    for offset, peer in enumerate(columns):
         xs, heights = [], []
-        for index, (_, data, latency) in enumerate(groups):
+        for index, (_, data) in enumerate(groups):
             if peer in data:
-                xs.append(index + (offset - (len(PEERS) - 1) / 2) * width)
-                # Higher is better on every bar: a latency or cost ratio is turned over.
-                ratio = data[peer].ratio
-                heights.append(1 / ratio if latency else ratio)
+                # django-redis is each face group's only bar: centred.
+                shift = 0.0 if peer == django_redis else (offset - (len(PEERS) - 1) / 2) * width
+                xs.append(index + shift)
+                heights.append(data[peer])
+        if not xs:
+            continue
         bars = axes.bar(xs, heights, width, label=f"vs {peer}")
         axes.bar_label(bars, labels=[f"{height:.2f}x" for height in heights], fontsize=8)
     axes.axhline(1.0, color="black", linewidth=1)
     axes.set_yscale("log")
-    axes.set_xticks(range(len(groups)), [label for label, _, _ in groups])
+    axes.set_xticks(range(len(groups)), [label for label, _ in groups], fontsize=8)
     axes.set_ylabel("django-rlock / peer  (>1: django-rlock is better)")
     axes.set_title(
         "django-rlock against other Python Redis locks "
@@ -713,12 +865,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="wake-ups per latency block")
     parser.add_argument("--wake-pairs", type=int, default=4, help="wake-up pairs per peer")
     parser.add_argument(
+        "--face-pairs", type=int, default=61, help="pairs per Django face row (short blocks)"
+    )
+    parser.add_argument("--face-cycles", type=int, default=50, help="cycles per face block")
+    parser.add_argument(
+        "--ceiling-processes", type=int, default=3, help="processes saturating the server"
+    )
+    parser.add_argument(
+        "--ceiling-connections", type=int, default=64, help="connections per saturating process"
+    )
+    parser.add_argument(
+        "--ceiling-seconds", type=float, default=2.0, help="length of a saturation run"
+    )
+    parser.add_argument(
         "--chart", type=Path, default=Path("docs/benchmark.svg"), help="where to write the chart"
     )
     args = parser.parse_args()
     started = time.monotonic()
     results = run(args)
     print(table(results, args))
+    print()
+    print(messages_line(results))
+    print()
+    print(face_table(results))
+    print()
+    print(server_side_table(results))
     print()
     print(cost_table(results))
     print()

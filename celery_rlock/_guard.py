@@ -58,7 +58,7 @@ from django_rlock._keys import KeyTemplate, build_key, check_template, template_
 from django_rlock._reporting import reporter_of
 from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
 from django_rlock._retryafter import lock_retry_after
-from django_rlock.core._process.holder import holder_details
+from django_rlock.core._process.holder import busy_reason, holder_details
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
@@ -352,10 +352,15 @@ def _acquired(name: str, lock: RLock, waited: float, delivery: Delivery) -> Task
 def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:
     """Apply ``on_busy`` to a run that did not get its lock within its wait."""
     remaining = lock.ttl()
+    try:
+        holder = None if remaining is None else lock.holder()
+    except LockUnavailableError:
+        holder = None  # only the message's detail is lost
+    # Who holds it, and whether its TTL is a lease's end or a watchdog's margin.
+    lease = f"; {busy_reason(holder, remaining)}"
     if remaining is not None and not math.isfinite(remaining):
         # A key with no expiry (written by hand): look again after one timeout.
         remaining = lock.client.watchdog_timeout
-    lease = "" if remaining is None else f"; the holder's lease ends in {remaining:.3f}s"
     if options.on_busy == "skip":
         logger.info("lock %r busy after waiting %.3fs%s: skipped", lock.name, waited, lease)
         return SkippedResult(skipped=True, reason="lock busy", lock=lock.name)

@@ -59,6 +59,7 @@ from celery.utils.time import maybe_make_aware, remaining
 from redis.exceptions import RedisError
 
 from celery_rlock._conf import BeatSettings, ConfigurationError, get_lock
+from django_rlock.core._process.holder import holder_line
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import milliseconds
 from django_rlock.core._protocol.unavailable import reported_unavailable
@@ -187,6 +188,8 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
         self._ticking = False
         self._unreachable = False
         self._pause = 0.0
+        # The leader this beat last said it stands by for (as holder_line shows it).
+        self._standing_for: str | None = None
 
     @property
     def info(self) -> str:
@@ -260,6 +263,7 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
     def _stand(self) -> bool:
         """Wait for election (at most ``max_interval``); True once elected and loaded."""
         try:
+            self._say_standing_by()
             self.term = self._office.enter_context(self._leadership)
         except LockTimeout:
             self._pause = 0.0  # waited the whole pause for it: beat may look at its shutdown flag
@@ -285,13 +289,35 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
         except BaseException:
             self._step_down("the wrapped scheduler could not be loaded", logging.ERROR)
             raise
+        previous, self._standing_for = self._standing_for, None
         logger.info(
-            "beat: elected leader of %r (term %d): sending the schedule of %s",
+            "beat: elected leader of %r (term %d)%s: sending the schedule of %s",
             self.lock_name,
             self.term.token,
+            "" if previous is None else f", taking over from {previous}",
             qualname(self.wrapped),
         )
         return True
+
+    def _say_standing_by(self) -> None:
+        """Log that this beat stands by and who leads, once per leader.
+
+        Beat shows nothing else while it waits to be elected (the wait lasts
+        until the leader stops or dies), so without this line a standby looks hung.
+        """
+        lock = self._election_lock()
+        holder = lock.holder()
+        leader = None if holder is None else holder_line(holder)
+        if leader is None or leader == self._standing_for:
+            return  # free (this beat is about to be elected), or already said
+        self._standing_for = leader
+        logger.info(
+            "beat: standing by: %s leads %r; this beat takes over when it stops "
+            "(at once) or dies (within %.1fs)",
+            leader,
+            self.lock_name,
+            lock.client.watchdog_timeout,
+        )
 
     def _retry_after(self) -> float:
         timeout = self._lock.client.watchdog_timeout if self._lock is not None else 30.0

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_rlock._decorators import locked
-    from django_rlock._handler import locks
+    from django_rlock._handler import MissingAppWarning, locks
+    from django_rlock._keys import UnformattedNameWarning
     from django_rlock._leaders import leader
     from django_rlock._ratelimits import rate_limited
     from django_rlock._shortcuts import rlock, semaphore
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         LockLostError,
         LockNotOwnedError,
         LockNotReplicatedError,
+        LockOrderWarning,
         LockOutOfMemoryError,
         LockSettingError,
         LockTimeout,
@@ -54,12 +56,15 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockNotReplicatedError",
+    "LockOrderWarning",
     "LockOutOfMemoryError",
     "LockSettingError",
     "LockTimeout",
     "LockUnavailableError",
     "LockUpgradeError",
+    "MissingAppWarning",
     "RateLimitExceeded",
+    "UnformattedNameWarning",
     "leader",
     "locked",
     "locks",
@@ -76,12 +81,15 @@ _LAZY = {
     "LockLostError": "django_rlock.exceptions",
     "LockNotOwnedError": "django_rlock.exceptions",
     "LockNotReplicatedError": "django_rlock.exceptions",
+    "LockOrderWarning": "django_rlock.exceptions",
     "LockOutOfMemoryError": "django_rlock.exceptions",
     "LockSettingError": "django_rlock.exceptions",
     "LockTimeout": "django_rlock.exceptions",
     "LockUnavailableError": "django_rlock.exceptions",
     "LockUpgradeError": "django_rlock.exceptions",
+    "MissingAppWarning": "django_rlock._handler",
     "RateLimitExceeded": "django_rlock.exceptions",
+    "UnformattedNameWarning": "django_rlock._keys",
     "leader": "django_rlock._leaders",
     "locked": "django_rlock._decorators",
     "locks": "django_rlock._handler",

@@ -61,6 +61,8 @@ class AliasBackend(Protocol):
     max_hold: float | None
     #: What becomes of a hold that outlived its owner: ``"release"`` or ``"warn"``.
     leaked: str
+    #: ``RLOCK_LOCK_ORDER_CHECK``: the lock order check watches the alias's holds.
+    lock_order_check: bool
     slow_wait: float | None
     slow_hold: float | None
 
@@ -123,12 +125,9 @@ class AsyncWithTwin(AliasAttached):
 
     _noun = "lock"
 
-    def _attach(self, backend: AliasBackend) -> None:
-        super()._attach(backend)
-        # Per task, the asyncio twins entered through this object (nested: a stack).
-        self._twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] = (
-            weakref.WeakKeyDictionary()
-        )
+    #: Per task, the asyncio twins entered through this object (nested: a
+    #: stack); made on the first ``async with``, as most objects never see one.
+    _twins: weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncLock]] | None = None
 
     def _async_twin(self) -> AsyncLock:
         """The backend's asyncio lock of the same name and ``with`` defaults."""
@@ -154,7 +153,11 @@ class AsyncWithTwin(AliasAttached):
             ):
                 twin.location = caller_location()
         entered = await twin.__aenter__()
-        self._twins.setdefault(self._current_task(), []).append(twin)
+        twins = self._twins
+        if twins is None:
+            # setdefault: one object may be entered on several event loops' threads.
+            twins = self.__dict__.setdefault("_twins", weakref.WeakKeyDictionary())
+        twins.setdefault(self._current_task(), []).append(twin)
         return entered
 
     def __exit__(
@@ -173,10 +176,13 @@ class AsyncWithTwin(AliasAttached):
         traceback: TracebackType | None,
     ) -> None:
         task = self._current_task()
-        stack = self._twins[task]
+        twins = self._twins
+        if twins is None:
+            raise KeyError(task)  # as for a task that entered nothing: no __aenter__ ran
+        stack = twins[task]
         twin = stack.pop()
         if not stack:
-            del self._twins[task]
+            del twins[task]
         await twin.__aexit__(exc_type, exc, traceback)
 
     def _current_task(self) -> asyncio.Task[Any]:

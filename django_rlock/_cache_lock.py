@@ -25,8 +25,9 @@ the same honest ``Retry-After`` as ``rlock()``'s, not the lease left.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
@@ -167,8 +168,10 @@ class CacheLock(RLock):
                 self.name,
             )
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
-        error = super()._timeout_error(remaining)
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
+        error = super()._timeout_error(remaining, holder)
         # rlock()'s Retry-After rule, not the lease left (30 s for a watchdog
         # hold held a moment): the middleware finds no alias lock to refine it.
         honest = lock_retry_after(self, remaining)

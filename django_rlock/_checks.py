@@ -18,8 +18,9 @@
                        spelt like ``RLOCKS`` (``RLOCK``, ``RLOCS``).
 ``django_rlock.E008``  ``RLOCK_METRICS`` is neither None nor ``"prometheus"``,
                        or prometheus_client is not installed.
-``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``, or
-                       ``LEAKED`` not ``"release"``/``"warn"``.
+``django_rlock.E009``  ``TRANSACTION`` is not ``"auto"``/``"ignore"``,
+                       ``LEAKED`` not ``"release"``/``"warn"``, or
+                       ``RLOCK_LOCK_ORDER_CHECK`` not True/False.
 ``django_rlock.E010``  ``LAYOUT`` is not ``"rlock"``/``"redisson"``,
                        ``SHARDED_SUBSCRIPTION`` not ``"auto"``/``"on"``/``"off"``,
                        or ``"redisson"`` is combined with ``CACHE`` or ``MIN_REPLICAS``.
@@ -186,10 +187,11 @@ def check_transaction_binding(
 
 # -- Missing pieces: a view's lock errors with nothing to answer them ----------------
 #
-# ``django_rlock.W020`` (deploy): a view of the URLconf calls ``rlock()``, ``semaphore()`` or
-# ``locks[...]`` while ``MIDDLEWARE`` has no ``LockErrorMiddleware``: a busy lock
-# there answers 500, not 409. At run time, the first lock error that escapes a view
-# unanswered is logged once, naming the fix (a check cannot see every call path).
+# ``django_rlock.W020`` (every check run, tag ``urls``): a view of the URLconf calls
+# ``rlock()``, ``semaphore()`` or ``locks[...]`` while ``MIDDLEWARE`` has no
+# ``LockErrorMiddleware``: a busy lock there answers 500, not 409. At run time, the
+# first lock error that escapes a view unanswered is logged once, naming the fix (a
+# check cannot see every call path).
 
 #: The names whose use in a view's code means it takes locks itself (not ``@locked``).
 _LOCK_TAKERS = {"rlock": rlock, "semaphore": semaphore, "locks": locks}
@@ -263,10 +265,13 @@ def _global_names(code: types.CodeType) -> Iterator[tuple[str, ...]]:
             yield from _global_names(constant)
 
 
-# A deployment check (`manage.py check --deploy`), as a 500 where a 409 was meant is a
-# production answer; in development the run-time hint below tells at the first one. Tagged
-# "urls" only, as Django's checks of the URLconf are: `--tag django_rlock` stays the settings'.
-@register("urls", deploy=True)
+# Run with every check run (runserver, migrate, check), as Django's own checks of the
+# URLconf are, not only by `check --deploy`: in development a busy lock is rare, so the
+# run-time hint below may never fire before production, while runserver shows this at
+# start. It reads each view's code names once (no call), so it costs little beside
+# Django's loading of the URLconf. Tagged "urls" only, as Django's URLconf checks are:
+# `--tag django_rlock` stays the settings'.
+@register("urls")
 def check_lock_error_middleware(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:

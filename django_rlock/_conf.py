@@ -29,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
+from django_rlock.core._process.lockorder import check_lock_order_check
 from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.layouts import LAYOUTS, RLOCK, SHARDED_SUBSCRIPTION_MODES
 from django_rlock.core._protocol.names import (
@@ -82,7 +83,12 @@ ALIAS_KEYS: Final = frozenset({"BACKEND", "LOCATION", "CACHE", "OPTIONS", *DEFAU
 #: (some are read by modules that are not in every release: knowing their
 #: names keeps the check below from refusing them).
 GLOBAL_ONLY_SETTINGS: Final = frozenset(
-    {"RLOCK_METRICS", "RLOCK_DEADLOCK_TIMEOUT", "RLOCK_RATE_LIMITED_VIEW"}
+    {
+        "RLOCK_METRICS",
+        "RLOCK_DEADLOCK_TIMEOUT",
+        "RLOCK_LOCK_ORDER_CHECK",
+        "RLOCK_RATE_LIMITED_VIEW",
+    }
 )
 
 #: Every ``RLOCK_*`` global setting django-rlock reads.
@@ -321,6 +327,22 @@ def deadlock_timeout(alias: str | None = DEFAULT_LOCK_ALIAS) -> float | None:
         return check_deadlock_timeout(found)
     except ValueError as error:
         raise LockSettingError(f"{source}: {error}", check_id="django_rlock.E004") from None
+
+
+def lock_order_check() -> bool:
+    """``RLOCK_LOCK_ORDER_CHECK``: warn when locks are taken in opposite orders (default False).
+
+    Global only: one graph of lock orders per process, whichever alias takes
+    the locks (see docs/deadlocks.md). For tests and staging.
+    """
+    value = getattr(settings, "RLOCK_LOCK_ORDER_CHECK", False)
+    try:
+        return check_lock_order_check(value)
+    except ValueError:
+        raise LockSettingError(
+            f"RLOCK_LOCK_ORDER_CHECK must be True or False, got {value!r}",
+            check_id="django_rlock.E009",
+        ) from None
 
 
 def _choice(name: str, alias: str, value: object, choices: tuple[str, ...], check_id: str) -> str:

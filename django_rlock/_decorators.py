@@ -101,7 +101,7 @@ import inspect
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, TypeVar, cast
 
@@ -128,6 +128,7 @@ from django_rlock._responses import (
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock._transactions import open_transactions, when_released
+from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
 from django_rlock.core._protocol.semaphore import check_permits
 from django_rlock.core._sync.locks import RLock
@@ -265,6 +266,17 @@ class _Options:
     lease: float | None
     max_hold: float | None
 
+    def given(self) -> LockOptions:
+        """The options set, as keywords: those left None are the lock's defaults anyway."""
+        given = LockOptions()
+        if self.timeout is not None:
+            given["timeout"] = self.timeout
+        if self.lease is not None:
+            given["lease"] = self.lease
+        if self.max_hold is not None:
+            given["max_hold"] = self.max_hold
+        return given
+
 
 #: The kinds ``@locked`` can hold: the lock, the fair lock, a read-write lock's
 #: side, or a semaphore's permit.
@@ -338,7 +350,7 @@ def _check_amounts(timeout: object, lease: object, permits: object, max_hold: ob
 def _sync_lock(using: str, name: str, kind: str, permits: int | None, options: _Options) -> RLock:
     """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`)."""
     backend = locks[using]
-    given = asdict(options)
+    given = options.given()
     if kind == "permit":
         return backend.semaphore(name, cast(int, permits), **given)
     if kind == "fair":
@@ -354,7 +366,7 @@ def _async_lock(
 ) -> AsyncLock:
     """The asyncio twin of :func:`_sync_lock`."""
     backend = locks[using]
-    given = asdict(options)
+    given = options.given()
     if kind == "permit":
         return backend.async_semaphore(name, cast(int, permits), **given)
     if kind == "fair":

@@ -38,7 +38,14 @@ from django_rlock.exceptions import InvalidLockBackendError
 
 
 class MissingAppWarning(RuntimeWarning):
-    """Locks are used in a project whose INSTALLED_APPS lacks ``"django_rlock"``."""
+    """Locks are used in a project whose ``INSTALLED_APPS`` lacks ``"django_rlock"``.
+
+    Warned once per process, at the first use of :data:`locks`: without the app,
+    the locks work but its system checks (a misspelt setting, a bad alias),
+    ``manage.py rlock`` and the admin page are missing. Add ``"django_rlock"``
+    to ``INSTALLED_APPS``. A RuntimeWarning, so ``-W error::RuntimeWarning`` or
+    pytest's ``filterwarnings = error`` make it fail a test.
+    """
 
 
 _hinted = False

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from django_rlock.core._process.holder import holder_line
+
 
 class AsyncLock(Protocol):
     """What :meth:`BaseLockBackend.async_lock` returns: a lock for ``async with``."""
@@ -70,24 +72,42 @@ class LockInfo:
     token: int | None = None
     waiters: int = 0
     holder: dict[str, Any] | None = None
+    #: The lock server's clock when this was read (None: unknown), so that
+    #: :meth:`held_for` compares the grant's time with the same clock.
+    read_at: datetime | None = None
+    #: The grant's fixed lease in seconds; None for a hold its holder's watchdog
+    #: renews until it is released (or when ``holder`` is None: not described).
+    lease: float | None = None
 
     def holder_text(self) -> str:
-        """Who holds it, in one line: host, pid, thread or task, and the Celery task if any."""
-        holder = self.holder
-        if holder is None:  # a grant that described no holder: its owner's digest
+        """Who holds it, in one line: host, pid, thread or task, and the Celery task if any.
+
+        The same words as every message that names a holder
+        (:func:`~django_rlock.core._process.holder.holder_line`); a grant that
+        described no holder shows its owners' digests.
+        """
+        if self.holder is None:
             return ", ".join(self.holders)
-        text = f"{holder['host']} pid {holder['pid']} {holder['thread']}"
-        if holder.get("task_name") or holder.get("task_id"):
-            task = f"{holder.get('task_name') or '?'} {holder.get('task_id') or ''}".rstrip()
-            text += f" (task {task})"
-        return text
+        return holder_line(self.holder)
+
+    def renewal_text(self) -> str:
+        """What the TTL means: a fixed lease's end, or a watchdog's margin ("" when unknown)."""
+        if self.holder is None:
+            return ""
+        if self.lease is not None:
+            return f"a fixed {self.lease:g}s lease: it ends then"
+        return "renewed by its holder's watchdog until released"
 
     def held_for(self) -> float | None:
-        """Seconds since the grant, by this machine's clock; None when unknown."""
+        """Seconds since the grant, by the lock server's clock (this machine's if unknown).
+
+        None when the grant recorded no time.
+        """
         since = (self.holder or {}).get("acquired_at")
         if not since:
             return None
-        return max(0.0, (datetime.now(UTC) - datetime.fromisoformat(since)).total_seconds())
+        now = self.read_at or datetime.now(UTC)
+        return max(0.0, (now - datetime.fromisoformat(since)).total_seconds())
 
 
 def display_owner(owner: str) -> str:

@@ -61,11 +61,15 @@ class HoldTimes:
     def observe(self, name: str, template: str | None, held: float) -> None:
         """Record a hold of ``name`` (built from ``template``, if any) that lasted ``held`` s."""
         with self._mutex:
-            samples = self._by_name.pop(name, None) or deque(maxlen=SAMPLES)
+            by_name = self._by_name
+            samples = by_name.get(name)
+            if samples is None:
+                samples = by_name[name] = deque(maxlen=SAMPLES)
+                if len(by_name) > NAMES:
+                    by_name.popitem(last=False)
+            else:
+                by_name.move_to_end(name)  # the most recently seen last
             samples.append(held)
-            self._by_name[name] = samples
-            if len(self._by_name) > NAMES:
-                self._by_name.popitem(last=False)
             if template is not None:
                 self._by_template.setdefault(template, deque(maxlen=SAMPLES)).append(held)
 

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from django_rlock._callsite import called_from_machinery
 from django_rlock.core._protocol.names import fit_name
 
 #: A format string naming the function's parameters, or a callable with its signature.
@@ -29,13 +30,29 @@ KeyTemplate = str | Callable[..., str]
 
 
 def _field_roots(template: str) -> list[str]:
-    roots = []
-    for _, field, _, _ in string.Formatter().parse(template):
-        if field is None:
-            continue
-        root = field.split(".", 1)[0].split("[", 1)[0]
-        roots.append(root)
-    return roots
+    """The root of each field of ``template`` (``order`` of ``{order.pk}``), in order.
+
+    Parsed once per template (``rlock("order:{order_id}", order_id=...)`` asks
+    on every block); a template that does not parse raises ValueError each time.
+    """
+    roots = _roots.get(template)
+    if roots is None:
+        roots = []
+        for _, field, _, _ in string.Formatter().parse(template):
+            if field is None:
+                continue
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            roots.append(root)
+        if len(_roots) >= TEMPLATES_KEPT:
+            _roots.clear()
+        _roots[template] = roots
+    return list(roots)
+
+
+#: How many templates' field roots are kept (past it they are parsed anew).
+TEMPLATES_KEPT = 1024
+
+_roots: dict[str, list[str]] = {}
 
 
 def check_template(template: object, func: Callable[..., Any]) -> KeyTemplate:
@@ -104,12 +121,7 @@ def build_key(
         if not isinstance(key, str):
             raise ValueError(f"lock key callable {template!r} returned {key!r}, not a str")
     else:
-        bound = inspect.signature(func).bind(*args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        for name, parameter in inspect.signature(func).parameters.items():
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                arguments.update(arguments.pop(name, {}))
+        arguments = _binder(func).arguments(args, kwargs)
         try:
             key = template.format(**arguments)
         except (KeyError, AttributeError, IndexError, TypeError, ValueError) as error:
@@ -118,6 +130,80 @@ def build_key(
                 f"{type(error).__name__}: {error}"
             ) from None
     return fit_name(key)
+
+
+_POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+
+
+class _Binder:
+    """How the arguments of one function's calls bind to its parameters, worked out once.
+
+    :func:`build_key` runs for every call of a decorated function; reading the
+    signature (``inspect.signature``) and binding through it cost more than the
+    rest of a lock's bookkeeping. A signature of plain parameters (neither
+    ``*args``, ``**kwargs`` nor positional-only) whose call fits it is bound
+    here directly; any other call goes through :meth:`inspect.Signature.bind`,
+    which raises the TypeError the call itself would.
+    """
+
+    __slots__ = ("defaults", "names", "positional", "required", "signature", "simple", "spread")
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.signature = inspect.signature(func)
+        parameters = list(self.signature.parameters.values())
+        #: Every parameter is positional-or-keyword or keyword-only.
+        self.simple = all(p.kind in (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY) for p in parameters)
+        self.positional = tuple(p.name for p in parameters if p.kind is _POSITIONAL_OR_KEYWORD)
+        self.names = frozenset(p.name for p in parameters)
+        self.required = frozenset(p.name for p in parameters if p.default is p.empty)
+        self.defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+        #: The ``**kwargs`` parameters, whose items the template sees as fields.
+        self.spread = [p.name for p in parameters if p.kind is _VAR_KEYWORD]
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name, defaults applied, ``**kwargs`` flattened."""
+        if self.simple and len(args) <= len(self.positional):
+            arguments = dict(zip(self.positional, args, strict=False))
+            names = self.names
+            fits = True
+            for name, value in kwargs.items():
+                if name not in names or name in arguments:
+                    fits = False  # unknown, or given twice: bind() says so
+                    break
+                arguments[name] = value
+            if fits:
+                for name, default in self.defaults.items():
+                    arguments.setdefault(name, default)
+                if self.required <= arguments.keys():
+                    return arguments
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        for name in self.spread:
+            arguments.update(arguments.pop(name, {}))
+        return arguments
+
+
+#: How many functions' binders are kept (past it they are made anew): the
+#: decorated functions and tasks of a process, each one entry.
+BINDERS_KEPT = 1024
+
+_binders: dict[Callable[..., Any], _Binder] = {}
+
+
+def _binder(func: Callable[..., Any]) -> _Binder:
+    """``func``'s :class:`_Binder`, made on its first call."""
+    try:
+        binder = _binders.get(func)
+    except TypeError:  # an unhashable callable: bound afresh each time
+        return _Binder(func)
+    if binder is None:
+        if len(_binders) >= BINDERS_KEPT:
+            _binders.clear()
+        binder = _binders[func] = _Binder(func)
+    return binder
 
 
 class UnformattedNameWarning(RuntimeWarning):
@@ -189,6 +275,20 @@ def warn_unformatted(name: object, *, stacklevel: int) -> None:
         UnformattedNameWarning,
         stacklevel=stacklevel + 1,
     )
+
+
+def warn_unformatted_from_user(name: object, *, stacklevel: int) -> None:
+    """:func:`warn_unformatted` for a backend's factory (``locks["default"].lock(name)``).
+
+    Only when the factory's caller is the user's code: this package's own
+    callers (``rlock()``, ``@locked``, ``LockedTask``) pass names they formatted
+    or already warned about. ``stacklevel`` is as for :func:`warn_unformatted`.
+    """
+    if not isinstance(name, str) or "{" not in name:
+        return  # the common case, at the cost of one test
+    if called_from_machinery(stacklevel):
+        return
+    warn_unformatted(name, stacklevel=stacklevel + 1)
 
 
 def format_name(template: object, fields: Mapping[str, object]) -> str:

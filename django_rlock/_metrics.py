@@ -72,7 +72,7 @@ import math
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AliasBackend
@@ -220,6 +220,15 @@ def _label(lock: AnyAliasLock) -> str:
     return lock.key_template or NO_TEMPLATE
 
 
+class _LockChildren(NamedTuple):
+    """One lock label's children of the series every grant and release counts in."""
+
+    acquired: Counter
+    wait: Histogram
+    hold: Histogram
+    held: Gauge
+
+
 class LockMetrics:
     """Counts the hold events of one backend's locks into the Prometheus series.
 
@@ -232,6 +241,23 @@ class LockMetrics:
         self.backend = backend
         _metered.add(backend)
         self._series = _get_series()
+        # lock label -> its series' children: ``labels()`` takes a mutex and
+        # builds a key on every call, and a grant and a release touch four.
+        # Bounded by the templates in the code ("order:{order_id}", "-").
+        self._children: dict[str, _LockChildren] = {}
+
+    def _of(self, label: str) -> _LockChildren:
+        """The children of ``label``'s series, which every grant and release counts in."""
+        children = self._children.get(label)
+        if children is None:
+            alias, series = self.backend.alias, self._series
+            children = self._children[label] = _LockChildren(
+                acquired=series.acquisitions.labels(alias, label, "acquired"),
+                wait=series.wait.labels(alias, label),
+                hold=series.hold.labels(alias, label),
+                held=series.held.labels(alias, label),
+            )
+        return children
 
     def attach(self, registry: HoldRegistry) -> None:
         """Count the holds of ``registry`` (a lock client's) from now on."""
@@ -256,10 +282,10 @@ class LockMetrics:
         lock = self._ours(hold.locks[0]) if hold.locks else None
         if lock is None:
             return
-        alias, label, series = self.backend.alias, _label(lock), self._series
-        series.acquisitions.labels(alias, label, "acquired").inc()
-        series.wait.labels(alias, label).observe(hold.waited)
-        series.held.labels(alias, label).inc()
+        children = self._of(_label(lock))
+        children.acquired.inc()
+        children.wait.observe(hold.waited)
+        children.held.inc()
 
     def _gave_up(self, event: GaveUp) -> None:
         lock = self._ours(event.lock)
@@ -278,9 +304,9 @@ class LockMetrics:
         lock = self._ours(hold.locks[0]) if hold.locks else None
         if lock is None:
             return
-        alias, label, series = self.backend.alias, _label(lock), self._series
-        series.hold.labels(alias, label).observe(clock.monotonic() - hold.acquired_at)
-        series.held.labels(alias, label).dec()
+        children = self._of(_label(lock))
+        children.hold.observe(clock.monotonic() - hold.acquired_at)
+        children.held.dec()
 
     def count_duplicate(self, lock: object, found: str) -> None:
         """Count a delivery of a task locked by ``lock`` dropped as a duplicate (``found``)."""

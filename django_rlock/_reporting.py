@@ -26,14 +26,13 @@ With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
 from __future__ import annotations
 
 import logging
-import threading
 import weakref
 
 from django_rlock._aliaslocks import AliasBackend
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._callsite import caller_location
 from django_rlock._metrics import LockMetrics, for_backend
-from django_rlock.core._process import forking
+from django_rlock.core._process.lockorder import lock_order
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
 from django_rlock.signals import (
@@ -63,16 +62,14 @@ class Reporter:
 
     :meth:`attach` subscribes it to a lock client's registry; it reports only
     the holds taken through locks of its own backend (a cache's lock client
-    may also serve ``cache.lock()`` or another alias). The one thing it keeps
-    is where each hold was taken, for the slow-hold and the leak lines.
+    may also serve ``cache.lock()`` or another alias). The one thing it notes
+    is where each hold was taken (on the hold, ``hold.location``), for the
+    slow-hold and the leak lines.
     """
 
     def __init__(self, backend: AliasBackend) -> None:
         self.backend = backend
         _reporters[backend] = self
-        self._mutex = threading.Lock()
-        forking.renew_after_fork(self, "_mutex")
-        self._locations: weakref.WeakKeyDictionary[Hold, str | None] = weakref.WeakKeyDictionary()
         #: The backend's Prometheus metrics; None when ``RLOCK_METRICS`` is unset.
         self.metrics: LockMetrics | None = for_backend(backend)
 
@@ -84,6 +81,8 @@ class Reporter:
         registry.on_gave_up(self._gave_up)
         registry.on_leaked(self._leaked)
         registry.release_leaked = self.backend.leaked == "release"
+        if self.backend.lock_order_check:
+            lock_order.watch(registry)
         if self.metrics is not None:
             self.metrics.attach(registry)
 
@@ -106,14 +105,18 @@ class Reporter:
             return
         # On the acquiring thread (or task): the call stack is the caller's.
         # Always kept: a leak report must say which code took the hold.
-        location = lock.location or caller_location()
-        self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
-        with self._mutex:
-            self._locations[hold] = location
+        location = hold.location = lock.location or caller_location()
         backend = self.backend
-        lock_acquired.send(
-            sender=type(backend), name=lock.name, alias=backend.alias, lock=lock, waited=hold.waited
-        )
+        if backend.slow_wait is not None:
+            self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
+        if lock_acquired.receivers:  # else send() finds nobody, after its keywords are built
+            lock_acquired.send(
+                sender=type(backend),
+                name=lock.name,
+                alias=backend.alias,
+                lock=lock,
+                waited=hold.waited,
+            )
 
     def _gave_up(self, event: GaveUp) -> None:
         lock = self._ours(event.lock)
@@ -151,8 +154,7 @@ class Reporter:
         lock = self._ours(hold.locks[0]) if hold.locks else None
         if lock is None:
             return
-        with self._mutex:
-            location = self._locations.pop(hold, None)
+        location = hold.location
         backend = self.backend
         held = clock.monotonic() - hold.acquired_at
         if not hold.lost:
@@ -166,14 +168,15 @@ class Reporter:
                 location or "an unknown location",
                 extra={"lock_name": lock.name, "alias": backend.alias, "seconds": held},
             )
-        lock_released.send(
-            sender=type(backend),
-            name=lock.name,
-            alias=backend.alias,
-            lock=lock,
-            held=held,
-            lost=hold.lost,
-        )
+        if lock_released.receivers:
+            lock_released.send(
+                sender=type(backend),
+                name=lock.name,
+                alias=backend.alias,
+                lock=lock,
+                held=held,
+                lost=hold.lost,
+            )
 
     def _lost(self, hold: Hold) -> None:
         if hold.locks:
@@ -184,8 +187,7 @@ class Reporter:
         if lock is None:
             return
         backend = self.backend
-        with self._mutex:
-            location = self._locations.get(hold)
+        location = hold.location
         held = clock.monotonic() - hold.acquired_at
         released = backend.leaked == "release"
         logger.error(

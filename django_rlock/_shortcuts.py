@@ -78,7 +78,12 @@ def rlock(
     else:
         warn_unformatted(name, stacklevel=2)
     backend = locks[using]
-    lock = backend.lock(name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold)
+    if timeout is None and lease is None and blocking is True and max_hold is None:
+        lock = backend.lock(name)  # the defaults: no keyword to pass down and check
+    else:
+        lock = backend.lock(
+            name, timeout=timeout, lease=lease, blocking=blocking, max_hold=max_hold
+        )
     if template is not None:
         lock.key_template = template  # the metrics' ``lock`` label, as @locked's
     if transaction is not None:

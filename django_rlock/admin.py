@@ -152,13 +152,15 @@ class LockAdmin(_LockModelAdmin):
             messages.error(request, "No such lock alias or lock name.")
             return HttpResponseRedirect(self._changelist_url())
         if request.method != "POST":
+            info = locks[alias].inspect(name)
             context = {
                 **self.admin_site.each_context(request),
                 "opts": self.opts,
                 "title": "Force-release a lock?",
                 "alias": alias,
                 "name": name,
-                "info": locks[alias].inspect(name),
+                "info": info,
+                "held_for": None if info is None else _Row(alias, info).held_for,
             }
             return TemplateResponse(
                 request, "admin/django_rlock/lock/force_release_confirmation.html", context

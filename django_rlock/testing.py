@@ -83,6 +83,13 @@ Redis and leaves its keys there. To make that a failure instead
 (:class:`NotIsolatedError`), opt in to the guard (:func:`guard_rlocks`):
 ``pytest --rlocks-guard`` (or ``rlocks_guard = true`` in the ini file), or
 ``TEST_RUNNER = "django_rlock.testing.GuardedTestRunner"`` for Django's runner.
+
+With ``RLOCK_LOCK_ORDER_CHECK = True`` in the test settings, a test that takes
+locks in an order opposite to one seen earlier in the session warns
+(:class:`~django_rlock.LockOrderWarning`, in pytest's warnings summary); with
+``filterwarnings = ["error::django_rlock.LockOrderWarning"]`` (or ``-W
+error::django_rlock.LockOrderWarning``, or the ``filterwarnings`` mark on some
+tests) the plugin fails that test instead (docs/deadlocks.md).
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -109,6 +116,7 @@ from django_rlock._handler import locks
 from django_rlock._handles import LockInfo
 from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.base import BaseLockBackend
+from django_rlock.core._process.lockorder import lock_order
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core.exceptions import LockNotOwnedError, LockTimeout
 
@@ -494,6 +502,23 @@ if HAVE_PYTEST:
         """Every ``RLOCKS`` alias on the session's lock server, emptied, for this test."""
         with isolated_rlocks(rlocks_server) as configured:
             yield configured
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+        """Fail a test whose locks closed a cycle of orders, when its filters make that an error.
+
+        With ``RLOCK_LOCK_ORDER_CHECK = True``, a :class:`~django_rlock.LockOrderWarning`
+        that the warning filters turn into an error (``filterwarnings =
+        error::django_rlock.LockOrderWarning``) cannot be raised where it is
+        found, inside ``acquire()`` (the lock is granted by then): it is raised
+        here, as the test's failure, once the test's body is done.
+        """
+        mark = lock_order.raised_mark()
+        outcome = yield
+        raised = lock_order.raised_since(mark)
+        if raised:
+            raise raised[0]
+        return outcome
 
     @pytest.fixture(autouse=True)
     def _rlocks_guard(request: pytest.FixtureRequest) -> Iterator[None]:

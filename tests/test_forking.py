@@ -81,8 +81,9 @@ def _backend(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
     return lambda: backend._build_lock, lambda: backend.client
 
 
-def _reporter(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
-    # The reporter's mutex is taken on every grant of a backend's lock.
+def _hold_times(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
+    # The hold times' mutex is taken on every release of a backend's lock (the
+    # reporter, which notes where a hold was taken on the hold, has none).
     backend = RedisLockBackend("default", {"LOCATION": redis_url})
 
     def take_and_give_back() -> None:
@@ -90,7 +91,7 @@ def _reporter(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
         assert lock.acquire(lease=5)
         lock.release()
 
-    return lambda: backend.reporter._mutex, take_and_give_back
+    return lambda: backend.hold_times._mutex, take_and_give_back
 
 
 def _loop_clients(redis_url: str) -> tuple[Callable[[], Any], Callable[[], object]]:
@@ -129,7 +130,7 @@ CASES: dict[str, Case] = {
     "MultiLock": _multi_lock,
     "LockHandler": _handler,
     "backend build lock": _backend,
-    "Reporter": _reporter,
+    "hold times": _hold_times,
     "LoopClients": _loop_clients,
     "locmem servers": _locmem_servers,
     "cache shared clients": _cache_clients,

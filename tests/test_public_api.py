@@ -32,15 +32,16 @@ ROOT = pathlib.Path(django_rlock.__file__).resolve().parent.parent
 DOCUMENTED: dict[str, list[str]] = {
     "django_rlock": [
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
-        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
-        "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
-        "RateLimitExceeded", "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOrderWarning",
+        "LockOutOfMemoryError", "LockSettingError", "LockTimeout", "LockUnavailableError",
+        "LockUpgradeError", "MissingAppWarning", "RateLimitExceeded", "UnformattedNameWarning",
+        "leader", "locked", "locks", "rate_limited", "rlock", "semaphore",
     ],
     "django_rlock.exceptions": [
         "DeadlockError", "InvalidLockBackendError", "InvalidLockNameError", "LockError",
-        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOutOfMemoryError",
-        "LockSettingError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
-        "RateLimitExceeded",
+        "LockLostError", "LockNotOwnedError", "LockNotReplicatedError", "LockOrderWarning",
+        "LockOutOfMemoryError", "LockSettingError", "LockTimeout", "LockUnavailableError",
+        "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.signals": [
         "lock_acquired", "lock_deadlock", "lock_leaked", "lock_lost", "lock_released",
@@ -64,9 +65,9 @@ DOCUMENTED: dict[str, list[str]] = {
     "django_rlock.core": [
         "DeadlockError", "FairLock", "InvalidLockNameError", "Leadership", "LockClient",
         "LockError", "LockLostError", "LockNotOwnedError", "LockNotReplicatedError",
-        "LockOutOfMemoryError", "LockTimeout", "LockUnavailableError", "LockUpgradeError",
-        "MultiLock", "RLock", "RateLimitExceeded", "RateLimiter", "ReadLock", "ReadWriteLock",
-        "RedLock", "Semaphore", "Term", "WriteLock",
+        "LockOrderWarning", "LockOutOfMemoryError", "LockTimeout", "LockUnavailableError",
+        "LockUpgradeError", "MultiLock", "RLock", "RateLimitExceeded", "RateLimiter", "ReadLock",
+        "ReadWriteLock", "RedLock", "Semaphore", "Term", "WriteLock",
     ],
     "django_rlock.core.aio": [
         "AsyncFairLock", "AsyncLeadership", "AsyncLockClient", "AsyncRLock", "AsyncRateLimiter",
@@ -74,7 +75,7 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.core.exceptions": [
         "DeadlockError", "InvalidLockNameError", "LockError", "LockLostError", "LockNotOwnedError",
-        "LockNotReplicatedError", "LockOutOfMemoryError", "LockTimeout",
+        "LockNotReplicatedError", "LockOrderWarning", "LockOutOfMemoryError", "LockTimeout",
         "LockUnavailableError", "LockUpgradeError", "RateLimitExceeded",
     ],
     "django_rlock.core.defaults": [
@@ -218,11 +219,6 @@ NOT_EXPORTED = {
     # The embedded backend's start-up failure: a settings/deployment problem of
     # that backend, reported from the module that starts the server.
     "EmbeddedServerError": "django_rlock.backends._embedded_server",
-    # A warning category, never raised: a name left unformatted. Silenced by its
-    # message (docs/django.md, "Names built from fields"), not caught.
-    "UnformattedNameWarning": "django_rlock._keys",
-    # A warning category, never raised: locks used without the app in INSTALLED_APPS.
-    "MissingAppWarning": "django_rlock._handler",
     # A test's failure (an AssertionError) under the opt-in guard, raised in tests only.
     "NotIsolatedError": "django_rlock.testing",
 }

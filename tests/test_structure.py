@@ -283,6 +283,10 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
     ("django_rlock._callsite", "_getframe"): (
         "sys._getframe walks the caller's frames without inspect.stack()'s cost"
     ),
+    ("django_rlock.core._process.lockorder", "_getframe"): (
+        "the lock order check's call sites, as django_rlock._callsite's"
+        " (the engine cannot import the face)"
+    ),
     ("celery_rlock._decorators", "_get_app"): (
         "a Celery task's app, bound or not; Celery offers only the private accessor"
     ),

@@ -52,6 +52,8 @@ class BaseLockBackend(ABC):
         self.watchdog_timeout = conf.watchdog_timeout(alias)
         #: Seconds a waiter waits before it looks for a deadlock (None: never).
         self.deadlock_timeout = conf.deadlock_timeout(alias)
+        #: Whether the lock order check watches the holds of this alias's clients.
+        self.lock_order_check = conf.lock_order_check()
         self.slow_wait = conf.seconds_or_none("SLOW_WAIT", alias)
         self.slow_hold = conf.seconds_or_none("SLOW_HOLD", alias)
         #: Whether a ``with`` block's end waits for its transaction ("auto") or not.

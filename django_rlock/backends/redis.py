@@ -23,6 +23,7 @@ first use and shared by every thread of the process.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any, Unpack
 
@@ -46,6 +47,7 @@ from django_rlock._aliaslocks import (
 from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock._eviction import maxmemory_policy as read_maxmemory_policy
 from django_rlock._eviction import report_eviction_policy
+from django_rlock._keys import warn_unformatted_from_user
 from django_rlock._loopclients import LoopClients
 from django_rlock.backends.base import (
     AsyncLock,
@@ -55,9 +57,15 @@ from django_rlock.backends.base import (
     display_owner,
 )
 from django_rlock.cache import check_lock_cache, lock_client_for
-from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._process.holder import (
+    HOLDER_FIELD,
+    SINCE_FIELD,
+    is_holder_field,
+    read_hold,
+    read_holder,
+)
 from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
@@ -88,6 +96,16 @@ _SCHEMES = (
 _ASYNC_SCHEMES = ("redis://", "rediss://", "unix://")
 _SCAN_BATCH = 1000
 _PROBE_SECONDS = 5.0
+
+
+def _token(field: str | None, counter: bytes | None) -> int | None:
+    """A lock's last fencing token: its hash's token field, else its fencing counter.
+
+    (A lock that a client of an older version granted has only the counter.)
+    """
+    if field is not None:
+        return int(field)
+    return None if counter is None else int(counter)
 
 
 def _text(value: bytes | str) -> str:
@@ -221,6 +239,7 @@ class RedisLockBackend(BaseLockBackend):
 
     def lock(self, name: str, **options: Unpack[LockOptions]) -> AliasLock:
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
+        warn_unformatted_from_user(name, stacklevel=2)  # as rlock() warns
         kind = RedissonAliasLock if self.layout == REDISSON else AliasLock
         return kind(self.client, check_name(name), self, **options)
 
@@ -233,6 +252,7 @@ class RedisLockBackend(BaseLockBackend):
 
     def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AliasSemaphore:
         """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
+        warn_unformatted_from_user(name, stacklevel=2)
         return AliasSemaphore(self.client, check_name(name), permits, self, **options)
 
     def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
@@ -246,6 +266,7 @@ class RedisLockBackend(BaseLockBackend):
 
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
+        warn_unformatted_from_user(name, stacklevel=2)
         return AliasFairLock(self.client, check_name(name), self, **options)
 
     def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
@@ -259,6 +280,7 @@ class RedisLockBackend(BaseLockBackend):
 
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
+        warn_unformatted_from_user(name, stacklevel=2)
         return AliasReadWriteLock(self.client, check_name(name), self, **options)
 
     def async_read_write_lock(
@@ -381,8 +403,9 @@ class RedisLockBackend(BaseLockBackend):
         pipe.pttl(keys.hash)
         pipe.get(keys.fence)
         pipe.zcard(keys.waiters)
+        _read_time(pipe, client.cluster is None)
         with reported_unavailable(client.server, "inspect", keys.name):
-            owners, pttl, fence, waiters = pipe.execute()
+            owners, pttl, fence, waiters, *clock = pipe.execute()
         fields = {_text(key): _text(value) for key, value in owners.items()}
         holders = {
             display_owner(owner): int(count)
@@ -396,9 +419,11 @@ class RedisLockBackend(BaseLockBackend):
             name=name,
             holders=holders,
             ttl=ttl,
-            token=None if fence is None else int(fence),
+            token=_token(fields.get(TOKEN_FIELD), fence),
             waiters=int(waiters),
             holder=read_holder(fields),
+            read_at=_server_time(clock),
+            lease=_lease_of(fields),
         )
 
     def _inspect_redisson(self, name: str) -> LockInfo | None:
@@ -410,11 +435,13 @@ class RedisLockBackend(BaseLockBackend):
         pipe.pttl(keys.hash)
         pipe.get(keys.token)
         pipe.hgetall(keys.holder)
+        _read_time(pipe, client.cluster is None)
         with reported_unavailable(client.server, "inspect", keys.name):
-            owners, pttl, token, description = pipe.execute()
+            owners, pttl, token, description, *clock = pipe.execute()
         holders = {display_owner(_text(owner)): int(count) for owner, count in owners.items()}
         if not holders:
             return None
+        described = {_text(k): _text(v) for k, v in description.items()}
         ttl = float("inf") if pttl == -1 else max(int(pttl), 0) / 1000
         return LockInfo(
             name=name,
@@ -422,7 +449,9 @@ class RedisLockBackend(BaseLockBackend):
             ttl=ttl,
             token=None if token is None else int(token),
             waiters=0,  # Redisson's waiters register nowhere
-            holder=read_holder({_text(k): _text(v) for k, v in description.items()}),
+            holder=read_holder(described),
+            read_at=_server_time(clock),
+            lease=_lease_of(described),
         )
 
     def maxmemory_policy(self) -> str | None:
@@ -459,3 +488,27 @@ class RedisLockBackend(BaseLockBackend):
                 built.connection_pool.disconnect()
         # Their event loops may be gone: stop renewing; connections die with them.
         self._async_clients.close_all()
+
+
+def _read_time(pipe: Any, single: bool) -> None:
+    """Add TIME to an inspect's pipeline: "held for" by the clock that stamped the grant.
+
+    Only on a single server: a cluster pipeline groups its commands by slot,
+    and TIME has none (the inspect then falls back on this machine's clock).
+    """
+    if single:
+        pipe.time()
+
+
+def _server_time(clock: list[Any]) -> datetime | None:
+    """The server's TIME reply (seconds, microseconds) as an aware datetime; None if unread."""
+    if not clock:
+        return None
+    seconds, micros = clock[0]
+    return datetime.fromtimestamp(int(seconds) + int(micros) / 1_000_000, UTC)
+
+
+def _lease_of(fields: Mapping[str, str]) -> float | None:
+    """The fixed lease a hold's description records (None: a watchdog hold, or none)."""
+    hold = read_hold(fields.get(HOLDER_FIELD), fields.get(SINCE_FIELD))
+    return None if hold is None else hold["lease"]

@@ -20,6 +20,7 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockNotReplicatedError",
+    "LockOrderWarning",
     "LockOutOfMemoryError",
     "LockTimeout",
     "LockUnavailableError",
@@ -181,3 +182,28 @@ class LockUpgradeError(LockError):
     caller's own read hold keeps the write lock from it. Release every read
     hold first (or take the write lock first: the writer may also read).
     """
+
+
+class LockOrderWarning(RuntimeWarning):
+    """Locks were taken in an order opposite to one seen before: a deadlock waiting to happen.
+
+    Issued by the lock order check (``LockClient(lock_order_check=True)``,
+    ``RLOCK_LOCK_ORDER_CHECK = True``; see docs/deadlocks.md) the first time
+    an owner closes a cycle of lock orders in this process: it took ``B``
+    while holding ``A`` where ``A`` was once taken while holding ``B`` (or
+    a longer cycle), whether or not a deadlock happened. Not a
+    :class:`LockError`: nothing failed, and the lock was granted.
+    A RuntimeWarning, as Django's own run-time traps are; attributed to the
+    call site that took the inverted order. ``-W
+    error::django_rlock.LockOrderWarning`` (or pytest's ``filterwarnings``)
+    makes the pytest plugin fail the test that took it.
+
+    ``cycle`` lists the cycle's edges, the one just seen first, each with
+    ``held``, ``taken`` (lock classes: key templates such as
+    ``"order:{order_id}"``, else names) and ``held_at``, ``taken_at`` (the
+    call sites, ``filename``, ``lineno``, ``function``).
+    """
+
+    def __init__(self, message: str, *, cycle: tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.cycle = cycle

@@ -1,2 +1,3 @@
 -- deadlock.read_hold: generated from django_rlock/core/_protocol (do not edit)
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1])}

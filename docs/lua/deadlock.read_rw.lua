@@ -9,4 +9,5 @@ for _, reader in ipairs(members) do
         table.insert(readers, fields)
     end
 end
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), readers}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1]), readers}

@@ -8,7 +8,9 @@ for i = 1, #KEYS / 2 do
         local pttl = redis.call('pttl', key)
         if exact or pttl < ttl then
             redis.call('pexpire', key, ttl)
-            redis.call('pexpire', fence, ttl)
+            if fence ~= key then
+                redis.call('pexpire', fence, ttl)
+            end
             pttl = ttl
         end
         left[i] = pttl

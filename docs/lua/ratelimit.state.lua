@@ -9,5 +9,13 @@ local debt = tonumber(tat) - now
 if debt < 0 then
     debt = 0
 end
-return {string.format('%.0f', debt), redis.call('hget', KEYS[1], 'interval'),
-    redis.call('hget', KEYS[1], 'burst')}
+local interval = redis.call('hget', KEYS[1], 'interval')
+local place_at = tonumber(redis.call('hget', KEYS[1], 'place_at'))
+local place_in, place, booked = '', '0', '0'
+if place_at and now <= place_at + math.max(tonumber(interval), 2000000) then
+    place_in = string.format('%.0f', place_at - now)
+    place = redis.call('hget', KEYS[1], 'place') or '0'
+    booked = redis.call('hget', KEYS[1], 'place_booked') or '0'
+end
+return {string.format('%.0f', debt), interval, redis.call('hget', KEYS[1], 'burst'),
+    place_in, place, booked}

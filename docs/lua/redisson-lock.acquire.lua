@@ -1,6 +1,6 @@
 -- redisson-lock.acquire: generated from django_rlock/core/_protocol (do not edit)
 local ttl = tonumber(ARGV[2])
-if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[3], '~t') == ARGV[7] then
     if redis.call('hdel', KEYS[1], ARGV[1]) == 1 then
         redis.call('del', KEYS[3])
     end
@@ -9,7 +9,7 @@ end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
     if KEYS[4]
             and redis.call('set', KEYS[4], ARGV[5], 'px', 60000, 'get') == ARGV[5] then
-        return {tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(redis.call('hget', KEYS[1], ARGV[1])), redis.call('pttl', KEYS[1])}
+        return {tonumber(redis.call('hget', KEYS[3], '~t') or '0'), tonumber(redis.call('hget', KEYS[1], ARGV[1])), redis.call('pttl', KEYS[1])}
     end
     local holds = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     local left = redis.call('pttl', KEYS[1])
@@ -18,7 +18,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
         redis.call('pexpire', KEYS[3], ttl)
         left = ttl
     end
-    return {tonumber(redis.call('get', KEYS[2]) or '0'), holds, left}
+    return {tonumber(redis.call('hget', KEYS[3], '~t') or '0'), holds, left}
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
@@ -30,19 +30,22 @@ if token <= last then
     token = last + 1
 end
 
+local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[3], '~holder', ARGV[8], '~since', string.format('%.0f', since))
-    redis.call('pexpire', KEYS[3], ttl)
+    redis.call('hset', KEYS[3], '~t', fence, '~holder', ARGV[8],
+               '~since', string.format('%.0f', since))
 else
     redis.call('del', KEYS[3])
+    redis.call('hset', KEYS[3], '~t', fence)
 end
+redis.call('pexpire', KEYS[3], ttl)
 if KEYS[4] then
     redis.call('set', KEYS[4], ARGV[5], 'px', 60000)
 end
-redis.call('set', KEYS[2], string.format('%.0f', token))
+redis.call('set', KEYS[2], fence, 'px', ttl)
 return {token, 1, ttl}
 end
 return redis.call('pttl', KEYS[1])

@@ -75,6 +75,10 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
     local sleep = tonumber(ARGV[4])
+    local starving = sleep < 0
+    if starving then
+        sleep = -sleep
+    end
     if pttl >= 0 and pttl < sleep then
         sleep = pttl
     end

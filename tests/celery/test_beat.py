@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -141,7 +142,7 @@ def check_history(history: list[dict[str, Any]]) -> list[int]:
 def check_left_behind(store: redis.Redis, run: str) -> None:
     """After every beat stopped: no lock, no waiter, no subscriber; the records expire.
 
-    The request latches of the core (``:req:<owner>``, lost-reply protection)
+    The request latches of the core (``<lock>:req``, lost-reply protection)
     live their own 60 s and are not waited for here.
     """
     key = lock_key(run)
@@ -149,7 +150,7 @@ def check_left_behind(store: redis.Redis, run: str) -> None:
     assert store.pubsub_numsub(f"{key}:released")[0][1] == 0
 
     def others() -> list[bytes]:
-        return [k for k in store.scan_iter(match=f"{key}*") if b":req:" not in k]
+        return [k for k in store.scan_iter(match=f"{key}*") if not k.endswith(b":req")]
 
     # An entry's record lives an interval and two watchdog timeouts past its send.
     wait_until(lambda: not others(), "the beat's keys to expire", INTERVAL + 2 * WATCHDOG + 3)
@@ -272,6 +273,26 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
     takeover = min(s["ran_at"] for s in after) - stopped_at
     print(f"FIGURES beat SIGTERM (DatabaseScheduler): next send {takeover:.2f}s after the stop")
     assert takeover <= 2 * INTERVAL + 1.0
+    check_left_behind(store, run)
+
+
+def test_a_standby_says_it_stands_by_who_leads_and_when_it_takes_over(
+    store: redis.Redis, beat_url: str, run: str
+) -> None:
+    """A standby used to log only "beat: Starting..." until elected: it looked hung."""
+    env = env_of(beat_url, run)
+    with beat(env) as first:
+        wait_until(lambda: leader_pid(store, run) == first.pid, "the first beat to lead")
+        leader = f"{socket.gethostname()} pid {first.pid} thread 'MainThread (leader)'"
+        with beat(env) as second:
+            second.wait_for_output(f"beat: standing by: {leader} leads 'beat:{run}'")
+            assert "elected leader" not in second.output()
+            assert first.stop() == 0  # releases the lock: the standby takes over
+            second.wait_for_output(f"elected leader of 'beat:{run}' (term ")
+            assert f", taking over from {leader}: sending the schedule" in second.output()
+            # Said once per leader, not at every wait (a wait lasts max_interval).
+            assert second.output().count("beat: standing by:") == 1
+            assert second.stop() == 0
     check_left_behind(store, run)
 
 

@@ -76,7 +76,9 @@ def test_a_task_sent_while_its_lock_is_held(
             contender.get(timeout=20)
         # Results carry an exception's message, not its attributes (retry_after).
         assert f"lock 'crit:{run}' busy" in str(raised.value)
-        assert "the holder's lease ends in" in str(raised.value)
+        # The holder's watchdog renews its lock: no "lease ends" (it would not be free then).
+        assert "whose watchdog renews it until it is released" in str(raised.value)
+        assert f"[{holder.id}]" in str(raised.value)  # the holding run, as rlock list shows it
     elif mode in RETRYING:
         wait_for_state(contender, "RETRY")
     open_gate(store, run, tokens=2)

@@ -2,8 +2,9 @@
 
 A token is never below a floor taken from the server's clock (microseconds
 since the epoch), so a FLUSHALL, a restart without persistence or a failover
-that lost the counter cannot send tokens back to 1; and the counter key may
-therefore expire with the lock instead of living forever.
+that lost the last token cannot send tokens back to 1; and the token may
+therefore live in the lock's hash, kept a minute after a release, instead of
+in a counter living forever.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import redis
 
 from django_rlock.core import LockClient, LockLostError
 from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.lua import REQUEST_LATCH_MS
 from tests.lockhash import owner_counts
 
 #: The largest integer a Lua number (a double) holds exactly; tokens stay below it.
@@ -55,54 +57,55 @@ def test_a_counter_ahead_of_the_clock_still_goes_up_by_one(
     """Tokens from a server whose clock ran ahead (then stepped back): no repeat, no step down."""
     lock = lock_client.lock("ahead")
     ahead = server_micros(r) + 3_600_000_000  # an hour ahead of this server's clock
-    r.set(lock.keys.fence, ahead)
+    r.hset(lock.keys.latches, "~t", ahead)  # as a release left it
     with lock:
         assert lock.token == ahead + 1
     with lock:
         assert lock.token == ahead + 2
 
 
-def test_the_counter_expires_with_the_lock(lock_client: LockClient, r: redis.Redis) -> None:
+def test_the_token_lives_in_the_lock_and_a_release_keeps_it_a_minute(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
     lock = lock_client.lock("short")
     with lock:
-        assert lock.acquire(lease=60)  # a re-entry with a longer lease extends both keys
-        assert r.pttl(lock.keys.fence) > 30_000
-        assert abs(r.pttl(lock.keys.fence) - r.pttl(lock.keys.hash)) < 1_000
+        assert lock.acquire(lease=60)  # a re-entry keeps its grant's token
+        # A held lock is one key: its token is a field of its hash.
+        assert r.hget(lock.keys.hash, "~t") == str(lock.token).encode()
+        assert not r.exists(lock.keys.fence, lock.keys.latches)
         lock.release()
+        token = lock.token
     assert not r.exists(lock.keys.hash)
-    assert 0 < r.pttl(lock.keys.fence) <= 60_000  # no longer than the lock could have lived
+    # What the release left: the released token, for as long as its request id.
+    assert r.hget(lock.keys.latches, "~t") == str(token).encode()
+    assert 0 < r.pttl(lock.keys.latches) <= REQUEST_LATCH_MS
 
-    lock.acquire(lease=0.3)
-    token = lock.token
-    lock.release()
-    assert 0 < r.pttl(lock.keys.fence) <= 300
-    time.sleep(0.4)
-    assert not r.exists(lock.keys.fence)
+    r.delete(lock.keys.latches)  # gone (expired, or lost by Redis): the clock floor
     with lock:
         assert token is not None and lock.token is not None and lock.token > token
 
 
-def test_renewals_keep_the_counter_alive_as_long_as_the_lock(
-    r: redis.Redis, redis_url: str
-) -> None:
+def test_renewals_keep_the_token_with_the_lock(r: redis.Redis, redis_url: str) -> None:
     with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
         lock = client.lock("renewed")
         with lock:
             token = lock.token
             time.sleep(1.5)  # several renewals, past the first expiry
-            assert r.exists(lock.keys.fence)
-            assert abs(r.pttl(lock.keys.fence) - r.pttl(lock.keys.hash)) < 300
-            assert int(r.get(lock.keys.fence) or 0) == token
+            assert int(r.hget(lock.keys.hash, "~t") or 0) == token
             assert not lock.lost
 
 
-def test_released_names_leave_no_counter_behind(lock_client: LockClient, r: redis.Redis) -> None:
+def test_released_names_leave_only_their_latches_for_a_minute(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
     for number in range(2_000):
         lock = lock_client.lock(f"many:{number}")
         lock.acquire(lease=0.3)
         lock.release()
     time.sleep(0.4)
-    assert not [key for key in r.scan_iter("test:*") if b":req:" not in key]
+    left = list(r.scan_iter("test:*"))
+    assert len(left) == 2_000 and all(key.endswith(b"}:req") for key in left)
+    assert all(0 < r.pttl(key) <= REQUEST_LATCH_MS for key in left[:20])
 
 
 def test_a_grant_after_a_declared_loss_is_new_even_if_the_key_lived_on(

@@ -43,10 +43,11 @@ def test_names_with_braces_lock_and_unlock_for_real(
         lock = lock_client.lock(name)
         with lock:
             stored = [key.decode() if isinstance(key, bytes) else key for key in r.keys("test:*")]
-            # Besides the hash: the fencing counter and the owners' request latches.
-            others = [key for key in stored if not key.endswith(":fence") and ":req:" not in key]
+            # A held lock is its hash alone (token and request latch are fields
+            # of it); the names locked before left their latches.
+            others = [key for key in stored if not key.endswith("}:req")]
             assert others == [lock.keys.hash]
-            assert lock.keys.fence in stored
+            assert r.hget(lock.keys.hash, "~t") == str(lock.token).encode()
             assert len(slots(lock.keys)) == 1
         assert not lock.locked()
 

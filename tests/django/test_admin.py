@@ -23,6 +23,7 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.staticfiles.testing import StaticLiveServerTestCase
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock._handler import locks
@@ -95,6 +96,22 @@ def test_a_force_release_needs_the_csrf_token_and_is_logged(hold_elsewhere: Any)
         "default:order:44",
         DELETION,
     )
+
+
+def test_the_confirmation_shows_the_holder_as_the_list_does(hold_elsewhere: Any) -> None:
+    hold_elsewhere("order:45", lease=30)
+    info = locks["default"].inspect("order:45")
+    assert info is not None
+    root = _client(_user(superuser=True))
+    listed = root.get(reverse(CHANGELIST)).content.decode()
+    confirm = root.get(reverse(FORCE_RELEASE), {"alias": "default", "name": "order:45"})
+    body = confirm.content.decode()
+    shown = escape(info.holder_text())  # host pid N thread 'Thread-...'
+    assert shown.startswith(f"{socket.gethostname()} pid {os.getpid()} thread ")
+    assert f'<td class="holder">{shown}</td>' in listed
+    assert f'<span class="holder">{shown}</span>' in body
+    (digest,) = info.holders  # the owner-id digest it showed before
+    assert digest not in body
 
 
 def test_an_unreachable_alias_is_shown_as_such(settings: SettingsWrapper, redis_url: str) -> None:

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_rlock import locks
+from django_rlock.exceptions import LockTimeout
 from tests.django.conftest import Holders
 from tests.lockhash import owner_counts
 
@@ -36,11 +37,12 @@ def test_list_and_inspect_held_and_free_locks(hold_elsewhere: Holders, alias: st
     hold_elsewhere("order:2", using=alias, lease=None)
     hold_elsewhere("user:{9}", using=alias, lease=30)
     listing = rlock_command("list", "order:*", "--using", alias).splitlines()
-    assert listing[0].split() == ["NAME", "HOLDER", "HOLDS", "TTL", "TOKEN"]
+    assert listing[0].split() == ["NAME", "HOLDER", "HELD", "FOR", "HOLDS", "TTL", "TOKEN"]
     assert [line.split()[0] for line in listing[1:]] == ["order:1", "order:2"]
-    assert f"{socket.gethostname()} pid {os.getpid()} " in listing[1]
-    holds, _ttl, token = listing[1].split()[-3:]
+    assert f"{socket.gethostname()} pid {os.getpid()} thread 'Thread-" in listing[1]
+    held_for, holds, _ttl, token = listing[1].split()[-4:]
     assert holds == "1" and int(token) >= 1
+    assert held_for.endswith("s") and 0 <= float(held_for[:-1]) < 60
     data = json.loads(rlock_command("list", "--json", "--using", alias))
     assert [entry["name"] for entry in data] == ["order:1", "order:2", "user:{9}"]
     assert all(entry["holds"] == 1 and entry["token"] >= 1 for entry in data)
@@ -67,7 +69,47 @@ def test_inspect_says_who_holds_it_and_since_when(hold_elsewhere: Holders) -> No
     assert before - timedelta(seconds=2) <= acquired_at <= datetime.now(UTC) + timedelta(seconds=2)
     assert data["waiters"] == 0
     text = rlock_command("inspect", "who:1")
-    assert f"holder: {socket.gethostname()} pid {os.getpid()} Thread-" in text
+    assert f"holder: {socket.gethostname()} pid {os.getpid()} thread 'Thread-" in text
+    assert "(held for " in text
+    assert "(a fixed 30s lease: it ends then)" in text and data["lease"] == 30
+
+
+def test_inspect_says_a_watchdog_ttl_is_no_end(hold_elsewhere: Holders) -> None:
+    hold_elsewhere("who:2", lease=None)
+    assert "(renewed by its holder's watchdog until released)" in rlock_command("inspect", "who:2")
+    assert json.loads(rlock_command("inspect", "who:2", "--json"))["lease"] is None
+
+
+def test_every_view_shows_the_holder_in_the_same_words(
+    hold_elsewhere: Holders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """list, inspect, the release prompt and a busy lock's error name the holder alike."""
+    hold_elsewhere("same:1", lease=None)
+    info = locks["default"].inspect("same:1")
+    assert info is not None
+    words = info.holder_text()
+    assert words.startswith(f"{socket.gethostname()} pid {os.getpid()} thread 'Thread-")
+    assert words in rlock_command("list", "same:*")
+    assert f"holder: {words}" in rlock_command("inspect", "same:1")
+    # The release prompt names the holder as the list does (it showed an owner-id digest).
+    prompt = io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    with pytest.raises(CommandError, match="Not released"):
+        call_command("rlock", "release", "same:1", "--force", stdout=prompt)
+    assert f"(held by {words})?" in prompt.getvalue()
+    with pytest.raises(LockTimeout) as busy, locks["default"].lock("same:1", timeout=0.05):
+        pass
+    assert f"held by {words}, whose watchdog renews it" in str(busy.value)
+
+
+def test_held_for_is_counted_by_the_lock_servers_clock(hold_elsewhere: Holders) -> None:
+    hold_elsewhere("clock:1", lease=30)
+    info = locks["default"].inspect("clock:1")
+    assert info is not None and info.read_at is not None
+    # The server's own clock read with the hold: the same clock as '~since'.
+    assert abs((info.read_at - datetime.now(UTC)).total_seconds()) < 60
+    held_for = info.held_for()
+    assert held_for is not None and 0 <= held_for < 60
 
 
 def test_owner_ids_are_never_printed(hold_elsewhere: Holders, r: redis.Redis) -> None:

@@ -62,3 +62,73 @@ def test_a_template_that_cannot_format_stays_a_plain_value_error() -> None:
     with pytest.raises(ValueError, match="cannot build lock key") as caught:
         build_key("page:{slug.missing}", _page, ("x",), {})
     assert not isinstance(caught.value, InvalidLockNameError)
+
+
+# -- binding a call to its parameters, worked out once per function ---------------------
+
+
+def _reference_key(template: str, func: object, args: tuple, kwargs: dict) -> str:  # type: ignore[type-arg]
+    """The name as ``inspect.Signature.bind`` makes it, every time."""
+    import inspect  # noqa: PLC0415
+
+    signature = inspect.signature(func)  # type: ignore[arg-type]
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(arguments.pop(name, {}))
+    return template.format(**arguments)
+
+
+def _plain(a: int, b: int = 2, *, c: int, d: int = 4) -> None:
+    """Positional-or-keyword and keyword-only parameters, some with defaults."""
+
+
+def _spread(a: int, *rest: int, **extra: int) -> None:
+    """``*args`` and ``**kwargs``."""
+
+
+def _positional_only(a: int, /, b: int = 7) -> None:
+    """A positional-only parameter."""
+
+
+@pytest.mark.parametrize(
+    ("func", "template", "args", "kwargs"),
+    [
+        (_plain, "{a}-{b}-{c}-{d}", (1,), {"c": 3}),
+        (_plain, "{a}-{b}-{c}-{d}", (), {"a": 1, "c": 3, "b": 5}),
+        (_plain, "{a}-{b}-{c}-{d}", (1, 2), {"c": 3, "d": 9}),
+        (_spread, "{a}-{rest}-{x}", (1, 2), {"x": 3}),
+        (_positional_only, "{a}-{b}", (1,), {}),
+    ],
+)
+def test_a_key_binds_as_the_signature_does(
+    func: object,
+    template: str,
+    args: tuple,  # type: ignore[type-arg]
+    kwargs: dict,  # type: ignore[type-arg]
+) -> None:
+    for _ in range(2):  # the first call works the binding out, the second reuses it
+        assert build_key(template, func, args, kwargs) == _reference_key(  # type: ignore[arg-type]
+            template, func, args, kwargs
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),  # c missing
+        ((1,), {}),  # c missing
+        ((1, 2, 3), {"c": 1}),  # one positional too many
+        ((1,), {"a": 1, "c": 2}),  # a given twice
+        ((1,), {"c": 2, "e": 5}),  # no parameter e
+    ],
+)
+def test_a_call_that_does_not_fit_raises_the_type_error_the_call_would(
+    args: tuple,  # type: ignore[type-arg]
+    kwargs: dict,  # type: ignore[type-arg]
+) -> None:
+    for _ in range(2):
+        with pytest.raises(TypeError):
+            build_key("{a}-{c}", _plain, args, kwargs)

@@ -33,12 +33,12 @@ def test_the_leader_is_shown_by_rlock_list_and_inspect(r: redis.Redis) -> None:
         assert isinstance(term, Term) and term.token >= 1 and not term.lost
         listing = rlock_command("list").splitlines()
         (row,) = [line for line in listing[1:] if line.startswith("nightly-billing ")]
-        assert f"{socket.gethostname()} pid {os.getpid()} MainThread (leader)" in row
+        assert f"{socket.gethostname()} pid {os.getpid()} thread 'MainThread (leader)'" in row
         holder = json.loads(rlock_command("inspect", "nightly-billing", "--json"))["holder"]
         assert sorted(holder) == ["acquired_at", "host", "pid", "task_id", "task_name", "thread"]
         assert holder["thread"] == "MainThread (leader)"
         info = locks["default"].inspect("nightly-billing")
-        assert info is not None and info.holder_text().endswith("MainThread (leader)")
+        assert info is not None and info.holder_text().endswith("thread 'MainThread (leader)'")
         # A plain lock of this thread is not described as a leader.
         with locks["default"].lock("plain"):
             plain = json.loads(rlock_command("inspect", "plain", "--json"))["holder"]

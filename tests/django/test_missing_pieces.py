@@ -1,6 +1,6 @@
 """A missing ``LockErrorMiddleware`` is told: a check (W020), and once at run time.
 
-``django_rlock.W020`` (``check --deploy``, tagged ``urls``): a view of the URLconf takes a lock with
+``django_rlock.W020`` (every check run, tagged ``urls``): a view of the URLconf takes a lock with
 ``rlock()``, ``semaphore()`` or ``locks[...]`` while ``MIDDLEWARE`` has no
 ``LockErrorMiddleware``, so a busy lock there answers 500, not 409. At run time,
 the first lock error of each class that escapes a view unanswered is logged
@@ -25,9 +25,9 @@ MIDDLEWARE = "django_rlock.middleware.LockErrorMiddleware"
 
 
 def w020(**overrides: Any) -> list[str]:
-    """The W020 messages of ``manage.py check --deploy`` (every tag) under ``overrides``."""
+    """The W020 messages of ``manage.py check`` (every tag) under ``overrides``."""
     with override_settings(**overrides):
-        found = run_checks(include_deployment_checks=True)
+        found = run_checks()
         return [m.msg for m in found if m.id == "django_rlock.W020"]
 
 
@@ -51,15 +51,14 @@ def test_the_middleware_or_views_without_rlock_silence_it() -> None:
     assert w020(ROOT_URLCONF="tests.django.missing_pieces_clean_urls", MIDDLEWARE=[]) == []
 
 
-def test_it_is_a_deployment_check_of_the_urls() -> None:
-    # Not run by every management command (the run-time hint is development's), nor by
-    # `check --tag django_rlock` (the settings alone).
+def test_it_runs_with_every_check_run_as_a_check_of_the_urls() -> None:
+    # Run by runserver and every command that checks, as Django's URLconf checks are
+    # (it was `check --deploy` only: a developer saw it only at the first busy lock),
+    # and not by `check --tag django_rlock` (the settings alone).
     with override_settings(ROOT_URLCONF="tests.django.missing_pieces_urls", MIDDLEWARE=[]):
-        assert "django_rlock.W020" not in [m.id for m in run_checks()]
-        deploy = run_checks(include_deployment_checks=True, tags=["django_rlock"])
-        assert "django_rlock.W020" not in [m.id for m in deploy]
-        urls = run_checks(include_deployment_checks=True, tags=["urls"])
-        assert [m.id for m in urls].count("django_rlock.W020") == 1
+        assert [m.id for m in run_checks()].count("django_rlock.W020") == 1
+        assert [m.id for m in run_checks(tags=["urls"])].count("django_rlock.W020") == 1
+        assert "django_rlock.W020" not in [m.id for m in run_checks(tags=["django_rlock"])]
 
 
 class OwnMiddleware(LockErrorMiddleware):

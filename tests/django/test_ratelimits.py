@@ -183,6 +183,29 @@ def test_rlock_inspect_shows_a_limiters_state(alias: str) -> None:
     assert "available: 7 of 10" in text
 
 
+def test_rlock_inspect_shows_the_polite_callers_kept_place() -> None:
+    """A refused try_acquire() keeps a place in the queue: inspect shows it and counts it."""
+
+    def inspect(*args: str) -> str:
+        out = io.StringIO()
+        call_command("rlock", "inspect", "api:place", *args, stdout=out)
+        return out.getvalue()
+
+    limiter = locks["default"].rate_limiter("api:place", "10/m")  # one permit per 6 s
+    assert limiter.try_acquire(10)  # the whole burst
+    assert json.loads(inspect("--json"))["rate_limiter"]["place"] is None
+    assert not limiter.try_acquire()  # refused: the polite callers' place is kept, in 6 s
+    shown = json.loads(inspect("--json"))["rate_limiter"]
+    place = shown["place"]
+    assert place["permits"] == 1 and place["booked"] is False
+    assert 5 < place["in"] <= 6
+    # An acquire() caller goes after the place: its next permit is 12 s away, not 6.
+    assert shown["available"] == 0 and 11 < shown["next_in"] <= 12
+    text = inspect()
+    assert "kept place: 1 permit for the polite callers (try_acquire, wait_time), due in " in text
+    assert "not yet counted (acquire() goes after it)" in text
+
+
 def test_an_alias_without_the_asyncio_engine_runs_its_limiter_on_threads() -> None:
     # What a cache alias, Sentinel or Cluster hands async code: the sync limiter, on threads.
     limiter = BaseLockBackend.async_rate_limiter(locks["default"], "threaded", "1/m")

@@ -101,6 +101,36 @@ def test_every_bare_field_of_the_name_is_named() -> None:
     assert "{customer}, {kind}, {row}" in str(caught[0].message)
 
 
+@pytest.mark.parametrize("factory", ["lock", "fair_lock", "read_write_lock", "semaphore"])
+def test_the_alias_factories_warn_as_rlock_does(factory: str) -> None:
+    name = unique(factory) + ":{order_id}"
+    factory_of = getattr(locks["default"], factory)
+    extra = (2,) if factory == "semaphore" else ()
+
+    def make(name: str) -> object:
+        return factory_of(name, *extra)
+
+    with pytest.warns(UnformattedNameWarning, match=r"holds \{order_id\}") as caught:
+        factory_of(name, *extra)
+    assert len(caught) == 1 and caught[0].filename == __file__  # the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make(name)  # once per name
+        make(unique(factory) + ":42")
+        make("{tenant}:" + unique(factory))  # a hash tag
+
+
+def test_names_the_package_formatted_itself_do_not_warn_again() -> None:
+    @locked("order:{order_id}")
+    def pay(order_id: str) -> str:
+        return "paid"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # A value's braces are the caller's data: @locked formatted the name.
+        assert pay(unique("x") + "{order_id}") == "paid"
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -229,7 +229,8 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "user rlock on >PASSWORD resetkeys ~rlock:* resetchannels &rlock:* -@all "
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
-        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel +hgetall"
+        "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel +hgetall "
+        "+hmget"
     )
 
 

@@ -79,7 +79,8 @@ def test_resent_acquire_and_release_apply_once(
         lock.release()  # the final release, resent: no LockLostError, nothing more freed
         assert proxy.dropped_replies == len(steps) + 1
         assert not direct.exists(key) and not lock.lost
-        assert direct.get(lock.keys.fence) == str(token).encode()
+        # The release left its id and the released token in the name's latches.
+        assert direct.hget(lock.keys.latches, "~t") == str(token).encode()
         assert lock.acquire(blocking=False) and lock.token is not None and lock.token > token
         lock.release()
     direct.close()
@@ -136,11 +137,12 @@ def test_without_the_latch_a_lost_reply_double_counts(
     """The control: the same fault against the script called without its latch."""
     client = retrying_client(proxy.port)
     bare = Script(client, ACQUIRE)
-    keys = ["f:{bare}", "f:{bare}:fence", "f:{bare}:waiters"]
-    bare(keys=keys, args=["owner", 30000, "", 0])
+    keys = ["f:{bare}", "f:{bare}:waiters", "f:{bare}:req"]
+    args: list[str | int] = ["owner", 30000, "", 0, "", 0, "0", ""]  # ARGV[5] '': no request id
+    bare(keys=keys, args=args)
     client.delete(*keys)
     proxy.drop_reply_after(b"EVALSHA")
-    bare(keys=keys, args=["owner", 30000, "", 0])
+    bare(keys=keys, args=args)
     assert proxy.dropped_replies == 1
     assert client.hget("f:{bare}", "owner") == b"2"  # one call, two holds
     client.close()

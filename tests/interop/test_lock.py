@@ -93,7 +93,8 @@ def test_a_python_hold_keeps_java_out_and_looks_like_a_java_hold(
     assert len({emu.calc_slot(key) for key in keys}) == 1
     lock.release()
     assert not java.is_locked()
-    assert r.pttl("redisson_lock_token:{order:42}") == -1  # never expires, as Redisson's
+    # The counter expires with the lock, as the default layout's token does.
+    assert 0 < r.pttl("redisson_lock_token:{order:42}") <= 3000
     assert java.try_lock_once()
     java.unlock()
 
@@ -302,6 +303,40 @@ def test_tokens_are_one_increasing_sequence_with_rfencedlock(
     assert after_loss is not None and after_loss > max(tokens)
     assert java.try_lock_and_get_token(1000, 5000) == after_loss + 1  # Java follows on
     java.unlock()
+
+
+def test_the_token_counter_expires_and_java_still_follows_every_python_token(
+    redisson: Any, redis_url: str, r: redis.Redis
+) -> None:
+    """A name locked once no longer keeps Redisson's counter forever (issue 32).
+
+    The counter expires with the lock; when it ran out during a long Python
+    hold, the release sets it again, so Redisson's next INCR still continues
+    above every token this side gave; and when it ran out while the name was
+    unlocked, this side's clock floor keeps its tokens increasing.
+    """
+    java = redisson().get_fenced_lock("ledger:9")
+    counter = "redisson_lock_token:{ledger:9}"
+    with LockClient(redis_url, layout="redisson", watchdog_timeout=1.5) as client:
+        lock = client.lock("ledger:9")
+        with lock:
+            first = lock.token
+            assert 0 < r.pttl(counter) <= 1500
+            time.sleep(2.0)  # renewed past the counter's first expiry
+            assert not r.exists(counter) and not lock.lost
+            with lock:  # a re-entry still reports its grant's token
+                assert lock.token == first
+        assert first is not None and int(r.get(counter) or 0) == first
+        assert 0 < r.pttl(counter) <= 1500  # what was left of the lock's life
+        assert java.try_lock_and_get_token(1000, 5000) == first + 1
+        java.unlock()
+        assert lock.acquire(lease=0.2)
+        second = lock.token
+        lock.release()
+        time.sleep(0.5)
+        assert not r.exists(counter)  # nothing is left of the name for ever
+        with lock:
+            assert second is not None and lock.token is not None and lock.token > second > first
 
 
 def test_mixed_contention_never_overlaps_nor_loses_an_update(

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 import redis
 
-from django_rlock.core._protocol.channels import ChannelTable, ReadError
+from django_rlock.core._protocol.channels import (
+    WAKE_MARK,
+    ChannelTable,
+    ReadError,
+    listen_channels,
+    new_wake_name,
+)
 
 pytestmark = pytest.mark.pure
 
@@ -204,3 +210,91 @@ def test_any_other_read_error_means_the_connection_broke(error: BaseException) -
     table.subscribe_sent(channel)
     assert table.read_error(error) is ReadError.BROKEN
     assert not table.confirmed(A)  # the listener reconnects and subscribes again
+
+
+def test_a_waiter_with_a_wake_name_listens_on_the_shared_and_its_wake_channel() -> None:
+    name = new_wake_name()
+    assert name.startswith(WAKE_MARK)
+    assert listen_channels(A, f"{name}:3") == (A, A + b":" + name.encode())
+    # An older version's id (a hex listener id): the shared channel alone.
+    assert listen_channels(A, "0123456789abcdef:3") == (A,)
+
+
+def test_both_channels_of_a_waiter_are_subscribed_at_once_and_confirmed_together() -> None:
+    table = connected()
+    waiter = Waiter(f"{new_wake_name()}:1")
+    names = listen_channels(A, waiter.waiter_id)
+    assert [channel.name for channel in table.add_all(names, waiter)] == list(names)
+    for channel in table.channels.values():
+        table.subscribe_sent(channel)
+    confirm(table, names[0])
+    assert not table.confirmed_all(names)
+    confirm(table, names[1])
+    assert table.confirmed_all(names)
+    # A message on the wake channel naming the waiter wakes it, and is counted.
+    table.deliver([b"message", names[1], waiter.waiter_id.encode()])
+    assert waiter.woken == [b""]
+    assert table.messages == 1
+    assert [channel.name for channel in table.remove_all(names, waiter)] == list(names)
+
+
+def test_an_unasked_sunsubscribe_leaves_the_channel_gone_until_subscribed_again() -> None:
+    # A cluster node dropped it (the slot moved): not in force, nothing to unsubscribe.
+    table = connected()
+    leaving, staying = Waiter("w1"), Waiter("w2")
+    channel = table.add(A, leaving)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    table.add(A, staying)
+    confirm(table, A)
+    table.deliver([b"sunsubscribe", A, 0])
+    assert table.gone(A) and table.subscribed() == set()
+    assert table.remove(A, leaving) is None
+    # A waiter that joins the gone channel subscribes it again (on the node its owner chose).
+    joining = Waiter("w3")
+    assert table.add(A, joining) is channel
+    table.subscribe_sent(channel)
+    assert not table.gone(A) and table.subscribed() == {A}
+
+
+def test_the_last_waiter_of_a_gone_channel_sends_no_unsubscribe() -> None:
+    table = connected()
+    waiter = Waiter("w1")
+    channel = table.add(A, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    confirm(table, A)
+    table.deliver([b"sunsubscribe", A, 0])
+    assert table.remove(A, waiter) is None
+    assert A not in table.channels
+
+
+def test_a_moved_refusal_leaves_only_the_channels_of_its_slot_gone() -> None:
+    from redis.crc import key_slot  # noqa: PLC0415 -- this test alone computes slots
+
+    table = connected()
+    on_a, on_b = Waiter("w1"), Waiter("w2")
+    for name, waiter in ((A, on_a), (B, on_b)):
+        channel = table.add(name, waiter)
+        assert channel is not None
+        table.subscribe_sent(channel)
+    refusal = redis.exceptions.MovedError(f"{key_slot(A)} 127.0.0.1:7001")
+    assert table.read_error(refusal) is ReadError.REFUSED
+    assert table.gone(A) and not table.gone(B)
+    # Both pending subscriptions are answered, and every waiter retries.
+    assert table.confirmed(A) and table.confirmed(B)
+    assert on_a.woken == [b""] and on_b.woken == [b""]
+
+
+def test_any_other_refusal_leaves_the_pending_subscriptions_gone() -> None:
+    table = connected()
+    settled, pending = Waiter("w1"), Waiter("w2")
+    channel = table.add(A, settled)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    confirm(table, A)
+    channel = table.add(B, pending)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    table.read_error(redis.ResponseError("NOPERM this user has no permissions"))
+    assert table.gone(B) and not table.gone(A)

@@ -31,6 +31,7 @@ HANG = 10.0
 class StubLock:
     keys: LockKeys
     max_hold: float | None = None
+    key_template: str | None = None
     lost_callbacks: list[Callable[[Any], object]] = field(default_factory=list)
     given_back: list[Hold] = field(default_factory=list)
 

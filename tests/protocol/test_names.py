@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from django_rlock.core._protocol.fairlock import fair_keys
 from django_rlock.core._protocol.names import (
+    MAX_NAME_BYTES,
     MAX_SECONDS,
     DigestName,
     LockKeys,
     check_key_prefix,
     check_lease,
     check_max_hold,
+    check_name,
     check_timeout,
     check_watchdog_timeout,
     fit_name,
@@ -27,6 +29,7 @@ from django_rlock.core._protocol.names import (
 )
 from django_rlock.core._protocol.rwlock import RWKeys
 from django_rlock.core._protocol.semaphore import check_permits, semaphore_keys
+from django_rlock.core.exceptions import InvalidLockNameError
 
 pytestmark = pytest.mark.pure
 
@@ -56,6 +59,7 @@ def test_a_lock_hash_lists_back_as_its_name(name: str, prefix: str) -> None:
         "p:{order}:fence",  # a lock's other keys are not locks
         "p:{order}:waiters",
         "p:{order}:req:owner-1",
+        "p:{order}:req",  # the name's latches after a release
         "q:{order}",  # another prefix
         "p:order",  # no hash tag
         "p:{a}{b}",  # never made by escaping
@@ -145,3 +149,39 @@ def test_a_watchdog_timeout_too_short_says_what_a_renewal_would_get() -> None:
 def test_milliseconds_are_whole_rounded_up_and_never_zero(seconds: float, ms: int) -> None:
     # Redis takes whole milliseconds; zero would mean "expire now" or be refused.
     assert milliseconds(seconds) == ms
+
+
+# -- what is remembered per name (the Django face makes a lock object per block) --------
+
+
+def test_a_digest_name_checked_first_never_lets_its_text_through_as_a_plain_name() -> None:
+    # check_name and fit_name remember the plain names they passed; the digest
+    # form of a long name passes only as a DigestName, whatever was asked before.
+    digest = fit_name("x" * (MAX_NAME_BYTES + 1))
+    assert isinstance(digest, DigestName)
+    for _ in range(2):
+        assert check_name(digest) == digest
+        assert fit_name(digest) == digest
+        with pytest.raises(InvalidLockNameError):
+            check_name(str(digest))
+        with pytest.raises(InvalidLockNameError):
+            fit_name(str(digest))
+
+
+def test_a_remembered_name_is_still_refused_when_too_long_or_not_a_str() -> None:
+    check_name("order:1")
+    assert check_name("order:1") == "order:1"
+    with pytest.raises(InvalidLockNameError):
+        check_name("y" * (MAX_NAME_BYTES + 1))
+    with pytest.raises(InvalidLockNameError):
+        check_name(b"order:1")
+
+
+def test_keys_built_once_per_name_are_the_keys_of_that_name_and_kind() -> None:
+    plain = LockKeys.build("shop", "order:1")
+    assert LockKeys.build("shop", "order:1") == plain
+    assert LockKeys.build("other", "order:1").hash == "other:{order:1}"
+    assert fair_keys("shop", "order:1").hash == "shop:{order:1}:fair"
+    # A DigestName keeps its own type in its keys (it is never remembered).
+    digest = fit_name("z" * (MAX_NAME_BYTES + 1))
+    assert isinstance(LockKeys.build("shop", digest).name, DigestName)

@@ -138,4 +138,14 @@ def test_the_state_an_operator_sees() -> None:
     assert drained.available == 0
     assert drained.next_in == pytest.approx(0.07)
     assert LimiterState(name="n", debt=0, interval=0.6, burst=100).rate == "100/m"
+    # A kept place's permits, not booked yet, come before any reservation's.
+    kept = limiter_state("n", [b"150000", b"20000.0", b"10", b"30000", b"2", b"0"])
+    assert kept == LimiterState(
+        name="n", debt=0.15, interval=0.02, burst=10, place_in=0.03, place=2
+    )
+    assert kept.held == pytest.approx(0.04) and kept.available == 0
+    assert kept.next_in == pytest.approx(0.01)
+    booked = limiter_state("n", [b"150000", b"20000.0", b"10", b"30000", b"2", b"1"])
+    assert booked is not None and booked.held == 0.0 and booked.available == 2
+    assert limiter_state("n", [b"150000", b"20000.0", b"10", b"", b"0", b"0"]) == state
     assert LimiterState(name="n", debt=0, interval=86400 / 7, burst=1).rate == "7/d"

@@ -88,14 +88,15 @@ def test_any_name_is_either_refused_or_slot_safe(name: str) -> None:
 
 
 def test_the_hash_holds_owner_fields_only_and_releases_say_zero() -> None:
-    # The description goes to KEYS[3], never into the lock's hash (KEYS[1]).
-    assert "'~holder'" in ACQUIRE and "hset', KEYS[3], '~holder'" in ACQUIRE
+    # The token and the description go to KEYS[3], never into the lock's hash (KEYS[1]).
+    assert "'~holder'" in ACQUIRE and "hset', KEYS[3], '~t', fence, '~holder'" in ACQUIRE
     assert "hset', KEYS[1], '~" not in ACQUIRE
     # Redisson decodes messages as Java longs: its UNLOCK_MESSAGE, 0.
     assert "KEYS[2], '0')" in RELEASE and "KEYS[2], '0')" in FORCE_RELEASE
-    # Redisson's counter never expires: no expiry is ever set on it.
-    assert "redis.call('set', KEYS[2], string.format('%.0f', token))\n" in ACQUIRE
-    assert "pexpire', KEYS[2]" not in ACQUIRE
+    # Redisson's counter expires with the grant, and is set again when this side lets go.
+    assert "redis.call('set', KEYS[2], fence, 'px', ttl)\n" in ACQUIRE
+    assert "redis.call('pexpire', KEYS[4], life)" in RELEASE
+    assert "redis.call('set', KEYS[4], fence, 'px', life)\n" in RELEASE
 
 
 class _Waiter:

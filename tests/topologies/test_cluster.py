@@ -90,6 +90,9 @@ def test_a_waiter_uses_sharded_pubsub_on_the_slots_node(
             5,
             "the waiter's SSUBSCRIBE on the node owning the slot",
         )
+        # Its wake channel too, on the same node: the lock's slot.
+        pattern = channel + b":@*"
+        assert node_client.execute_command("PUBSUB", "SHARDCHANNELS", pattern)  # type: ignore[no-untyped-call]
         for node in raw.get_primaries():  # type: ignore[no-untyped-call]
             node_raw = raw.get_redis_connection(node)
             assert channel not in node_raw.execute_command("PUBSUB", "CHANNELS")  # type: ignore[no-untyped-call]
@@ -98,6 +101,8 @@ def test_a_waiter_uses_sharded_pubsub_on_the_slots_node(
         waiter.join(10)
         assert got, "the waiter did not get the lock"
         assert got[0] - released < 1.0  # woken by the SPUBLISH, not by the 3 s lease
+        # One message, on the waiter's wake channel: its listener read it.
+        assert other_client.listener.messages == 1
     wait_until(
         lambda: channel not in node_client.execute_command("PUBSUB", "SHARDCHANNELS"),  # type: ignore[no-untyped-call]
         5,

@@ -8,6 +8,10 @@ client has the new map. Threads keep acquiring and releasing one lock in that
 slot throughout: what they may see is a grant, a release, or
 LockUnavailableError, never a bare redis-py error; no two ever hold the lock at
 once, and the last release frees it at once (not a watchdog timeout later).
+
+A slot's move also drops the subscriptions of the lock's waiters on the node it
+leaves (Redis 7's sharded pub/sub): they must subscribe again where it went and
+be woken by the next release, not wait out the holder's life.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
-from django_rlock.core._sync.sharding import slot_of
+from django_rlock.core._protocol.fairlock import FairKeys
+from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
@@ -134,6 +139,43 @@ def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> Redi
     return target
 
 
+def _failover(cluster: Cluster, slot: int, *, takeover: bool = False) -> RedisServer:
+    """Promote the replica of ``slot``'s master (returned) once the old master has stepped down.
+
+    ``takeover``: ``CLUSTER FAILOVER TAKEOVER``, which needs neither the
+    master's handshake nor the other masters' votes, so a loaded machine's
+    late cluster bus cannot stall it; writes the old master takes meanwhile
+    are lost, so only for a test in which nobody can be granted the lock.
+    Else a manual failover, the master paused until its replica has caught up.
+    """
+    master = _owner_of(cluster, slot, cluster.nodes[0])
+
+    def replica_in_sync() -> bool:
+        # A master stepped down by an earlier failover must attach and sync first.
+        try:
+            return Cluster._synced(_replica_of(cluster, master))
+        except KeyError:  # no replica attached yet
+            return False
+
+    wait_until(replica_in_sync, 20, "a replica in sync")
+    promoted = _replica_of(cluster, master)
+    # The replica sends its master a manual failover's request only over a live
+    # cluster bus link, which a loaded machine may have just dropped (a ping
+    # answered late): the request is lost, and the failover times out after
+    # 5 s. Asked again after that, it starts afresh.
+    for _ in range(4):  # bounded
+        _command(promoted, "CLUSTER", "FAILOVER", *(["TAKEOVER"] if takeover else []))
+        try:
+            wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 6, "the failover")
+            break
+        except TimeoutError:
+            continue
+    else:
+        raise AssertionError(f"{promoted.port} did not take over from {master.port}")
+    wait_until(lambda: not _is_master(master), 30, "the old master stepping down")
+    return promoted
+
+
 def _named(error: BaseException) -> str:
     return f"{type(error).__module__}.{type(error).__qualname__}: {error}"
 
@@ -211,11 +253,9 @@ def test_a_slot_moved_and_failed_over_under_contention(cluster_with_replicas: Cl
     source = _owner_of(cluster, slot, cluster.nodes[0])
     with Workers(cluster.url, name) as workers:
         workers.wait_for_grants(20, "before the move")
-        target = _move_slot_by_hand(cluster, slot, source)
+        _move_slot_by_hand(cluster, slot, source)
         workers.wait_for_grants(20, "after the move")
-        promoted = _replica_of(cluster, target)
-        _command(promoted, "CLUSTER", "FAILOVER")
-        wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 20, "the failover")
+        promoted = _failover(cluster, slot)
         workers.wait_for_grants(20, "after the failover")
     assert not workers.errors, f"bare errors escaped: {workers.errors[:5]!r}"
     assert workers.overlaps == 0
@@ -297,3 +337,158 @@ def test_while_a_slot_is_half_moved(cluster_with_replicas: Cluster) -> None:
         assert not held.lost
         assert not held.locked()
         assert not free.locked()
+
+
+#: The held lock's life (the watchdog timeout): a waiter that misses its release
+#: waits most of it out.
+HELD_LOCK_LIFE = 10
+
+#: How late after the release before it a waiter may be granted. The goal is
+#: 100 ms; this bound leaves room for a loaded machine and still fails a
+#: waiter that waited out the lock's life instead of being woken.
+WAKE_BOUND = 1.5
+
+
+class Queue:
+    """Waiters queued on one held lock: two threads of one client (one listener), two alone.
+
+    Each takes the lock in turn once the holder gives it back, holds it
+    briefly and gives it back; the grants and releases are timed.
+    """
+
+    def __init__(self, url: str, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
+        self.clients = [LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)]
+        self.clients += [self.clients[0]] + [
+            LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE) for _ in range(2)
+        ]
+        self.holder = LockClient(url, key_prefix="test", watchdog_timeout=HELD_LOCK_LIFE)
+        self.held = getattr(self.holder, kind)(name)
+        #: When each grant came and each release returned (the holder's first).
+        self.grants: list[float] = []
+        self.releases: list[float] = []
+        self.errors: list[str] = []
+        self.overlaps = 0
+        self._inside = 0
+        self._guard = threading.Lock()
+        self.threads = [threading.Thread(target=self._wait, args=(c,)) for c in self.clients]
+
+    def __enter__(self) -> Queue:
+        try:
+            assert self.held.acquire(timeout=10)
+            for thread in self.threads:
+                thread.start()
+            # A fair lock's waiters queue in arrival order, a lock's in its waiting set.
+            keys, count = self.held.keys, len(self.threads)
+            waiters = keys.queue if isinstance(keys, FairKeys) else keys.waiters
+            checker = self.holder.cluster
+            assert checker is not None
+            wait_until(lambda: checker.zcard(waiters) == count, 20, f"{count} waiters")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.held.hold_count():  # a failed test: let the waiters finish
+            self.held.release()
+        for thread in self.threads:
+            if thread.ident is not None:
+                thread.join(60)
+        for client in {*self.clients, self.holder}:
+            client.close()
+        assert not any(thread.is_alive() for thread in self.threads), "a waiter hangs"
+
+    def release(self) -> None:
+        """The holder gives the lock back: the first waiter's turn."""
+        self.held.release()
+        with self._guard:
+            self.releases.append(time.monotonic())
+
+    def _wait(self, client: LockClient) -> None:
+        lock = getattr(client, self.kind)(self.name)
+        try:
+            if not lock.acquire(timeout=40):
+                self.errors.append("acquire timed out")
+                return
+            with self._guard:
+                self.grants.append(time.monotonic())
+                self._inside += 1
+                self.overlaps += self._inside > 1
+            time.sleep(0.01)
+            with self._guard:
+                self._inside -= 1
+            lock.release()
+            with self._guard:
+                self.releases.append(time.monotonic())
+        except Exception as error:  # noqa: BLE001 -- what escapes is the finding
+            self.errors.append(_named(error))
+
+    def wake_latencies(self) -> list[float]:
+        """Seconds from each release to the grant after it (they alternate: no overlap)."""
+        assert len(self.grants) == len(self.threads), self.errors
+        pairs = zip(self.grants, self.releases[: len(self.grants)], strict=True)
+        return [max(grant - released, 0.0) for grant, released in pairs]
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+@pytest.mark.parametrize("operation", ["reshard", "failover"])
+def test_waiters_are_woken_through_a_slot_move(
+    cluster_with_replicas: Cluster, operation: str, kind: str
+) -> None:
+    """The waiters' subscriptions, dropped by the node the slot leaves, follow it.
+
+    The lock is held (its life: the watchdog's 10 s) while four waiters wait
+    for it; the slot moves to another master (by hand, as a reshard does) or
+    to its replica (``CLUSTER FAILOVER TAKEOVER``: see :func:`_failover`),
+    which drops every subscription to the lock's channel on the old master.
+    Then the holder releases: each waiter is granted in turn, promptly after
+    the release before it, never a lock's life later; no error escapes, no two
+    hold at once.
+    """
+    cluster = cluster_with_replicas
+    name = f"queued-{operation}-{kind}"
+    with Queue(cluster.url, name, kind) as queue:
+        slot = slot_of(queue.held.keys.hash)
+        if operation == "reshard":
+            _move_slot_by_hand(cluster, slot, _owner_of(cluster, slot, cluster.nodes[0]))
+        else:
+            _failover(cluster, slot, takeover=True)  # the lock stays held throughout
+        queue.release()
+    assert not queue.errors, queue.errors
+    assert queue.overlaps == 0
+    latencies = queue.wake_latencies()
+    assert max(latencies) < WAKE_BOUND, [round(latency, 3) for latency in latencies]
+
+
+def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
+    cluster_with_replicas: Cluster,
+) -> None:
+    """A client whose map still names the slot's old master: MOVED, then the owner.
+
+    The node the slot left refuses the SSUBSCRIBE with MOVED; the waiter
+    subscribes on the slot's owner instead, whose SPUBLISH then wakes it.
+    """
+    cluster = cluster_with_replicas
+    with LockClient(cluster.url, key_prefix="test") as client:
+        if not isinstance(client.listener, ShardedReleaseListener):
+            pytest.skip("sharded pub/sub needs Redis >= 7")
+        channel = client.lock("refused-subscription").keys.channel
+        slot = slot_of(channel)
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        target = _start_moving(cluster, slot, source)
+        _finish_moving(cluster, slot, source, target)
+        assert client.cluster is not None
+        manager = client.cluster.nodes_manager
+        stale = manager.get_node(host="127.0.0.1", port=source.port)
+        assert stale is not None
+        manager.slots_cache[slot] = [stale]  # as a client that has not heard of the move yet
+        with client.listener.listen(channel) as subscription:
+            assert subscription.wait_subscribed(10)
+            since = subscription.mark()
+            publisher = target.client()
+            try:
+                assert publisher.execute_command("SPUBLISH", channel, "") == 1  # type: ignore[no-untyped-call, unused-ignore]
+            finally:
+                publisher.close()
+            assert subscription.wait(since, 10)

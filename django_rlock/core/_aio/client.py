@@ -64,7 +64,8 @@ class AsyncLockClient:
     ``"off"``: this client listens with SUBSCRIBE only, which is what Redisson
     does on one server (SPUBLISH is for a cluster, which this client does not serve).
     ``deadlock_timeout`` as for :class:`LockClient`: sync and asyncio waiters of
-    one deployment are one wait-for graph.
+    one deployment are one wait-for graph. ``lock_order_check`` as for
+    :class:`LockClient`: sync and asyncio owners of a process share one graph of orders.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class AsyncLockClient:
         layout: str = RLOCK,
         sharded_subscription: str = "auto",
         deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
+        lock_order_check: bool = False,
     ) -> None:
         if sharded_subscription == "on":
             raise NotImplementedError(
@@ -94,6 +96,7 @@ class AsyncLockClient:
             layout=layout,
             sharded_subscription=sharded_subscription,
             deadlock_timeout=deadlock_timeout,
+            lock_order_check=lock_order_check,
         )
         self.layout = self.engine.layout
         #: How errors name the server: never with its credentials.

@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
 
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, read_hold
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
@@ -96,6 +97,7 @@ from django_rlock.core._protocol.deadlocks import (
 )
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
+    STARVING_AFTER,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -118,7 +120,7 @@ from django_rlock.core._sync.locks import (
     first_return_reply,
     sleep_cap,
 )
-from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError
+from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError, LockUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -186,6 +188,13 @@ class AsyncRLock(LockBase):
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client.engine, name, **options)
         self.client = client
+        # Whether this is the plain lock, whose release hands the lock over to
+        # a starving waiter (see the sync RLock's _packs_calls).
+        self._hands_over = (
+            client.engine.min_replicas == 0
+            and self._sends_plain_calls()
+            and type(self)._kind_scripts is AsyncRLock._kind_scripts
+        )
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
             weakref.WeakKeyDictionary()
@@ -399,8 +408,18 @@ class AsyncRLock(LockBase):
 
     async def __aenter__(self) -> Self:
         if not await self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(await self.ttl())
+            raise self._timeout_error(*await self._busy_state())
         return self
+
+    async def _busy_state(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For a busy caller's error: the key's seconds left, and who holds it (as sync's)."""
+        remaining = await self.ttl()
+        if remaining is None:
+            return None, None
+        try:
+            return remaining, await self.holder()
+        except LockUnavailableError:
+            return remaining, None
 
     async def __aexit__(
         self,
@@ -542,6 +561,15 @@ class AsyncRLock(LockBase):
         with self._reachable("inspect"):
             return ttl_reply(await self.client.redis.pttl(self.keys.hash))
 
+    async def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now, as its grant described it (see ``RLock.holder``)."""
+        key = self._description_key()
+        if key is None:
+            return None
+        with self._reachable("inspect"):
+            description, since = await self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
+        return read_hold(description, since)
+
     @property
     def token(self) -> int | None:
         """The fencing token of the current task's hold, None when it holds none."""
@@ -558,6 +586,18 @@ class AsyncRLock(LockBase):
             return current
         task = asyncio.current_task()
         return task is not None and self._lost_tasks.get(task, False)
+
+    def _handed_over(self, waiting: _AsyncWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
+        grant, subscription.handoff = subscription.handoff, b""
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
 
     def on_lost(self, callback: Callable[[AsyncRLock], object]) -> None:
         """Call ``callback(self)`` on this event loop when a hold taken through this lock is lost.
@@ -577,12 +617,20 @@ class _AsyncWaiting:
 
     def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
-        self.subscription: AsyncSubscription | None = None
+        self.subscription: _AsyncHandOverSubscription | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
+        #: When the last attempt was sent (at the latest): see the sync ``_Waiting``.
+        self.sent_at = started
 
     def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
-        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        subscription = self.subscription
+        waiter_id = subscription.waiter_id if waiter and subscription else ""
+        if waiter_id and subscription is not None and self.lock._hands_over:
+            woken = subscription.mark() > 0
+            if woken or clock.monotonic() - self.started >= STARVING_AFTER:
+                sleep = -sleep  # starving: asks to be handed the lock (scripts.ACQUIRE)
+        self.sent_at = clock.monotonic()
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
 
     def check_deadlock(self) -> Awaitable[None]:
@@ -592,12 +640,13 @@ class _AsyncWaiting:
         return self.lock._check_deadlock(detector, self.started)
 
     def listen(self) -> None:
-        self.subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
+        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
+        self.subscription = _AsyncHandOverSubscription(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is None:
             return
-        self.lock.client.listener.unsubscribe(self.subscription)
+        self.lock.client.listener.unsubscribe(self.subscription.inner)
         if self.detector is not None and self.detector.written:
             # The owner's next call (a release too) waits for it: the owner never
             # runs on with an edge saying it waits (see _protocol/deadlocks.py).
@@ -607,6 +656,29 @@ class _AsyncWaiting:
             # it would leave the waiter it then registers in the set, to be woken in vain.
             lock = self.lock
             lock.client.finish_for(self.owner, lock._abandon(self.subscription.waiter_id))
+
+
+class _AsyncHandOverSubscription:
+    """The asyncio twin of the sync ``_HandOverSubscription``: a hand-over ends the plan granted.
+
+    Nothing awaits between taking the grant and the plan's end, so a
+    cancellation either comes before (the caller never counted the grant, and
+    ABANDON gives it back) or after (the caller holds the lock).
+    """
+
+    def __init__(self, shell: _AsyncWaiting, subscription: AsyncSubscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    async def wait_subscribed(self, timeout: float) -> bool:
+        return await self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    async def wait(self, since: int, timeout: float) -> object:
+        woken = await self.inner.wait(since, timeout)
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:

@@ -2,9 +2,11 @@
 
 One pub/sub connection per client, read by one reader task that runs only
 while someone waits. A waiter registers its subscription synchronously (no
-await, so cancellation can never leave it half-registered), has the server
-confirm the subscription before it retries, and is woken by the release that
-names it, by an empty (wake-everyone) release message, or by a reconnect.
+await, so cancellation can never leave it half-registered) on the lock's
+shared channel and its own wake channel (one command), has the server confirm
+both before it retries, and is woken by the release that names it (on its
+wake channel, or on the shared one from an older version), by an empty
+(wake-everyone) release message, or by a reconnect.
 Subscribe and unsubscribe commands are sent by tasks of the listener's own, so
 a waiter cancelled mid-wait still leaves no channel subscribed behind it.
 The channels' state is the sync listener's
@@ -17,7 +19,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,14 @@ import redis
 import redis.asyncio
 
 from django_rlock.core._aio.connection import derive_async_pool
-from django_rlock.core._protocol.channels import Channel, ChannelTable, ReadError, WakeCount
+from django_rlock.core._protocol.channels import (
+    Channel,
+    ChannelTable,
+    ReadError,
+    WakeCount,
+    listen_channels,
+    new_wake_name,
+)
 from django_rlock.core._sync.connection import GET_CONNECTION_ARGS
 from django_rlock.core._sync.waiting import RECONNECT_BACKOFF, log_refusal
 
@@ -38,7 +46,8 @@ class AsyncSubscription(WakeCount):
     """One waiting task's handle on a release channel."""
 
     waiter_id: str
-    _channel: bytes = field(repr=False)
+    #: The lock's shared release channel, then this waiter's wake channel.
+    _channels: tuple[bytes, ...] = field(repr=False)
     _table: ChannelTable[AsyncSubscription] = field(repr=False)
     _event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
@@ -47,8 +56,8 @@ class AsyncSubscription(WakeCount):
         return self._wakeups
 
     async def wait_subscribed(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the server to answer the subscription."""
-        return await self._until(lambda: self._table.confirmed(self._channel), timeout)
+        """Wait up to ``timeout`` seconds for the server to answer the subscriptions."""
+        return await self._until(lambda: self._table.confirmed_all(self._channels), timeout)
 
     async def wait(self, since: int, timeout: float) -> bool:
         """Sleep until woken after ``since`` or ``timeout`` seconds pass; True when woken."""
@@ -79,12 +88,17 @@ class AsyncReleaseListener:
         self._reader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
-        self._id = secrets.token_hex(8)
+        self._id = new_wake_name()
         self._sequence = itertools.count()
 
     def subscribed_channels(self) -> set[bytes]:
         """Channels with a subscription in force (for tests and diagnostics)."""
         return self._table.subscribed()
+
+    @property
+    def messages(self) -> int:
+        """Release messages this listener has read (for diagnostics and benchmarks)."""
+        return self._table.messages
 
     def new_waiter_id(self) -> str:
         """A waiter id unique to this listener (see ``ReleaseListener.new_waiter_id``)."""
@@ -97,11 +111,11 @@ class AsyncReleaseListener:
         """
         if self._closed:
             raise RuntimeError("the lock client is closed")
-        name = channel_name.encode("utf-8")
         waiter_id = waiter_id or self.new_waiter_id()
-        subscription = AsyncSubscription(waiter_id, name, self._table)
-        to_subscribe = self._table.add(name, subscription)
-        if to_subscribe is not None:
+        names = listen_channels(channel_name.encode("utf-8"), waiter_id)
+        subscription = AsyncSubscription(waiter_id, names, self._table)
+        to_subscribe = self._table.add_all(names, subscription)
+        if to_subscribe:
             self._send(to_subscribe, "SUBSCRIBE")
         if self._reader is None or self._reader.done():
             self._reader = asyncio.ensure_future(self._read_loop())
@@ -109,8 +123,8 @@ class AsyncReleaseListener:
 
     def unsubscribe(self, subscription: AsyncSubscription) -> None:
         """Remove a waiter (no await: safe in a ``finally`` under cancellation)."""
-        to_unsubscribe = self._table.remove(subscription._channel, subscription)
-        if to_unsubscribe is not None:
+        to_unsubscribe = self._table.remove_all(subscription._channels, subscription)
+        if to_unsubscribe:
             self._send(to_unsubscribe, "UNSUBSCRIBE")
 
     async def aclose(self) -> None:
@@ -136,19 +150,22 @@ class AsyncReleaseListener:
 
     # -- commands and the reader task -----------------------------------------------
 
-    def _send(self, channel: Channel[AsyncSubscription], command: str) -> None:
+    def _send(self, channels: list[Channel[AsyncSubscription]], command: str) -> None:
+        """Send ``command`` for ``channels`` (of one lock) in one command."""
         if self._connection is None:
             return  # the reader subscribes every wanted channel when it connects
         if command == "SUBSCRIBE":
-            self._table.subscribe_sent(channel)
-        self._spawn(self._send_now(self._connection, command, channel.name))
+            for channel in channels:
+                self._table.subscribe_sent(channel)
+        names = [channel.name for channel in channels]
+        self._spawn(self._send_now(self._connection, command, names))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send_now(self, connection: Any, command: str, name: bytes) -> None:
+    async def _send_now(self, connection: Any, command: str, names: list[bytes]) -> None:
         # Only on the connection still in use, and only while it is up: redis-py's
         # send_command reconnects a dropped connection on the spot, which would
         # revive one the reader has already given back. Nothing is awaited
@@ -156,7 +173,7 @@ class AsyncReleaseListener:
         if connection is not self._connection or not connection.is_connected:
             return  # the reader subscribes every wanted channel when it reconnects
         try:
-            await connection.send_command(command, name, check_health=False)
+            await connection.send_command(command, *names, check_health=False)
         except (redis.RedisError, OSError) as error:
             # The reader sees the broken connection on its next read and resets.
             logger.debug("pub/sub %s failed: %s", command, error)
@@ -199,7 +216,7 @@ class AsyncReleaseListener:
             return False
         self._connection = connection
         for channel in self._table.on_connect():
-            self._send(channel, "SUBSCRIBE")
+            self._send([channel], "SUBSCRIBE")
         return True
 
     async def _give_back(self, connection: Any) -> None:

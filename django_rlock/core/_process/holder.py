@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import os
 import socket
 import threading
@@ -38,6 +39,10 @@ SINCE_FIELD = "~since"
 #: What an operator is shown of a holder, always all of them (None when unknown).
 HOLDER_KEYS = ("host", "pid", "thread", "task_id", "task_name", "acquired_at")
 
+#: The description's key for a grant's fixed lease, in seconds (absent: the
+#: watchdog renews the hold): what a busy caller is told ends, and when.
+LEASE_KEY = "lease"
+
 
 _details: ContextVar[Mapping[str, str] | None] = ContextVar("rlock_holder_details", default=None)
 
@@ -55,14 +60,18 @@ def holder_details(**details: str) -> Iterator[None]:
         _details.reset(token)
 
 
-def describe() -> str:
+def describe(lease: float | None = None) -> str:
     """The caller's description, as a new grant stores it (JSON).
 
-    Every acquire sends it, so the common case costs a few attribute reads: a
-    thread outside any event loop with no :func:`holder_details` gets the
-    description its thread last got, made again only when its name or the
-    process changed.
+    ``lease``: the grant's fixed lease in seconds, recorded so that a busy
+    caller is told the truth (a lease ends; a watchdog hold lasts until its
+    holder releases it or dies). Every acquire sends it, so the common case
+    costs a few attribute reads: a thread outside any event loop with no
+    :func:`holder_details` gets the description its thread last got, made
+    again only when its name or the process changed.
     """
+    if lease is not None:
+        return _leased(describe(), lease)
     if asyncio._get_running_loop() is None and _details.get() is None:
         name = threading.current_thread().name
         made = getattr(_made, "plain", None)
@@ -101,6 +110,12 @@ def _encoded(pid: int, thread: str, task_id: str, task_name: str, role: str) -> 
     return json.dumps(description, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=256)
+def _leased(description: str, lease: float) -> str:
+    # The description is a JSON object made by _encoded: one more key at its end.
+    return f'{description[:-1]},"{LEASE_KEY}":{json.dumps(lease)}}}'
+
+
 def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
     """The holder a lock hash's fields describe (None when it has no description)."""
     raw = fields.get(HOLDER_FIELD)
@@ -119,6 +134,77 @@ def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
     if since is not None and since.isdigit():
         holder["acquired_at"] = datetime.fromtimestamp(int(since) / 1000, UTC).isoformat()
     return holder
+
+
+def holder_line(holder: Mapping[str, Any] | None) -> str:
+    """A holder as every operator view and message shows it, in one line.
+
+    ``web-1 pid 12 thread 'Thread-3'``, and its Celery task when it has one
+    (``task shop.charge[5f2...]``); ``holder`` is what :func:`read_holder` read.
+    The admin, ``manage.py rlock list`` and ``inspect``, and the errors that name
+    a holder all use it, so an operator finds the same words everywhere.
+    """
+    if not holder:
+        return "an unknown holder"
+    text = f"{holder.get('host')} pid {holder.get('pid')} thread {holder.get('thread')!r}"
+    if holder.get("task_name") or holder.get("task_id"):
+        text += f" task {holder.get('task_name') or '?'}[{holder.get('task_id') or '?'}]"
+    return text
+
+
+def read_hold(description: bytes | str | None, since: bytes | str | None) -> dict[str, Any] | None:
+    """A hold's ``~holder`` and ``~since`` fields, as a client read them, as a dict.
+
+    The operator's keys (:data:`HOLDER_KEYS`) and ``lease``: the grant's fixed
+    lease in seconds, None for a hold the watchdog renews until it is released.
+    None when the hold has no description.
+    """
+    raw = stored_description(description)
+    if raw is None:
+        return None
+    fields = {HOLDER_FIELD: raw}
+    since_text = stored_description(since)
+    if since_text is not None:
+        fields[SINCE_FIELD] = since_text
+    holder = read_holder(fields)
+    if holder is None:
+        return None
+    stored = json.loads(raw)  # read_holder parsed it: valid
+    lease = stored.get(LEASE_KEY) if isinstance(stored, dict) else None
+    holder[LEASE_KEY] = float(lease) if isinstance(lease, int | float) else None
+    return holder
+
+
+def busy_reason(holder: Mapping[str, Any] | None, remaining: float | None) -> str:
+    """Who holds a busy lock and when it may be free, as the grant recorded it.
+
+    ``holder``: what :func:`read_hold` read, None when the grant wrote no
+    description; ``remaining``: the key's seconds left (inf: no expiry), None
+    when it is free by now. A watchdog hold's key is renewed for as long as its
+    holder runs, so its TTL is only when it would free the lock were the holder
+    to die; a lease really ends then.
+    """
+    if remaining is None:
+        return "it was released meanwhile"
+    if math.isinf(remaining):
+        return "its key has no expiry (set by hand?): it stays until force-released"
+    if holder is None:
+        return f"its key expires in {remaining:.3f}s unless its holder renews it"
+    who = holder_line(holder)
+    lease = holder.get(LEASE_KEY)
+    if lease is not None:
+        return f"held by {who}, whose {lease:g}s lease ends in {remaining:.3f}s"
+    return (
+        f"held by {who}, whose watchdog renews it until it is released "
+        f"(were that process to die, it would be free within {remaining:.3f}s)"
+    )
+
+
+def stored_description(raw: bytes | str | None) -> str | None:
+    """A ``~holder`` field as a client read it (bytes or text), as text; None when absent."""
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return raw
 
 
 def is_holder_field(field: str) -> bool:

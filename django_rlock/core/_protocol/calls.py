@@ -35,11 +35,20 @@ class Grant(NamedTuple):
     pttl_ms: int
 
 
+def sleep_ms(sleep: float) -> int:
+    """A waiter's announced sleep as ARGV[4] takes it: ms, negated for a starving waiter.
+
+    A starving waiter (its sleep given negated) asks the release to hand it
+    the lock (scripts.ACQUIRE).
+    """
+    return -milliseconds(-sleep) if sleep < 0 else milliseconds(sleep)
+
+
 def attempt_args(
     owner: str, *, ttl: float, waiter_id: str, sleep: float, rid: str
 ) -> list[str | int]:
     """ARGV[1..5] of every kind's acquire: owner, expiry ms, waiter id, longest sleep ms, rid."""
-    return [owner, milliseconds(ttl), waiter_id, milliseconds(sleep), rid]
+    return [owner, milliseconds(ttl), waiter_id, sleep_ms(sleep), rid]
 
 
 def acquire_args(
@@ -60,8 +69,7 @@ def acquire_args(
     """
     token, holds = lost or (0, 0)
     # attempt_args, then the lost holds and the holder (inline: every acquire builds one).
-    ttl_ms, sleep_ms = milliseconds(ttl), milliseconds(sleep)
-    return [owner, ttl_ms, waiter_id, sleep_ms, rid, holds, str(token), holder]
+    return [owner, milliseconds(ttl), waiter_id, sleep_ms(sleep), rid, holds, str(token), holder]
 
 
 def acquire_call(
@@ -77,15 +85,35 @@ def acquire_call(
 ) -> ScriptCall:
     """One acquire (scripts.ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
 
-    ``lost`` and ``holder``: see :func:`acquire_args`.
+    ``lost`` and ``holder``: see :func:`acquire_args`. The hash keeps the
+    fencing token and the request latch; the name's latches hash has the last
+    released token (:func:`counter_acquire_keys` are the keys a sibling kind's
+    acquire takes).
     """
     return ScriptCall(
-        keys=[keys.hash, keys.fence, keys.waiters, keys.latch(owner)],
+        keys=[keys.hash, keys.waiters, keys.latches],
         args=acquire_args(
             owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid, lost=lost, holder=holder
         ),
         rid=rid,
     )
+
+
+def counter_acquire_keys(keys: LockKeys, owner: str) -> list[str]:
+    """The KEYS of a sibling kind's acquire built on the shared grant (lua.new_grant).
+
+    The hash, its fencing counter, the waiting set and the owner's request
+    latch, where the plain lock keeps counter and latch in its hash.
+    """
+    return [keys.hash, keys.fence, keys.waiters, keys.latch(owner)]
+
+
+def counter_release_keys(keys: LockKeys, owner: str) -> list[str]:
+    """The KEYS of a sibling kind's release built on the shared one (lua.release_one).
+
+    The hash, the channel, the waiting set and the owner's request latch.
+    """
+    return [keys.hash, keys.channel, keys.waiters, keys.latch(owner)]
 
 
 def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
@@ -95,14 +123,12 @@ def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
     arguments in order: waiter id, sleep in ms, request id, the lost holds'
     count and token (str), the holder (see :func:`acquire_args`).
     """
-    latch = keys.latch(owner)
-    return Template([keys.hash, keys.fence, keys.waiters, latch], [owner, milliseconds(ttl)], 6)
+    return Template([keys.hash, keys.waiters, keys.latches], [owner, milliseconds(ttl)], 6)
 
 
 def release_template(keys: LockKeys, owner: str, publish: str) -> Template:
     """:func:`release_call`'s fixed parts for one owner: ``pack(sha, rid)`` makes a call."""
-    latch = keys.latch(owner)
-    return Template([keys.hash, keys.channel, keys.waiters, latch], [owner, publish], 1)
+    return Template([keys.hash, keys.channel, keys.waiters, keys.latches], [owner, publish], 1)
 
 
 def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
@@ -117,7 +143,7 @@ def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
 def release_call(keys: LockKeys, owner: str, publish: str, rid: str) -> ScriptCall:
     """One release of one hold (scripts.RELEASE); ``publish`` is 'publish' or 'spublish'."""
     return ScriptCall(
-        keys=[keys.hash, keys.channel, keys.waiters, keys.latch(owner)],
+        keys=[keys.hash, keys.channel, keys.waiters, keys.latches],
         args=[owner, publish, rid],
         rid=rid,
     )

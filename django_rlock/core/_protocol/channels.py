@@ -13,20 +13,68 @@ SUBSCRIBE commands ``sent`` against confirmations ``acked`` per channel; a
 channel's state outlives its waiters until every confirmation has arrived, so
 a late confirmation of an old subscription can never pass for a new one.
 
+Wake channels. A waiter listens on two channels of its lock: the lock's
+shared release channel and its listener's own *wake channel* for that lock,
+``<release channel>:<wake name>``. Its waiter id, ``<wake name>:<n>``, is
+what its attempts enter in the lock's waiting set, so the entry names the
+channel: a release that wakes that waiter publishes there (the release script
+derives the channel from the entry, :func:`~django_rlock.core._protocol.lua.publish_to_waiter`),
+and only the one process whose waiter it names reads the message, not every
+process waiting on the lock. A wake name begins with :data:`WAKE_MARK`; the
+waiter ids of older versions (no mark) get their message on the shared
+channel, which every waiter still listens to, as do the messages of older
+versions' releases and the empty message that wakes everyone: old and new
+processes wake each other during a rolling upgrade. The wake channel follows
+the release channel's hash tag, so on a cluster both are in the lock's slot
+and one SSUBSCRIBE on the node owning it takes both.
+
 A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
 that moved) leaves the connection sound: reconnecting would be refused again.
 The refusal answers the pending subscriptions instead, so their waiters stop
-waiting for a confirmation and fall back to waiting out the holder's PTTL; it
-is logged once per listener.
+waiting for a confirmation and retry; it is logged once per listener.
+
+On a cluster a node also drops sharded subscriptions on its own: when the
+channel's slot leaves it (a reshard, a failover) it sends an unasked
+SUNSUBSCRIBE, and it refuses a new SSUBSCRIBE for that slot with MOVED. The
+table marks such a channel :attr:`Channel.gone` and wakes its waiters: a
+plain listener's waiters then wait out the holder's PTTL, a cluster's
+sharded listener (:mod:`django_rlock.core._sync.sharding`) subscribes them
+again on the slot's new owner. A gone channel is not subscribed on this
+connection: leaving it sends no UNSUBSCRIBE (the node would refuse it too),
+and a waiter that joins it subscribes anew.
 """
 
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.crc import key_slot
+from redis.exceptions import MovedError, ResponseError
+
+#: The first character of a wake name (see the module's docstring). Older
+#: versions' listener ids are hex digits, so no id of theirs starts with it.
+WAKE_MARK = "@"
+
+
+def new_wake_name() -> str:
+    """A new listener's wake name: the prefix of its waiter ids, and of its wake channels."""
+    return WAKE_MARK + secrets.token_hex(8)
+
+
+def listen_channels(channel: bytes, waiter_id: str) -> tuple[bytes, ...]:
+    """The channels a waiter ``waiter_id`` of the lock with release ``channel`` listens on.
+
+    The shared channel, then, for a waiter id with a wake name, its wake
+    channel: ``<channel>:<wake name>``, which the release script derives from
+    the waiting-set entry (the id) in the same way.
+    """
+    if not waiter_id.startswith(WAKE_MARK):
+        return (channel,)
+    wake_name = waiter_id.rpartition(":")[0]
+    return (channel, channel + b":" + wake_name.encode())
 
 
 class Waiter(Protocol):
@@ -45,6 +93,13 @@ class Waiter(Protocol):
 
     def recheck(self) -> None:
         """Something it may be waiting on changed (a confirmation): look again."""
+
+
+class CarriesHandoff(Protocol):
+    """A subscription as a fair lock's handoff sees it (sync or asyncio, plain or sharded)."""
+
+    #: The last handoff message's rest, empty when none came (see :class:`WakeCount`).
+    handoff: bytes
 
 
 class WakeCount:
@@ -93,6 +148,9 @@ class Channel(Generic[W]):
     wanted: bool = False  # a SUBSCRIBE is in force (sent and not unsubscribed)
     sent: int = 0
     acked: int = 0
+    #: The server dropped the subscription (its slot moved away) or refused it;
+    #: cleared when a SUBSCRIBE is sent again.
+    gone: bool = False
 
     @property
     def settled(self) -> bool:
@@ -108,11 +166,16 @@ class ChannelTable(Generic[W]):
         self.waiters: dict[bytes, W] = {}
         #: A connection is up: commands may be sent now.
         self.connected = False
+        #: Release messages taken in (for diagnostics and benchmarks: how many
+        #: processes a release reaches).
+        self.messages = 0
         self._refusal_logged = False
 
     def subscribed(self) -> set[bytes]:
         """Channels with a subscription in force."""
-        return {name for name, channel in self.channels.items() if channel.wanted}
+        return {
+            name for name, channel in self.channels.items() if channel.wanted and not channel.gone
+        }
 
     def add(self, name: bytes, waiter: W) -> Channel[W] | None:
         """Register ``waiter`` on channel ``name``; the channel to SUBSCRIBE now, if any."""
@@ -122,10 +185,18 @@ class ChannelTable(Generic[W]):
         key = waiter.waiter_id.encode()
         channel.subscriptions[key] = waiter
         self.waiters[key] = waiter
-        if channel.wanted:
+        if channel.wanted and not channel.gone:
             return None
-        channel.wanted = True
+        channel.wanted = True  # a gone channel: subscribe again (the caller chose this node)
         return channel if self.connected else None
+
+    def add_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
+        """:meth:`add` on each of ``names``; the channels to SUBSCRIBE now (one command)."""
+        return [channel for name in names if (channel := self.add(name, waiter)) is not None]
+
+    def remove_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
+        """:meth:`remove` from each of ``names``; the channels to UNSUBSCRIBE now."""
+        return [channel for name in names if (channel := self.remove(name, waiter)) is not None]
 
     def remove(self, name: bytes, waiter: W) -> Channel[W] | None:
         """Forget ``waiter``; the channel to UNSUBSCRIBE now, if it was the last one."""
@@ -139,16 +210,26 @@ class ChannelTable(Generic[W]):
             return None
         channel.wanted = False
         self._drop_if_idle(channel)
-        return channel if self.connected else None
+        return channel if self.connected and not channel.gone else None
 
     def subscribe_sent(self, channel: Channel[W]) -> None:
         """A SUBSCRIBE for ``channel`` went out: one more confirmation to wait for."""
         channel.sent += 1
+        channel.gone = False
 
     def confirmed(self, name: bytes) -> bool:
         """Whether the live connection has an answer to channel ``name``'s subscription."""
         channel = self.channels.get(name)
         return self.connected and channel is not None and channel.wanted and channel.settled
+
+    def confirmed_all(self, names: tuple[bytes, ...]) -> bool:
+        """Whether every channel of ``names`` is :meth:`confirmed`."""
+        return all(self.confirmed(name) for name in names)
+
+    def gone(self, name: bytes) -> bool:
+        """Whether the server dropped or refused channel ``name``'s subscription."""
+        channel = self.channels.get(name)
+        return channel is not None and channel.gone
 
     def on_connect(self) -> list[Channel[W]]:
         """A new connection is up: the channels to SUBSCRIBE on it. Every waiter retries.
@@ -177,10 +258,19 @@ class ChannelTable(Generic[W]):
             waiter.wake()
 
     def read_error(self, error: BaseException) -> ReadError:
-        """What a failed read means; a refusal answers every pending subscription."""
+        """What a failed read means; a refusal answers every pending subscription.
+
+        The refused subscriptions are gone: those of the slot a MOVED names
+        (a cluster node that no longer serves it), else every pending one.
+        """
         if not isinstance(error, ResponseError):
             return ReadError.BROKEN
-        for channel in self.channels.values():
+        moved = error.slot_id if isinstance(error, MovedError) else None
+        for channel in list(self.channels.values()):
+            if moved is None:
+                channel.gone = channel.gone or not channel.settled
+            elif key_slot(channel.name) == moved:
+                channel.gone = True
             channel.acked = max(channel.acked, channel.sent)
             self._drop_if_idle(channel)
         self.wake_all()
@@ -196,6 +286,7 @@ class ChannelTable(Generic[W]):
         kind, name, payload = reply[0], reply[1], reply[2]
         channel = self.channels.get(name)
         if kind in (b"message", b"smessage"):
+            self.messages += 1
             # A number is Redisson's (layout="redisson": '0' on every release,
             # ours and Java's): like '' it wakes every waiter of the channel.
             # Waiter ids always hold a ':', so no id reads as a number.
@@ -212,7 +303,8 @@ class ChannelTable(Generic[W]):
         elif kind == b"sunsubscribe":
             if channel is not None and channel.wanted:
                 # Unasked: the channel's slot moved to another node. Its
-                # waiters retry now, then wait out the holder's PTTL.
+                # waiters retry now, and subscribe where the slot is (sharding.py).
+                channel.gone = True
                 for waiter in channel.subscriptions.values():
                     waiter.wake()
         elif kind in (b"subscribe", b"ssubscribe") and channel is not None:

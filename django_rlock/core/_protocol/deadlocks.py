@@ -96,7 +96,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_rlock.core._process.holder import is_holder_field, read_holder
+from django_rlock.core._process.holder import holder_line, is_holder_field, read_holder
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
@@ -118,8 +118,11 @@ MIN_EDGE_LIFE = 2.0
 # KEYS[1] lock hash, KEYS[2] its fencing counter
 # Returns {token or nil, {field, value, ...}}: the lock's grant and its hash,
 # read at one instant (a search must never pair a holder with another grant's token).
+# The plain lock keeps its token in its hash ('~t'); a sibling kind (and a
+# plain lock an older version granted) in the counter.
 READ_HOLD = """
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1])}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1])}
 """
 
 
@@ -147,7 +150,8 @@ for _, reader in ipairs(members) do
         table.insert(readers, fields)
     end
 end
-return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), readers}
+local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
+return {token, redis.call('hgetall', KEYS[1]), readers}
 """
 
 
@@ -597,13 +601,8 @@ class Detector:
 
 
 def describe_holder(holder: Mapping[str, Any] | None) -> str:
-    """A holder as a message shows it: ``host pid 12 thread 'x'`` (and its Celery task)."""
-    if not holder:
-        return "an unknown holder"
-    text = f"{holder.get('host')} pid {holder.get('pid')} thread {holder.get('thread')!r}"
-    if holder.get("task_name"):
-        text += f" task {holder['task_name']}[{holder.get('task_id')}]"
-    return text
+    """A holder as a message shows it (:func:`~django_rlock.core._process.holder.holder_line`)."""
+    return holder_line(holder)
 
 
 def wait_kind(wait: Wait | None, key: str) -> str:

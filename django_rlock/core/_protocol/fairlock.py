@@ -53,15 +53,22 @@ from __future__ import annotations
 
 from string import Template
 
-from django_rlock.core._protocol.calls import ScriptCall, abandon_call
+from django_rlock.core._protocol.calls import (
+    ScriptCall,
+    abandon_call,
+    counter_acquire_keys,
+    counter_release_keys,
+)
 from django_rlock.core._protocol.lock import MakeScript, ScriptSet
 from django_rlock.core._protocol.lua import (
+    CONFIRM_HANDOFF,
     CURRENT_TOKEN,
     NOW_MS_LUA,
     WAITER_MARGIN_MS,
     drop_lost_grant,
     new_grant,
     next_token,
+    publish_to_waiter,
     release_one,
     report_or_reenter,
 )
@@ -164,30 +171,20 @@ if head then
         redis.call('zrem', KEYS[$queue], head)
         redis.call('zrem', KEYS[3], head)
         redis.call('hdel', KEYS[$entries], head)
-        redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
-    else
-        redis.call(ARGV[2], KEYS[2], head)
-    end
+"""
+    + publish_to_waiter(
+        waiter="head",
+        channel="KEYS[2]",
+        message="head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid",
+        indent=" " * 8,
+    )
+    + """    else
+"""
+    + publish_to_waiter(waiter="head", channel="KEYS[2]", indent=" " * 8)
+    + """    end
 end
 """
 )
-
-
-# FAIR_ACQUIRE's step between a resend's report and a re-entry (expects `ttl`,
-# KEYS[1] lock hash, KEYS[2] fencing counter, ARGV[3] queue id): a lock handed
-# to the caller is confirmed as a new grant; any other call of the owner finds
-# the marker done and clears it.
-_CONFIRM_HANDOFF = Template("""
-    local handed = redis.call('hget', KEYS[1], '~handoff')
-    if handed then
-        redis.call('hdel', KEYS[1], '~handoff')
-        if handed == ARGV[3] then
-            redis.call('pexpire', KEYS[1], ttl)
-            redis.call('pexpire', KEYS[2], ttl)
-            return {$current_token, 1, ttl}
-        end
-    end
-""").substitute(current_token=CURRENT_TOKEN)
 
 
 # FAIR_ACQUIRE's way out of line on a new grant (expects `head`, ARGV[3] queue
@@ -231,7 +228,7 @@ FAIR_ACQUIRE = _fill(
 local ttl = tonumber(ARGV[2])
 """
     + drop_lost_grant("~handoff")
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=_CONFIRM_HANDOFF)
+    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]", handoff=CONFIRM_HANDOFF)
     + NOW_MS_LUA
     + _PRUNE
     + """
@@ -339,12 +336,15 @@ return 0
 def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float) -> ScriptCall:
     """A plain lock's acquire call (:mod:`~.calls`) as FAIR_ACQUIRE takes it.
 
-    FAIR_ACQUIRE takes the KEYS and ARGV of scripts.ACQUIRE, plus the queue and
-    the handoff entries as its last keys, and the caller's watchdog timeout
-    (the life of a grant handed to it): one builder for both kinds.
+    FAIR_ACQUIRE takes the ARGV of scripts.ACQUIRE, plus the caller's watchdog
+    timeout (the life of a grant handed to it); its KEYS are the hash, its
+    fencing counter, the waiting set and the owner's request latch (the fair
+    lock keeps them apart, where the plain lock keeps counter and latch in its
+    hash), then the queue and the handoff entries: one builder for both kinds.
     """
+    owner = str(call.args[0])
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.entries],
+        keys=[*counter_acquire_keys(keys, owner), keys.queue, keys.entries],
         args=[*call.args, milliseconds(watchdog_timeout)],
         rid=call.rid,
     )
@@ -353,11 +353,15 @@ def fair_acquire_call(call: ScriptCall, keys: FairKeys, watchdog_timeout: float)
 def fair_release_call(call: ScriptCall, keys: FairKeys) -> ScriptCall:
     """A plain lock's release call on ``keys``, as FAIR_RELEASE takes it.
 
-    Plus the queue, the fencing counter and the entries: a release that frees
-    the lock hands it on.
+    The owner's own request latch (where the plain lock has the name's
+    latches hash), plus the queue, the fencing counter and the entries: a
+    release that frees the lock hands it on.
     """
+    owner = str(call.args[0])
     return ScriptCall(
-        keys=[*call.keys, keys.queue, keys.fence, keys.entries], args=call.args, rid=call.rid
+        keys=[*counter_release_keys(keys, owner), keys.queue, keys.fence, keys.entries],
+        args=call.args,
+        rid=call.rid,
     )
 
 

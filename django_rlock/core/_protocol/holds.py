@@ -47,6 +47,8 @@ class HeldLock(Protocol):
 
     keys: LockKeys
     max_hold: float | None
+    #: The template the name was built from, if known (the lock order check's class).
+    key_template: str | None
     lost_callbacks: list[Callable[[Any], object]]
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
@@ -86,7 +88,8 @@ class Hold:
 
     name: str
     key: str
-    #: The lock's fencing counter key: renewals give it the lock's expiry.
+    #: The key renewals give the lock's expiry too: a sibling kind's fencing counter
+    #: (the plain lock keeps its token in its hash, and names the hash again).
     fence: str
     owner: str
     token: int
@@ -108,6 +111,10 @@ class Hold:
     #: The unit of work (request, task run) under way when it was granted, if
     #: any: it ends with that unit (:mod:`~django_rlock.core._process.scopes`).
     scope: scopes.Scope | None = None
+    #: Where the code that took it is (``path:line in function``), for the
+    #: slow-hold and leak reports; noted by whoever reports it (the Django
+    #: face's reporter), None otherwise.
+    location: str | None = None
 
     def add_lock(self, lock: HeldLock) -> None:
         """Remember that ``lock`` took this hold, so its ``on_lost`` callbacks run on loss."""

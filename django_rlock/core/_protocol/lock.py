@@ -23,13 +23,16 @@ flushed script cache costs one extra round trip and nothing else.
 Lost replies. redis-py resends a command when the connection breaks before
 the reply arrives, but the server may already have run it. Acquire and release
 are therefore made idempotent by a *request latch*: the caller sends a request
-id, unique per call, and the script records it in a key of the owner's own
-(``<lock>:req:<owner>``, same hash slot, :data:`REQUEST_LATCH_MS` to live). A
-resent call finds its id already there and reports the current state instead
-of applying itself twice. The latch is written with ``SET ... GET``, so the
-common path pays one command inside the script and no extra round trip; the
-callers that never resend (RedLock's bounded connections, replica undo) leave
-the latch out.
+id, unique per call, and the script records it where a resend will look. While
+the owner holds the lock, that is a field of the lock's hash (``~r``), written
+by the same HSET that counts the hold and read with the hold count by one
+HMGET; a final release, which deletes the hash, writes it under the owner in
+the name's latches hash (``<lock>:req``, same hash slot,
+:data:`REQUEST_LATCH_MS` to live). A resent call finds its id already there
+and reports the current state instead of applying itself twice, at no extra
+round trip; the callers that never resend (RedLock's bounded connections,
+replica undo) send no request id. The sibling kinds keep a latch key per owner
+(``<hash>:req:<owner>``, written with ``SET ... GET``).
 
 Out of memory. With ``maxmemory`` reached and ``noeviction``, Redis refuses
 commands that may grow memory. Acquire must be refused then (it creates keys),
@@ -46,8 +49,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from string import Template
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -64,7 +68,7 @@ import redis.exceptions as redis_errors
 from redis.exceptions import OutOfMemoryError
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import describe
+from django_rlock.core._process.holder import busy_reason, describe
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     Grant,
@@ -77,13 +81,11 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
-    CURRENT_TOKEN,
-    drop_lost_grant,
-    new_grant,
+    REQUEST_LATCH_MS,
+    STARVING_AFTER_MS,
+    next_token,
     register_waiter,
-    release_one,
-    report_or_reenter,
-    wake_after_release,
+    release_and_hand_over,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -94,6 +96,7 @@ from django_rlock.core._protocol.names import (
 )
 from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockError,
@@ -107,13 +110,23 @@ if TYPE_CHECKING:
     from django_rlock.core._protocol.holds import Hold, HoldRegistry
 
 
+#: Seconds a plain lock's waiter waits before it is *starving*: the holder's
+#: release then hands it the lock (scripts.ACQUIRE, RELEASE), as Go's
+#: sync.Mutex hands off to a waiter after 1 ms; so does a waiter that was
+#: woken and lost the race. A hand-over makes the next owner a woken process,
+#: never the releasing one that would take the lock again at once, so it is
+#: kept for waiters that need it. The server counts it from the waiter's
+#: first registration under the current holder; the waiter, from its call.
+STARVING_AFTER = STARVING_AFTER_MS / 1000
+
+
 #: Every command the scripts run. An ACL user needs them all (scripts' own
 #: commands are checked too), besides EVALSHA, SCRIPT LOAD and the commands the
 #: client sends itself (docs/acl-and-tls.md: "Minimal ACL").
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget",
 )  # fmt: skip
 
 
@@ -121,72 +134,159 @@ SCRIPT_COMMANDS = (
 ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 
-# KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# The lock's hash keeps, beside its owner's field (owner id -> hold count),
+# what the lock needs while it is held, so that a held lock is one key:
+#   '~t'       the grant's fencing token (TOKEN_FIELD)
+#   '~r'       the holder's last request id (LATCH_FIELD): the request latch of
+#              every call that leaves the owner holding (a grant, a re-entry, a
+#              release that leaves holds), read with the owner's field by one
+#              HMGET
+#   '~holder', '~since'  who holds it, for operators (core/holder.py)
+# (owner ids never start with '~'). They are renewed, expire and are deleted
+# with the lock. What a final release must leave behind goes to one hash per
+# name, ``<lock>:req`` (names.LockKeys.latches), for REQUEST_LATCH_MS: the
+# releasing owner -> its request id (a resend of that release, which finds
+# the lock hash gone or another owner's, must still be told it was applied),
+# and '~t', the released token (the next grant's token is above it even if
+# the server's clock stepped back meanwhile). Nothing else outlives a lock.
+
+#: The lock hash's field holding the current grant's fencing token (also the
+#: last released token, in the name's latches hash).
+TOKEN_FIELD = "~t"
+
+#: The lock hash's field holding the holder's last request id (its request latch).
+LATCH_FIELD = "~r"
+
+
+# KEYS[1] lock hash, KEYS[2] waiting set, KEYS[3] the name's latches (last token)
 # ARGV[1] owner id, ARGV[2] expiry in milliseconds,
 # ARGV[3] waiter id ('' for an attempt that will not wait),
 # ARGV[4] the longest the waiter will sleep before trying again, in milliseconds,
-# ARGV[5] (with KEYS[4]) this call's request id,
+#   negated by a waiter that says it starves (woken and lost, or waited past
+#   STARVING_AFTER),
+# ARGV[5] this call's request id ('' for a caller that never resends),
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
 #   only whether there are any matters), ARGV[7] the token of those holds,
 # ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
 #   '' for none): a new grant stores it in the hash as '~holder', with the
-#   server's clock in ms as '~since' (owner ids never start with '~'), so it
-#   is renewed, expires and is deleted with the lock, at no round trip
+#   server's clock in ms as '~since', so it is renewed, expires and is
+#   deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
-#   the branch. A new grant's token is max(last token + 1, the server's clock
-#   in microseconds), so tokens keep increasing when Redis loses the counter
-#   (a restart without persistence, FLUSHALL, a failover), and the counter
-#   expires with the lock: whenever the lock's expiry is set, the counter's is
-#   set to the same. A re-entry keeps the current token, adds one hold, and
-#   never shortens the key's life (a short lease inside a watchdog hold must
-#   not expire the outer hold). A granted waiter leaves the waiting set.
-#   A resent call that was already granted (its latch holds its request id)
-#   changes nothing and returns the same {token, holds} with the PTTL left
+#   the branch (one PTTL, read first, tells a free lock, -2, from a held one
+#   and is the life reported). A new grant's token is max(last token + 1, the server's clock
+#   in microseconds), the last token being the one a final release left in
+#   KEYS[3] (a new grant finds no hash, so no live grant's token): tokens
+#   keep increasing when Redis loses every key (a restart without
+#   persistence, FLUSHALL, a failover), and when the clock steps back within
+#   a minute of a release. The token lives in the hash ('~t') while the lock
+#   is held. A re-entry keeps the token, adds one hold, and never shortens
+#   the key's life (a short lease inside a watchdog hold must not expire the
+#   outer hold). A granted waiter leaves the waiting set.
+#   A resent call that was already granted (the hash's '~r' holds its request
+#   id) changes nothing and returns the same {token, holds} with the PTTL left
 #   now: the grant happened at the first call, not at the resend. Only the
-#   re-entry branch can see such a resend: a first grant makes the owner a holder.
+#   re-entry branch can see such a resend: a first grant makes the owner a
+#   holder, and only the holder writes '~r'.
 #   Holds the client has declared lost (ARGV[6]) may still be on the server (a
 #   loss declared on the local deadline while the key lived on): while the
-#   token is still theirs, all of the owner's holds are taken off first (also
-#   re-entries the server applied but whose replies were lost), before the
-#   request latch is read, so the call is a new grant with a new token, never a
-#   re-entry of a hold its owner was told is gone, nor a report of one.
+#   token is still theirs, the hash is the lost grant's (the lock is
+#   exclusive) and goes first, with every hold of the owner (also re-entries
+#   the server applied but whose replies were lost), before the latch is
+#   read, so the call is a new grant with a new token, never a re-entry of a
+#   hold its owner was told is gone, nor a report of one.
+#   A lock handed to the caller by a release (the hash's '~handoff' is its
+#   waiter id, RELEASE) whose message it did not take is confirmed: a new
+#   grant {token, 1, ttl} with the caller's own expiry; any other call of the
+#   owner finds the marker done and clears it.
 # Returns the holder's PTTL in ms (an integer; -1 when the key has no expiry)
 #   when another owner holds the lock; a waiter is then (re-)entered in the
-#   waiting set until just after its sleep ends, so a release can wake it.
+#   waiting set until just after its sleep ends, so a release can wake it,
+#   and writes what a grant to it needs in the holder's hash ('~w:<waiter
+#   id>': owner, life, since when it waits, description), which goes with
+#   that hash: the release hands the lock to it if it starves by then.
 ACQUIRE = (
-    """
+    Template("""
 local ttl = tonumber(ARGV[2])
-"""
-    + drop_lost_grant()
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[2]")
-    + """
-if redis.call('exists', KEYS[1]) == 0 then
-"""
-    + new_grant(latch="4")
-    + """
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[1], '$token') == ARGV[7] then
+    redis.call('del', KEYS[1])
 end
+local rid = ARGV[5] or ''
 local pttl = redis.call('pttl', KEYS[1])
-"""
-    + register_waiter()
+if pttl ~= -2 then
+    local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token', '~handoff')
+    if mine[1] then
+        local token = tonumber(mine[3] or '0')
+        if rid ~= '' and mine[2] == rid then
+            return {token, tonumber(mine[1]), pttl}
+        end
+        if mine[4] then
+            redis.call('hdel', KEYS[1], '~handoff')
+            if mine[4] == ARGV[3] then
+                redis.call('hset', KEYS[1], '$latch', rid)
+                redis.call('pexpire', KEYS[1], ttl)
+                return {token, 1, ttl}
+            end
+        end
+        local holds = tonumber(mine[1]) + 1
+        redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+        if pttl < ttl then
+            redis.call('pexpire', KEYS[1], ttl)
+            pttl = ttl
+        end
+        return {token, holds, pttl}
+    end
+else
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + next_token(counter="KEYS[3]", field=TOKEN_FIELD)
+    + Template("""local fence = string.format('%.0f', token)
+if ARGV[8] and ARGV[8] ~= '' then
+    local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid,
+               '~holder', ARGV[8], '~since', string.format('%.0f', since))
+else
+    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid)
+end
+redis.call('pexpire', KEYS[1], ttl)
+if ARGV[3] ~= '' then
+    redis.call('zrem', KEYS[2], ARGV[3])
+end
+return {token, 1, ttl}
+end
+""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+    + register_waiter(waiters="KEYS[2]", hand_over=True)
 )
 
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set,
-# KEYS[4] (optional) the owner's request latch
+# KEYS[4] (optional) the name's latches (names.LockKeys.latches)
 # ARGV[1] owner id, ARGV[2] publish command ('publish', or 'spublish' on a cluster),
 # ARGV[3] (with KEYS[4]) this call's request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
 #   owner's holds left. At 0 the lock is free, and when a registered waiter is
 #   left (expired registrations are dropped) the release is published naming
-#   the one to wake: the waiter whose sleep ends first. With no waiter left,
-#   nothing is published (a PUBLISH costs the server a channel lookup, and the
-#   client a bigger script, on every uncontended release).
+#   the one to wake: the waiter whose sleep ends first, on the wake channel its
+#   entry names (KEYS[2] .. ':' .. its wake name, core/_protocol/channels.py),
+#   so one process reads it; an entry of an older version (no wake name) on
+#   the shared channel KEYS[2]. With no waiter left, nothing is published (a
+#   PUBLISH costs the server a channel lookup, and the client a bigger script,
+#   on every uncontended release).
 #   A resent call that was already applied changes nothing and returns the
 #   owner's holds now (0 after a final release, even if another owner has
-#   taken the lock since).
+#   taken the lock since). A release that leaves holds keeps its request id
+#   in the hash ('~r', as ACQUIRE does); a final release, which deletes the
+#   hash, writes its id under the owner in KEYS[4], with the released token
+#   as '~t', and gives KEYS[4] REQUEST_LATCH_MS to live: the one thing a lock
+# cycle leaves behind.
+#   Hand-over (lua._HAND_OVER): when that first waiter starves (its
+#   '~w:<id>' request in the hash being released says so, or is
+#   STARVING_AFTER old) and has a wake name, the release grants it the lock
+#   (the next token after the released one, its life and description, marked
+#   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
+#   grant stands only if a subscriber heard it, else the next waiter is woken.
+#   A release that hands over wakes the new holder, not a retry: the argument
+#   below holds for the waiters left, as the new holder's release comes later.
 #
 # Why publishing only to a registered waiter wakes everyone who needs it. A
 #   message helps only a waiter *sleeping* on the channel (plan.AcquirePlan:
@@ -201,13 +301,22 @@ local pttl = redis.call('pttl', KEYS[1])
 #   sleeps on the channel: the waiter subscribes, has the subscription
 #   confirmed, and attempts again as a registered waiter before it sleeps, so
 #   a release between its two attempts is seen by the second one.
+#   The message reaches the named waiter: its subscription is to both the
+#   shared channel and the wake channel of its id's wake name (one SUBSCRIBE,
+#   both confirmed before that registered attempt; core/_sync/waiting.py),
+#   and the message goes to exactly one of them: the wake channel for an id
+#   with a wake name, the shared channel otherwise (an older version's waiter,
+#   which listens there; an older version's release names any waiter there,
+#   and new waiters listen there too). The waiter's listener routes it by the
+#   id, whichever channel it came on.
 #   Every caller of this script (release, the replica-sync undo in client.py,
 #   MultiLock's members, RedLock's undo of an unanswered grant) releases a
 #   plain lock hash, and every sleeper of those locks is an RLock acquire plan
 #   (MultiLock waits through its members' plans; RedLock never sleeps on a
 #   channel, it retries after a random pause). On a cluster, the set, the hash
 #   and the channel share one slot, so this check and SPUBLISH run on the node
-#   the waiter's SSUBSCRIBE is on.
+#   the waiter's SSUBSCRIBE is on; the wake channel is made from KEYS[2], after
+#   its hash tag, so it is in that slot too.
 #   The one waiter this misses is one whose entry expired while it still
 #   sleeps: its client paused for more than 500 ms, or the server's clock
 #   jumped forward. Before, a release with no live entry woke everyone; that
@@ -216,10 +325,35 @@ local pttl = redis.call('pttl', KEYS[1])
 #   did whenever another live waiter was named instead. force_release still
 #   wakes every waiter (an operator's recovery tool, not a hot path), and
 #   ABANDON hands a wake-up on only while the set has members.
-RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel="KEYS[2]")
+RELEASE = Template("""
+local mine = redis.call('hmget', KEYS[1], ARGV[1], '$latch', '$token')
+if not mine[1] then
+    if KEYS[4] and redis.call('hget', KEYS[4], ARGV[1]) == ARGV[3] then
+        return 0
+    end
+    return -1
+end
+local rid = ARGV[3] or ''
+if rid ~= '' and mine[2] == rid then
+    return tonumber(mine[1])
+end
+local holds = tonumber(mine[1]) - 1
+if holds > 0 then
+    redis.call('hset', KEYS[1], ARGV[1], holds, '$latch', rid)
+    return holds
+end
+if KEYS[4] then
+    redis.call('hset', KEYS[4], ARGV[1], rid, '$token', mine[3] or '0')
+    redis.call('pexpire', KEYS[4], $latch_ms)
+end
+""").substitute(
+    latch=LATCH_FIELD, token=TOKEN_FIELD, latch_ms=REQUEST_LATCH_MS
+) + release_and_hand_over(last="mine[3]", token_field=TOKEN_FIELD)
 
 
-# KEYS[2i-1] the i-th lock hash, KEYS[2i] its fencing counter
+# KEYS[2i-1] the i-th lock hash, KEYS[2i] the key that expires with it (a
+#   sibling kind's fencing counter; the lock hash again for the plain lock,
+#   whose token is in its hash: not expired twice)
 # ARGV[1] expiry in milliseconds,
 # ARGV[2] '1' to set that expiry even if shorter (MultiLock's re-expiry of a
 #   grant it has just made), '0' to never shorten a key's life (the watchdog:
@@ -227,7 +361,7 @@ RELEASE = release_one(latch="4") + wake_after_release(waiters="KEYS[3]", channel
 # ARGV[2+i] owner id of the i-th lock
 # Returns one integer per lock: the key's PTTL in ms after the call (> 0:
 #   renewed; the caller's deadline is its send time + it), or 0 when the owner
-#   no longer holds it (lost). The counter gets the same expiry as the lock.
+#   no longer holds it (lost). The key beside it gets the same expiry.
 RENEW = """
 local ttl = tonumber(ARGV[1])
 local exact = ARGV[2] == '1'
@@ -238,7 +372,9 @@ for i = 1, #KEYS / 2 do
         local pttl = redis.call('pttl', key)
         if exact or pttl < ttl then
             redis.call('pexpire', key, ttl)
-            redis.call('pexpire', fence, ttl)
+            if fence ~= key then
+                redis.call('pexpire', fence, ttl)
+            end
             pttl = ttl
         end
         left[i] = pttl
@@ -264,11 +400,19 @@ return 0
 
 # KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] waiting set
 # ARGV[1] waiter id, ARGV[2] publish command
-# A waiter leaves without the lock (its wait ran out). If the lock is free, a
+# A waiter leaves without the lock (its wait ran out). If the lock was handed
+#   to it (the hash's '~handoff' is its id: RELEASE), that grant is given
+#   back: its caller never counted it; else its request to be handed the lock
+#   (the holder's '~w:<id>' field, ACQUIRE) goes. If the lock is free, a
 #   release may have woken this waiter alone: wake the others instead.
 # Returns 1 when the others were woken, else 0.
 ABANDON = """
 redis.call('zrem', KEYS[3], ARGV[1])
+if redis.call('hget', KEYS[1], '~handoff') == ARGV[1] then
+    redis.call('del', KEYS[1])
+else
+    redis.call('hdel', KEYS[1], '~w:' .. ARGV[1])
+end
 if redis.call('exists', KEYS[1]) == 0 and redis.call('zcard', KEYS[3]) > 0 then
     redis.call(ARGV[2], KEYS[2], '')
     return 1
@@ -461,9 +605,25 @@ class LockEngine(Protocol):
     holds: HoldRegistry
 
 
+def handoff_min_life(watchdog_timeout: float) -> float:
+    """The least life left, in seconds, for a handed grant to be taken without a call.
+
+    The watchdog renews on its own ticks (every third of the timeout) and
+    declares a hold lost when a renewal could end within a margin (a sixth)
+    of its deadline; a handed grant whose deadline is nearer than a tick and
+    two margins could be declared lost while Redis keeps it. Its waiter
+    confirms it with an acquire call instead, which renews it.
+    """
+    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
+
+
 #: Below this much of a lease hold's life left (seconds), a re-entry asks for
 #: the watchdog's life instead of the rest of the lease (see _granted_lease).
 _LEASE_LEFT_MIN = 0.05
+
+
+#: The keywords a lock is made with (:class:`LockOptions`).
+_OPTION_NAMES = frozenset(LockOptions.__annotations__)
 
 
 class LockBase:
@@ -480,20 +640,29 @@ class LockBase:
     #: client of another layout, saying what that layout offers instead.
     layout: ClassVar[str] = RLOCK
     kind: ClassVar[str] = "lock"
+    #: The template the name was built from (``"order:{order_id}"``), when the
+    #: caller knows it (the Django face's ``@locked`` and ``rlock(template, **fields)``
+    #: set it); the lock order check's class of the lock (its name when None).
+    key_template: str | None = None
 
     def __init__(self, engine: LockEngine, name: str, **options: Unpack[LockOptions]) -> None:
-        unknown = sorted(set(options) - set(LockOptions.__annotations__))
-        if unknown:
+        if options and not _OPTION_NAMES.issuperset(options):
+            unknown = sorted(set(options) - _OPTION_NAMES)
             raise TypeError(f"unexpected keyword argument(s) for a lock: {', '.join(unknown)}")
         if engine.layout != self.layout:
             raise refusal(self.kind, self.layout, engine.layout, name)
         self._engine = engine
         self._registry: HoldRegistry = engine.holds
         self.keys = LockKeys.build(engine.key_prefix, name)
-        self.timeout = check_timeout(options.get("timeout"))
-        self.lease = check_lease(options.get("lease"))
-        self.blocking = check_blocking(options.get("blocking", True), self.timeout)
-        self.max_hold = check_max_hold(options.get("max_hold"))
+        self.timeout: float | None = None
+        self.lease: float | None = None
+        self.blocking = True
+        self.max_hold: float | None = None
+        if options:  # else the defaults, nothing to check (a view's ``with rlock(name)``)
+            self.timeout = check_timeout(options.get("timeout"))
+            self.lease = check_lease(options.get("lease"))
+            self.blocking = check_blocking(options.get("blocking", True), self.timeout)
+            self.max_hold = check_max_hold(options.get("max_hold"))
         # Seconds a waiter waits before it looks for a deadlock (None: never);
         # every kind checks, each saying what it waits for (_protocol/deadlocks.py).
         self._deadlock_timeout = engine.deadlock_timeout
@@ -508,12 +677,18 @@ class LockBase:
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The key that counts ``owner``'s holds, and the key renewed with it.
 
-        A lock counts every owner's holds in its one hash, renewed with its
-        fencing counter. A sibling may count each owner's holds in a key of the
-        owner's own (a semaphore's permits): the registry, the watchdog and the
-        renew script work per hold on whatever keys this names.
+        A lock counts every owner's holds in its one hash. The plain lock of
+        the default layout keeps its fencing token in that hash too, so the
+        hash is named twice (RENEW expires it once); a sibling kind's hash is
+        renewed with its fencing counter, and a sibling may count each owner's
+        holds in a key of the owner's own (a semaphore's permits): the
+        registry, the watchdog and the renew script work per hold on whatever
+        keys this names.
         """
-        return self.keys.hash, self.keys.fence
+        keys = self.keys
+        if self.kind == "lock" and self.layout == RLOCK:
+            return keys.hash, keys.hash
+        return keys.hash, keys.fence
 
     def _plan(
         self, blocking: bool, timeout: float | None, lease: float | None
@@ -562,6 +737,41 @@ class LockBase:
         would_wait = plan.blocking and not plan.zero_wait
         self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
 
+    def _sends_plain_calls(self) -> bool:
+        """Whether this lock's acquire calls and hold keys are the plain lock's own."""
+        kind = type(self)
+        return kind._acquire_call is LockBase._acquire_call and kind.hold_keys is LockBase.hold_keys
+
+    def _take_hand_over(
+        self, owner: str, lease: float | None, sent_at: float, started: float, grant: bytes
+    ) -> bool:
+        """Record the grant a release handed ``owner``'s waiting call (RELEASE); False: none.
+
+        ``grant`` is what the message said after the waiter's id (the token);
+        ``sent_at`` when the call's last attempt was sent. The grant came after
+        that attempt, which found the lock held (an attempt after the grant
+        would have confirmed it), so its send time bounds the deadline from
+        below. Taken only by a caller that waits with the watchdog, when that
+        deadline leaves the watchdog time to renew (:func:`handoff_min_life`);
+        otherwise the caller's next attempt confirms the grant (CONFIRM_HANDOFF).
+        """
+        if not grant or lease is not None or not grant.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            owner,
+            token=int(grant),
+            holds=1,
+            lease=None,
+            sent_at=sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=started,
+        )
+        return True
+
     def _reachable(self, action: str) -> AbstractContextManager[None]:
         """Around a public call: redis-py's connection errors become LockUnavailableError."""
         return reported_unavailable(self._engine.server, action, self.name)
@@ -580,7 +790,7 @@ class LockBase:
             sleep=sleep,
             rid=rid,
             lost=lost,
-            holder=describe(),
+            holder=describe(lease),
         )
 
     def _ttl_of(self, lease: float | None) -> float:
@@ -670,13 +880,28 @@ class LockBase:
     def _unanswered(self, kind: str, owner: str, rid: str) -> None:
         self._registry.note_unanswered(self.hold_keys(owner)[0], owner, kind, rid)
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
+        """The ``with`` block's error: who holds the lock and when it may be free.
+
+        ``holder``: what the lock's ``holder()`` read, which says whether it is
+        a lease or a watchdog hold; None when unknown.
+        """
         return LockTimeout(
-            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}"
-            + ("" if remaining is None else f" (the holder's lease ends in {remaining:.3f}s)"),
+            f"could not acquire lock {self.name!r} {gave_up_after(self.blocking, self.timeout)}: "
+            + busy_reason(holder, remaining),
             name=self.name,
             retry_after=remaining,
         )
+
+    def _description_key(self) -> str | None:
+        """The hash whose ``~holder`` field describes the hold that keeps this lock busy.
+
+        None for a kind whose busy state no single hold describes (a semaphore's
+        permits, a read-write lock's readers and writer).
+        """
+        return self.keys.hash
 
     def _out_of_memory_error(self, error: OutOfMemoryError) -> LockOutOfMemoryError:
         return LockOutOfMemoryError(

@@ -26,6 +26,7 @@ template's only ``$`` are its fields.
 
 from __future__ import annotations
 
+import textwrap
 from string import Template
 
 #: How long a request latch outlives its call, in milliseconds. It must cover
@@ -47,25 +48,35 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
 
 
-# Expects $counter the fencing counter (KEYS[2] in a new grant). Defines
-# `clock` (the TIME reply) and `token`: the next fencing token, max(last + 1,
-# the server's time in microseconds). It fits a Lua number (a double, exact
+# Expects $counter the fencing counter (KEYS[2] in a new grant), read as
+# $last (GET, or HGET of a field when the last token is a hash's field).
+# Defines `clock` (the TIME reply) and `token`: the next fencing token,
+# max(last + 1, the server's time in microseconds). It fits a Lua number (a double, exact
 # below 2^53, which the clock reaches in the year 2255), a signed 64-bit
 # integer and a Postgres bigint; whoever stores it writes it with '%.0f', as
 # Lua would write a number this large as '1.7e+15'.
 _NEXT_TOKEN = Template("""
 local clock = redis.call('time')
 local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = tonumber(redis.call('get', $counter) or '0') or 0
+local last = tonumber($last or '0') or 0
 if token <= last then
     token = last + 1
 end
 """)
 
 
-def next_token(*, counter: str = "KEYS[2]") -> str:
-    """Define ``token``, the next fencing token after the one in the key ``counter``."""
-    return _NEXT_TOKEN.substitute(counter=counter)
+def next_token(*, counter: str = "KEYS[2]", field: str | None = None) -> str:
+    """Define ``token``, the next fencing token after the one in the key ``counter``.
+
+    ``field``: the last token is that field of the hash ``counter`` (None: the
+    key is a plain counter).
+    """
+    last = (
+        f"redis.call('get', {counter})"
+        if field is None
+        else f"redis.call('hget', {counter}, '{field}')"
+    )
+    return _NEXT_TOKEN.substitute(last=last)
 
 
 #: The token of the current grant, as a Lua expression: the fencing counter
@@ -203,11 +214,12 @@ def new_grant(*, latch: str, leave: str = LEAVE_WAITING_SET) -> str:
 
 # Expects $wait: the ms the caller waits at most (the holder's PTTL; -1: no
 # expiry), ARGV[3] waiter id ('' for an attempt that will not wait), ARGV[4]
-# the longest the waiter will sleep, in ms. A waiter is (re-)entered in the
-# waiting set $waiters until just after its sleep ends (the sleep, cut to
-# $wait, plus the margin that covers its own delay in re-registering), so a
-# release can wake it; the set lives at least as long. Ends the script:
-# returns $wait.
+# the longest the waiter will sleep, in ms, negated by a starving waiter (see
+# HAND_OVER; only where the script has a $hand_over step, else ignored). A
+# waiter is (re-)entered in the waiting set $waiters until just after its
+# sleep ends (the sleep, cut to $wait, plus the margin that covers its own
+# delay in re-registering), so a release can wake it; the set lives at least
+# as long. Ends the script: returns $wait.
 _REGISTER_WAITER = Template(
     """
 if ARGV[3] ~= '' then
@@ -215,6 +227,11 @@ if ARGV[3] ~= '' then
     + NOW_MS_LUA
     + """
     local sleep = tonumber(ARGV[4])
+    local starving = sleep < 0
+    if starving then
+        sleep = -sleep
+    end
+${hand_over}\
     if $wait >= 0 and $wait < sleep then
         sleep = $wait
     end
@@ -229,9 +246,51 @@ return $wait
 )
 
 
-def register_waiter(*, waiters: str = "KEYS[3]", wait: str = "pttl") -> str:
-    """Register the waiter in the set ``waiters`` for the local ``wait``, and return it."""
-    return _REGISTER_WAITER.substitute(waiters=waiters, wait=wait, margin_ms=WAITER_MARGIN_MS)
+#: How long a waiter of the plain lock waits, in ms, before the holder's
+#: release hands it the lock (HAND_OVER; Go's sync.Mutex: 1 ms).
+STARVING_AFTER_MS = 5
+
+
+# The plain lock's request to be handed the lock (register_waiter's
+# $hand_over, in scripts.ACQUIRE: KEYS[1] the lock hash, held by another
+# owner; ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id, ARGV[8]
+# holder description; `now`, and `starving`: the waiter says it starves).
+# A waiter writes what a grant to it needs in the holder's hash, as the field
+# '~w:<waiter id>': its owner id, the life it asks for, since when it waits
+# (server ms: its first registration under this holder; 0 when it starves
+# already) and its description. The field goes with the hash, so the
+# holder's release (HAND_OVER) reads it and nothing is left behind.
+_ASK_HAND_OVER = """\
+    local asked = '~w:' .. ARGV[3]
+    local since = 0
+    if not starving then
+        since = now
+        local before = redis.call('hget', KEYS[1], asked)
+        if before then
+            local one = string.find(before, '\\n', 1, true)
+            local two = string.find(before, '\\n', one + 1, true)
+            local three = string.find(before, '\\n', two + 1, true)
+            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+        end
+    end
+    redis.call('hset', KEYS[1], asked, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n'
+               .. string.format('%.0f', since) .. '\\n' .. ARGV[8])
+"""
+
+
+def register_waiter(
+    *, waiters: str = "KEYS[3]", wait: str = "pttl", hand_over: bool = False
+) -> str:
+    """Register the waiter in the set ``waiters`` for the local ``wait``, and return it.
+
+    ``hand_over``: a starving waiter asks to be handed the lock (scripts.ACQUIRE).
+    """
+    return _REGISTER_WAITER.substitute(
+        waiters=waiters,
+        wait=wait,
+        margin_ms=WAITER_MARGIN_MS,
+        hand_over=_ASK_HAND_OVER if hand_over else "",
+    )
 
 
 # Expects $hold the owner's hold hash, KEYS[$latch] its request latch
@@ -279,7 +338,8 @@ redis.call('del', KEYS[1])
 # waiter left (expired registrations are dropped), nothing is published (a
 # PUBLISH costs the server a channel lookup on every uncontended release);
 # else the release is published ($publish), naming the waiter whose sleep
-# ends first or, for everyone, with an empty message that wakes every waiter.
+# ends first on its wake channel (publish_to_waiter) or, for everyone, with an
+# empty message on the shared channel that wakes every waiter.
 # Ends the script: returns 0.
 _WAKE_AFTER_RELEASE = Template(
     """
@@ -296,11 +356,51 @@ return 0
 )
 
 
-_PUBLISH_FIRST = Template("""local first = redis.call('zrange', $waiters, 0, 0)
-if first[1] then
-    redis.call(ARGV[2], $channel, first[1])
+# Expects $waiter a waiting-set entry (a waiter id, core/_protocol/channels.py),
+# $message what to publish (naming that waiter first), $channel the lock's
+# release channel, $publish the publish command. An id "<wake name>:<n>" whose
+# wake name begins with '@' names its listener's wake channel for this lock,
+# "<channel>:<wake name>": the message goes there, so only the process of that
+# waiter reads it. The channel is made here from $channel, whose hash tag comes
+# first, so it is in the lock's slot (SPUBLISH on a cluster reaches the node
+# the waiter's SSUBSCRIBE is on). An id of an older version (no wake name) gets
+# it on the shared channel, which every waiter listens to.
+_PUBLISH_TO_WAITER = Template("""local wake = string.match($waiter, '^(@[^:]*):')
+if wake then
+    redis.call($publish, $channel .. ':' .. wake, $message)
+else
+    redis.call($publish, $channel, $message)
 end
 """)
+
+
+def publish_to_waiter(
+    *,
+    waiter: str,
+    channel: str,
+    publish: str = "ARGV[2]",
+    message: str | None = None,
+    indent: str = "",
+) -> str:
+    """Publish ``message`` (default: the id) to the waiter whose id is the Lua ``waiter``.
+
+    Defines the Lua local ``wake``. ``channel`` is the lock's release channel;
+    ``indent`` goes before each line (the block's place in its script).
+    """
+    lua = _PUBLISH_TO_WAITER.substitute(
+        waiter=waiter, channel=channel, publish=publish, message=message or waiter
+    )
+    return textwrap.indent(lua, indent)
+
+
+_PUBLISH_FIRST = Template(
+    """local first = redis.call('zrange', $waiters, 0, 0)[1]
+if first then
+"""
+    + publish_to_waiter(waiter="first", channel="$channel", indent="    ")
+    + """end
+"""
+)
 
 
 _PUBLISH_EVERYONE = Template("""if redis.call('zcard', $waiters) > 0 then
@@ -315,3 +415,109 @@ def wake_after_release(*, waiters: str, channel: str, everyone: bool = False) ->
         waiters=waiters, channel=channel
     )
     return _WAKE_AFTER_RELEASE.substitute(waiters=waiters, publish=publish)
+
+
+# KEYS[1] the lock hash (still there), KEYS[2] its release channel, KEYS[3]
+# its waiting set, ARGV[2] the publish command; after the owner's last hold
+# went (scripts.RELEASE), with $last the released grant's token. The plain
+# lock's full release: the lock is freed, and the registered waiter whose sleep
+# ends first (expired registrations dropped) is woken on its wake channel
+# (publish_to_waiter) or, when it is *starving* (register_waiter's
+# '~w:<waiter id>' field of the hash says it starves, or has waited
+# STARVING_AFTER_MS under this holder) and has a wake name, handed the lock:
+# a new grant to its owner in the release itself (the next token after $last,
+# next_token's rule, kept in the hash's $token_field), for the life it asked
+# for, with its description, marked '~handoff' = its waiter id, the waiter out
+# of the set. The message on its wake channel is "<waiter id> <token>"; its
+# waiter holds when it reads it, with no acquire call (or, when it does not
+# take it, its next attempt confirms it: scripts.ACQUIRE). The grant is made
+# only if the publish reached a subscriber: a waiter whose process is gone
+# (its connection, hence its subscription, closed with it) is not handed the
+# lock; it leaves the set, and the next waiter is woken instead.
+# With no waiter, nothing is published. Ends the script: returns 0.
+_HAND_OVER = Template(
+    """if redis.call('exists', KEYS[3]) == 0 then
+    redis.call('del', KEYS[1])
+    return 0
+end
+"""
+    + NOW_MS_LUA
+    + """redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+local first = redis.call('zrange', KEYS[3], 0, 0)[1]
+local entry = first and redis.call('hget', KEYS[1], '~w:' .. first)
+redis.call('del', KEYS[1])
+if not first then
+    return 0
+end
+local starving = entry and string.match(first, '^(@[^:]*):')
+local one, two, three
+if starving then
+    one = string.find(entry, '\\n', 1, true)
+    two = string.find(entry, '\\n', one + 1, true)
+    three = string.find(entry, '\\n', two + 1, true)
+    if now - tonumber(string.sub(entry, two + 1, three - 1)) < $starving_after_ms then
+        starving = nil
+    end
+end
+if starving then
+    local owner = string.sub(entry, 1, one - 1)
+    local life = tonumber(string.sub(entry, one + 1, two - 1))
+    local holder = string.sub(entry, three + 1)
+    local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    local last = tonumber($last or '0') or 0
+    if token <= last then
+        token = last + 1
+    end
+    local fence = string.format('%.0f', token)
+    if holder ~= '' then
+        redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~holder', holder,
+                   '~since', string.format('%.0f', now), '~handoff', first)
+    else
+        redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~handoff', first)
+    end
+    redis.call('pexpire', KEYS[1], life)
+    redis.call('zrem', KEYS[3], first)
+    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
+        return 0
+    end
+    redis.call('del', KEYS[1])
+    first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not first then
+        return 0
+    end
+end
+"""
+    + publish_to_waiter(waiter="first", channel="KEYS[2]")
+    + """return 0
+"""
+)
+
+
+def release_and_hand_over(*, last: str, token_field: str) -> str:
+    """The plain lock's full release, its hash still there: wake or hand over (_HAND_OVER).
+
+    ``last``: the released grant's token, a Lua expression; ``token_field``:
+    the hash's field a handed grant's token goes to.
+    """
+    return _HAND_OVER.substitute(
+        starving_after_ms=STARVING_AFTER_MS, last=last, token_field=token_field
+    )
+
+
+# A step between a resent call's report and a re-entry (report_or_reenter's
+# $handoff; expects `ttl`, KEYS[1] lock hash, KEYS[2] fencing counter, ARGV[3]
+# waiter or queue id): a lock handed to the caller (the hash's '~handoff' is
+# its id) whose message it did not take is confirmed as a *new* grant, with
+# the caller's own expiry: {token, 1, ttl}. Any other call of the owner finds
+# the marker done and clears it.
+CONFIRM_HANDOFF = Template("""
+    local handed = redis.call('hget', KEYS[1], '~handoff')
+    if handed then
+        redis.call('hdel', KEYS[1], '~handoff')
+        if handed == ARGV[3] then
+            redis.call('pexpire', KEYS[1], ttl)
+            redis.call('pexpire', KEYS[2], ttl)
+            return {$current_token, 1, ttl}
+        end
+    end
+""").substitute(current_token=CURRENT_TOKEN)

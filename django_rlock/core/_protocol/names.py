@@ -5,11 +5,19 @@ library owns the hash tag: the user's name is escaped so that it can never
 contain ``{`` or ``}``, then wrapped in braces. ``%`` is escaped first, which
 keeps the escaping one-to-one (two different names never share keys)::
 
-    <prefix>:{<escaped name>}           HASH     owner id -> hold count
-    <prefix>:{<escaped name>}:fence     STRING   last fencing token granted
+    <prefix>:{<escaped name>}           HASH     owner id -> hold count; '~t' the grant's
+                                                 fencing token, '~r' the holder's last
+                                                 request id, '~holder', '~since'
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
-    <prefix>:{<escaped name>}:req:<owner>  STRING  the owner's last request id (lost replies)
+    <prefix>:{<escaped name>}:released:@<wake name>  CHANNEL  a release naming its waiter
+    <prefix>:{<escaped name>}:req       HASH     after a final release, for a minute: the
+                                                 releasing owner -> its request id, and
+                                                 '~t' the last token (lost replies, fencing)
+
+The sibling kinds keep a fencing counter ``<hash>:fence`` (STRING) and a
+request latch per owner ``<hash>:req:<owner>`` (STRING) instead (see each
+kind's module).
 
 A name is at most :data:`MAX_NAME_BYTES` long. A name built from a call's
 arguments (``@locked``, Celery's task keys) may be longer: :func:`fit_name`
@@ -116,17 +124,34 @@ def _check_text(name: object) -> str:
     return name
 
 
+#: How many names :func:`check_name` and :meth:`LockKeys.build` remember per
+#: process. The Django face makes a lock object per ``with rlock(...)`` block,
+#: so the same names are checked and their keys built again and again; past
+#: this many the memory is emptied and refilled by the names in use.
+NAMES_KEPT = 4096
+
+# Plain ``str`` names found usable. A DigestName is never kept: its text as a
+# plain ``str`` must still be refused, and a dict cannot tell the two apart.
+_usable: dict[str, None] = {}
+
+
 def check_name(name: object) -> str:
     """Return ``name`` if it is a usable lock name, else raise :class:`InvalidLockNameError`.
 
     The error (a ``ValueError``) names the rule broken.
     """
+    if type(name) is str and name in _usable:
+        return name
     checked = _check_text(name)
     size = len(checked.encode("utf-8"))
     if size > MAX_NAME_BYTES:
         raise InvalidLockNameError(
             f"lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}"
         )
+    if type(checked) is str:
+        if len(_usable) >= NAMES_KEPT:
+            _usable.clear()
+        _usable[checked] = None
     return checked
 
 
@@ -140,6 +165,8 @@ def fit_name(name: object) -> str:
     ``sha256:`` with the hex digest of the whole name. Every other rule of
     :func:`check_name` applies to the whole name.
     """
+    if type(name) is str and name in _usable:
+        return name  # checked before, and short enough
     checked = _check_text(name)
     encoded = checked.encode("utf-8")
     if len(encoded) <= MAX_NAME_BYTES:
@@ -237,9 +264,23 @@ class LockKeys:
 
     @classmethod
     def build(cls, prefix: str, name: str) -> LockKeys:
-        """Derive the keys of ``name`` under ``prefix`` (both already checked)."""
+        """Derive the keys of ``name`` under ``prefix`` (both already checked).
+
+        Built once per prefix and plain ``str`` name (see :data:`NAMES_KEPT`):
+        the keys are a value, shared by every lock object of the name.
+        """
+        plain = type(name) is str
+        if plain:
+            known = _built.get((cls, prefix, name))
+            if known is not None:
+                return known
         base = f"{prefix}:{{{escape(name)}}}" if prefix else f"{{{escape(name)}}}"
-        return cls.around(name, base)
+        keys = cls.around(name, base)
+        if plain:
+            if len(_built) >= NAMES_KEPT:
+                _built.clear()
+            _built[(cls, prefix, name)] = keys
+        return keys
 
     @classmethod
     def around(cls, name: str, hash_key: str) -> Self:
@@ -260,6 +301,14 @@ class LockKeys:
         """The request latch of ``owner`` on this lock (see :mod:`~.lock`)."""
         return f"{self.hash}:req:{owner}"
 
+    @property
+    def latches(self) -> str:
+        """The plain lock's final releases, kept a while after them (see :mod:`~.lock`).
+
+        One hash per name: each releasing owner's request id, and the last token.
+        """
+        return f"{self.hash}:req"
+
     @staticmethod
     def name_of(prefix: str, hash_key: str) -> str | None:
         """The lock name of a lock hash key under ``prefix``, or None if it is not one."""
@@ -274,3 +323,7 @@ class LockKeys:
             # Made by fit_name: a name the caller can use to inspect or release it.
             return DigestName(name)
         return name
+
+
+# (kind, prefix, name) -> the keys of a plain ``str`` name (see :meth:`LockKeys.build`).
+_built: dict[tuple[type[LockKeys], str, str], LockKeys] = {}

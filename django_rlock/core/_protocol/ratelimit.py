@@ -371,9 +371,12 @@ return wait
 
 # KEYS[1] the limiter's hash
 # Returns nil when the bucket is full (the key is gone), else {the debt in µs
-#   at the interval it was taken at, that interval, the burst}, the last two
-#   as the last caller gave them. Read-only.
-RATE_STATE = """
+#   at the interval it was taken at, that interval, the burst, then the polite
+#   callers' place: µs until its time ('' when none is kept; a place past
+#   the time it is kept for counts as none, as the next reservation drops it),
+#   its permits, '1' when the TAT counts them}; the interval and burst as the
+#   last caller gave them. Read-only.
+RATE_STATE = Template("""
 local tat = redis.call('hget', KEYS[1], 'tat')
 if not tat then
     return nil
@@ -384,9 +387,17 @@ local debt = tonumber(tat) - now
 if debt < 0 then
     debt = 0
 end
-return {string.format('%.0f', debt), redis.call('hget', KEYS[1], 'interval'),
-    redis.call('hget', KEYS[1], 'burst')}
-"""
+local interval = redis.call('hget', KEYS[1], 'interval')
+local place_at = tonumber(redis.call('hget', KEYS[1], 'place_at'))
+local place_in, place, booked = '', '0', '0'
+if place_at and now <= place_at + math.max(tonumber(interval), $kept) then
+    place_in = string.format('%.0f', place_at - now)
+    place = redis.call('hget', KEYS[1], 'place') or '0'
+    booked = redis.call('hget', KEYS[1], 'place_booked') or '0'
+end
+return {string.format('%.0f', debt), interval, redis.call('hget', KEYS[1], 'burst'),
+    place_in, place, booked}
+""").substitute(kept=PLACE_KEPT_US)
 
 
 class RateLimiterScripts(ScriptSet):
@@ -443,13 +454,26 @@ class LimiterState:
 
     ``debt`` is how far its next permit's theoretical time runs ahead of now
     (seconds), at ``interval`` seconds per permit, with ``burst``, as the last
-    caller set them.
+    caller set them. ``place_in`` is the polite callers' kept place (seconds
+    until its time, negative while it is kept past it; None when none is
+    kept), for ``place`` permits; ``place_booked`` when the TAT counts them
+    already (else they add to every other caller's wait: :attr:`held`).
     """
 
     name: str
     debt: float
     interval: float
     burst: int
+    place_in: float | None = None
+    place: int = 0
+    place_booked: bool = False
+
+    @property
+    def held(self) -> float:
+        """Seconds the kept place adds to a reservation's wait (its permits, not yet booked)."""
+        if self.place_in is None or self.place_booked:
+            return 0.0
+        return self.place * self.interval
 
     @property
     def rate(self) -> str:
@@ -462,13 +486,14 @@ class LimiterState:
 
     @property
     def available(self) -> int:
-        """Permits that may be taken now."""
-        return max(0, math.floor(self.burst - self.debt / self.interval + 1e-9))
+        """Permits that may be taken now (after the polite callers' kept place)."""
+        owed = self.debt + self.held
+        return max(0, math.floor(self.burst - owed / self.interval + 1e-9))
 
     @property
     def next_in(self) -> float:
         """Seconds until one more permit is due (0.0: one is available now)."""
-        return max(0.0, self.debt + (1 - self.burst) * self.interval)
+        return max(0.0, self.debt + self.held + (1 - self.burst) * self.interval)
 
     @property
     def full_in(self) -> float:
@@ -480,14 +505,18 @@ def limiter_state(name: str, reply: Any) -> LimiterState | None:
     """Read a :data:`RATE_STATE` reply for limiter ``name`` (None: its bucket is full)."""
     if reply is None:
         return None
-    debt_us, interval_us, burst = (
+    debt_us, interval_us, burst, *kept = (
         value.decode() if isinstance(value, bytes) else str(value) for value in reply
     )
+    place_in, place, booked = kept or ("", "0", "0")
     return LimiterState(
         name=name,
         debt=int(debt_us) / 1_000_000,
         interval=float(interval_us) / 1_000_000,
         burst=int(burst),
+        place_in=int(place_in) / 1_000_000 if place_in else None,
+        place=int(place) if place_in else 0,
+        place_booked=place_in != "" and booked == "1",
     )
 
 

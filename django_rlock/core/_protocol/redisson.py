@@ -9,7 +9,7 @@ counter. The wire contract, from Redisson's ``RedissonLock``,
 
     <name>                            HASH     '<uuid>:<thread id>' -> hold count; nothing else
     redisson_lock__channel:{<name>}   CHANNEL  '0' on every full release and force-release
-    redisson_lock_token:{<name>}      STRING   RFencedLock's counter (never expires)
+    redisson_lock_token:{<name>}      STRING   RFencedLock's counter (INCR, no expiry set)
 
 (``P:{<name>}`` is Redisson's ``prefixName``; a name that has a '{' is used
 as ``P:<name>``, so every key stays in the name's cluster slot.) The name *is*
@@ -18,8 +18,9 @@ the key: no ``KEY_PREFIX``, no hash tag added, as Redisson's default
 of its own, in the same slot, that no Redisson script reads, all under the
 client's ``key_prefix`` (a name that has a '{' gives ``<prefix>:redisson:tag:<name>``)::
 
-    <prefix>:redisson:{<name>}:holder       HASH    '~holder', '~since' of a Python hold
-                                                    (its description, which the default
+    <prefix>:redisson:{<name>}:holder       HASH    '~t', the token of a Python hold,
+                                                    and '~holder', '~since', its
+                                                    description (which the default
                                                     layout keeps in the lock's hash);
                                                     expires and is renewed with the lock
     <prefix>:redisson:{<name>}:req:<owner>  STRING  the owner's request latch (lost replies)
@@ -42,11 +43,18 @@ What changes:
 * **Fencing tokens** come from Redisson's ``RFencedLock`` counter: a new grant
   here sets it to ``max(counter + 1, the server's clock in microseconds)``
   (the default layout's rule), and Redisson's next ``INCR`` continues above
-  it, so tokens strictly increase across both sides. The counter never gets
-  an expiry (Redisson's does not either): a counter that expired while a Java
-  holder INCRs it would restart at 1. When Redis loses it, the clock floor
-  keeps this side's tokens increasing (Redisson's restart at 1 until this
-  side's next grant lifts the counter above the clock).
+  it, so tokens strictly increase across both sides. The counter expires as
+  the default layout's token does, with the lock: a grant here gives it the
+  grant's life, and a full release here sets it again (to at least the
+  released token) with what was left of the lock's life, so a name locked
+  once does not keep a key forever. The token of a hold of this side is
+  also kept beside its description (``~t``), renewed with it: re-entries
+  and lost-hold checks read that one, whatever became of the counter. The
+  clock floor keeps this side's tokens increasing when the counter is gone
+  (expired, or lost by Redis). Redisson's ``INCR`` keeps the counter's
+  expiry: once it has run out (a name no Python process locked for that
+  long), Redisson's tokens restart at 1 until this side's next grant lifts
+  the counter above the clock, as they do when Redis loses it.
 * **Re-entry** never shortens the key's life (the default layout's rule;
   Redisson's re-entry resets it to the new lease). Each side re-enters only
   its own holds, so neither rule meets the other.
@@ -64,9 +72,14 @@ from typing import Any, ClassVar, Unpack
 
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.lock import LockBase, LockOptions, MakeScript, ScriptSet
+from django_rlock.core._protocol.lock import (
+    TOKEN_FIELD,
+    LockBase,
+    LockOptions,
+    MakeScript,
+    ScriptSet,
+)
 from django_rlock.core._protocol.lua import (
-    CURRENT_TOKEN,
     REQUEST_LATCH_MS,
     next_token,
     release_one,
@@ -169,68 +182,88 @@ def redisson_keys(prefix: str, name: str) -> RedissonKeys:
 #   asks ('' for none)
 # Returns {token, holds, pttl} when granted (as lock.ACQUIRE), else the
 #   holder's PTTL in ms, whichever side holds it.
-#   Holds declared lost go first, while the counter is still their token
-#   (no grant of either side since; a plain Java RLock never touches the
-#   counter, but it can only have taken the lock once our field was gone).
-#   A re-entry keeps the current token (the counter). A new grant sets the
-#   counter to max(counter + 1, the server's clock in microseconds), with no
-#   expiry, as Redisson's RFencedLock keeps it; the hash gets the owner's
-#   field only, the description goes to KEYS[3], with the same expiry.
+#   Holds declared lost go first, while KEYS[3]'s token is still theirs (no
+#   grant of this side since; a Java RLock can only have taken the lock once
+#   our field was gone, and never writes KEYS[3]).
+#   A re-entry keeps the current token (KEYS[3]'s '~t'). A new grant sets the
+#   counter to max(counter + 1, the server's clock in microseconds), expiring
+#   with the grant (RELEASE sets it again when this side lets go); the hash
+#   gets the owner's field only, the token and the description go to
+#   KEYS[3], with the same expiry.
 # The new grant of ACQUIRE (the lock is free): defines `token` (next_token),
-# writes the owner's field alone in the hash, the description beside it.
+# writes the owner's field alone in the hash, the token and description beside it.
 _NEW_GRANT = Template(
     next_token(counter="KEYS[2]")
     + """
+local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[3], '~holder', ARGV[8], '~since', string.format('%.0f', since))
-    redis.call('pexpire', KEYS[3], ttl)
+    redis.call('hset', KEYS[3], '$token', fence, '~holder', ARGV[8],
+               '~since', string.format('%.0f', since))
 else
     redis.call('del', KEYS[3])
+    redis.call('hset', KEYS[3], '$token', fence)
 end
+redis.call('pexpire', KEYS[3], ttl)
 if KEYS[4] then
     redis.call('set', KEYS[4], ARGV[5], 'px', $latch_ms)
 end
-redis.call('set', KEYS[2], string.format('%.0f', token))
+redis.call('set', KEYS[2], fence, 'px', ttl)
 return {token, 1, ttl}
 """
 )
 
 
+#: The token of this side's hold, as a Lua expression: KEYS[3]'s '~t' (0 when gone).
+_HOLD_TOKEN = f"tonumber(redis.call('hget', KEYS[3], '{TOKEN_FIELD}') or '0')"
+
+
 ACQUIRE = (
-    """
+    Template("""
 local ttl = tonumber(ARGV[2])
-if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
+if tonumber(ARGV[6] or '0') ~= 0 and redis.call('hget', KEYS[3], '$token') == ARGV[7] then
     if redis.call('hdel', KEYS[1], ARGV[1]) == 1 then
         redis.call('del', KEYS[3])
     end
 end
-"""
-    + report_or_reenter(latch="4", token=CURRENT_TOKEN, fence="KEYS[3]")
+""").substitute(token=TOKEN_FIELD)
+    + report_or_reenter(latch="4", token=_HOLD_TOKEN, fence="KEYS[3]")
     + """
 if redis.call('exists', KEYS[1]) == 0 then
 """
-    + _NEW_GRANT.substitute(latch_ms=REQUEST_LATCH_MS)
+    + _NEW_GRANT.substitute(latch_ms=REQUEST_LATCH_MS, token=TOKEN_FIELD)
     + """end
 return redis.call('pttl', KEYS[1])
 """
 )
 
 
-# KEYS[1] the lock hash, KEYS[2] Redisson's channel, KEYS[3] the holder
-#   description, KEYS[4] (optional) the owner's request latch
+# KEYS[1] the lock hash, KEYS[2] Redisson's channel, KEYS[3] the holder's
+#   token and description, KEYS[4] Redisson's RFencedLock counter,
+#   KEYS[5] (optional) the owner's request latch
 # ARGV[1] owner id, ARGV[2] publish command ('publish' or 'spublish'),
-#   ARGV[3] (with KEYS[4]) request id
+#   ARGV[3] (with KEYS[5]) request id
 # Returns -1 when the owner holds nothing (nothing is changed), else the
 #   owner's holds left (a resend reports, as lock.RELEASE). At 0 the lock and
-#   its description are deleted and Redisson's UNLOCK_MESSAGE, '0', is
-#   published, waiters or not: Redisson's waiters register nowhere.
-RELEASE = release_one(latch="4") + Template("""redis.call('del', KEYS[3])
+#   KEYS[3] are deleted, the counter gets what was left of the lock's life,
+#   or, when it expired during a long hold, is set again to the released
+#   token (Redisson's next INCR must continue above this side's tokens; while
+#   this side held the lock, nobody else wrote the counter), and
+#   Redisson's UNLOCK_MESSAGE, '0', is published, waiters or not: Redisson's
+#   waiters register nowhere.
+RELEASE = release_one(latch="5") + Template("""local life = redis.call('pttl', KEYS[3])
+if life > 0 and redis.call('pexpire', KEYS[4], life) == 0 then
+    local fence = redis.call('hget', KEYS[3], '$token')
+    if fence then
+        redis.call('set', KEYS[4], fence, 'px', life)
+    end
+end
+redis.call('del', KEYS[3])
 redis.call(ARGV[2], KEYS[2], '$message')
 return 0
-""").substitute(message=UNLOCK_MESSAGE)
+""").substitute(message=UNLOCK_MESSAGE, token=TOKEN_FIELD)
 
 
 # KEYS[1] the lock hash, KEYS[2] Redisson's channel, KEYS[3] the holder description
@@ -271,7 +304,9 @@ def acquire_on(keys: RedissonKeys, owner: str, call: ScriptCall) -> ScriptCall:
 def release_on(keys: RedissonKeys, owner: str, call: ScriptCall) -> ScriptCall:
     """The default layout's release ``call`` (owner, publish, request id) on Redisson's keys."""
     return ScriptCall(
-        keys=[keys.hash, keys.channel, keys.holder, keys.latch(owner)], args=call.args, rid=call.rid
+        keys=[keys.hash, keys.channel, keys.holder, keys.token, keys.latch(owner)],
+        args=call.args,
+        rid=call.rid,
     )
 
 
@@ -309,6 +344,9 @@ class RedissonBase(LockBase):
     ) -> ScriptCall:
         """The acquire call on Redisson's keys (nobody registers: no waiter id)."""
         return acquire_on(self.redisson_keys, owner, super()._acquire_call(owner, lease, "", 0.0))
+
+    def _description_key(self) -> str | None:
+        return self.redisson_keys.holder  # its own hash: Redisson's lock hash holds owners only
 
     def _release_call(self, owner: str) -> ScriptCall:
         """One release of one hold on Redisson's keys."""

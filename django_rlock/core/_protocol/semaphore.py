@@ -44,6 +44,7 @@ from django_rlock.core._protocol.lua import (
     NOW_MS_LUA,
     REQUEST_LATCH_MS,
     drop_lost_key,
+    publish_to_waiter,
     register_waiter,
     release_hold,
 )
@@ -124,8 +125,9 @@ if redis.call('exists', $waiters) == 1 then
     redis.call('zremrangebyscore', $waiters, '-inf', now)
     for _, waiter in ipairs(redis.call('zrange', $waiters, 0, $count - 1)) do
         redis.call('zrem', $waiters, waiter)
-        redis.call($publish, $channel, waiter)
-        woken = woken + 1
+"""
+    + publish_to_waiter(waiter="waiter", channel="$channel", publish="$publish", indent=" " * 8)
+    + """        woken = woken + 1
     end
 end
 """

@@ -28,6 +28,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
+from django_rlock.core._process.lockorder import check_lock_order_check, lock_order
 from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
 from django_rlock.core._protocol.layouts import (
@@ -110,6 +111,11 @@ class LockClient:
     deployment), then between two looks; one member of a cycle found gets
     :class:`DeadlockError` (see docs/deadlocks.md). None turns detection off.
 
+    ``lock_order_check=True`` (for tests and staging) warns with
+    :class:`LockOrderWarning` the first time an owner of this process takes
+    locks in an order opposite to one seen before, before any deadlock
+    happens (see docs/deadlocks.md). Off, it costs nothing.
+
     ``min_replicas`` (Redisson's checkLockSyncedSlaves) makes every acquire
     wait, with WAIT, until that many replicas have the grant, at most
     ``replica_sync_timeout`` seconds; when fewer confirm, the grant is undone
@@ -137,8 +143,11 @@ class LockClient:
         layout: str = RLOCK,
         sharded_subscription: str = "auto",
         deadlock_timeout: float | None = DEFAULT_DEADLOCK_TIMEOUT,
+        lock_order_check: bool = False,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
+        #: Whether the lock order check watches this client's holds.
+        self.lock_order_check = check_lock_order_check(lock_order_check)
         #: Seconds a plain lock's waiter waits before it looks for a deadlock (None: never).
         self.deadlock_timeout = check_deadlock_timeout(deadlock_timeout)
         #: ``"rlock"`` or ``"redisson"``: whose keys the locks use (see :meth:`lock`).
@@ -212,6 +221,8 @@ class LockClient:
         #: This process's holds through this client; the watchdog renews them
         #: from the first hold it must keep alive.
         self.holds = HoldRegistry(watch=self._start_watch)
+        if lock_order_check:
+            lock_order.watch(self.holds)
         _clients.add(self)
 
     def __repr__(self) -> str:

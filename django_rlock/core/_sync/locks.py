@@ -105,7 +105,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
@@ -118,7 +118,7 @@ from redis.exceptions import (
 )
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import describe
+from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, describe, read_hold
 from django_rlock.core._process.identity import (
     forget_former_thread_owner,
     former_thread_owners,
@@ -133,6 +133,7 @@ from django_rlock.core._protocol.calls import (
     hold_count_reply,
     release_call,
     release_template,
+    sleep_ms,
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
@@ -157,6 +158,7 @@ from django_rlock.core._protocol.fairlock import (
 from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
     LOST_REPLY,
+    STARVING_AFTER,
     UNANSWERED,
     KindScripts,
     LockBase,
@@ -166,6 +168,7 @@ from django_rlock.core._protocol.lock import (
     ScriptRegistry,
     WaitingShell,
     gave_up_after,
+    handoff_min_life,
 )
 from django_rlock.core._protocol.names import (
     LockKeys,
@@ -201,11 +204,11 @@ from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, un
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
-from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 from django_rlock.core.exceptions import (
     DeadlockError,
     LockLostError,
     LockTimeout,
+    LockUnavailableError,
     LockUpgradeError,
 )
 
@@ -216,10 +219,10 @@ if TYPE_CHECKING:
     import redis
     from redis import Redis
 
-    from django_rlock.core._protocol.channels import WakeCount
+    from django_rlock.core._protocol.channels import CarriesHandoff
     from django_rlock.core._protocol.holds import Hold
     from django_rlock.core._protocol.names import LockKeys
-    from django_rlock.core._sync.waiting import Listener, Subscription
+    from django_rlock.core._sync.waiting import Listener, Waiting
 
 logger = logging.getLogger("django_rlock.lock")
 
@@ -259,25 +262,55 @@ class SyncShell(WaitingShell, Protocol):
         ...
 
 
+def _plain_calls(kind: type[RLock]) -> bool:
+    """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
+
+    Worked out once per class (the Django face makes a lock object per block).
+    """
+    plain = _plain_kinds.get(kind)
+    if plain is None:
+        plain = _plain_kinds[kind] = (
+            kind._acquire_call is LockBase._acquire_call
+            and kind._release_call is LockBase._release_call
+            and kind.hold_keys is LockBase.hold_keys
+            and kind._kind_scripts is RLock._kind_scripts
+        )
+    return plain
+
+
+# Lock class -> whether it sends the plain lock's calls (see _plain_calls).
+_plain_kinds: dict[type[RLock], bool] = {}
+
+
 class RLock(LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self.client = client
-        # Per thread: whether this thread's last hold through this object ended lost.
-        self._local = threading.local()
-        kind = type(self)
-        self._packs_calls = (
-            client.min_replicas == 0
-            and kind._acquire_call is LockBase._acquire_call
-            and kind._release_call is LockBase._release_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is RLock._kind_scripts
-        )
+        self._packs_calls = client.min_replicas == 0 and _plain_calls(type(self))
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
+
+    @property
+    def _local(self) -> threading.local:
+        """Per thread: whether this thread's last hold through this object ended lost.
+
+        Made on first need: the Django face makes a lock object per block, and
+        most are never lost (a grant only clears it if it exists, :meth:`_clear_lost`).
+        """
+        local = self.__dict__.get("_thread_state")
+        if local is None:
+            # setdefault: two threads making it at once keep the same one.
+            local = self.__dict__.setdefault("_thread_state", threading.local())
+        return cast(threading.local, local)
+
+    def _clear_lost(self) -> None:
+        """A grant: this thread's last hold through this object is no longer a lost one."""
+        local = self.__dict__.get("_thread_state")
+        if local is not None:
+            local.lost = False
 
     def _owner(self) -> str:
         """The calling thread's owner id for this lock.
@@ -407,7 +440,7 @@ class RLock(LockBase):
             raise
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
-            self._local.lost = False
+            self._clear_lost()
         return wait
 
     def _attempt_packed(
@@ -428,11 +461,11 @@ class RLock(LockBase):
         """
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
-        holder = describe()
+        holder = describe(lease)
         token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
         packed = self._templates(owner, lease)[0].pack(
-            script.sha, waiter_id, milliseconds(sleep), rid, holds, str(token), holder, fresh=rid
+            script.sha, waiter_id, sleep_ms(sleep), rid, holds, str(token), holder, fresh=rid
         )
 
         def call() -> ScriptCall:
@@ -452,7 +485,7 @@ class RLock(LockBase):
             self._acquire_failed(error, owner, call())
         wait = self._acquire_reply(reply, owner, lease, sent_at, requested_at)
         if wait is None:
-            self._local.lost = False
+            self._clear_lost()
         return wait
 
     #: Whether this lock's acquire and release calls are the plain lock's, whose
@@ -528,6 +561,16 @@ class RLock(LockBase):
         call = self._release_call(owner)
         return int(self._release_sender()(keys=call.keys, args=call.args, client=via))
 
+    def _handed_over(self, waiting: _Waiting, subscription: Waiting) -> bool:
+        """Take the grant a release handed ``waiting``'s caller, if any (LockBase)."""
+        grant, subscription.handoff = subscription.handoff, b""
+        if not self._take_hand_over(
+            waiting.owner, waiting.lease, waiting.sent_at, waiting.started, grant
+        ):
+            return False
+        self._local.lost = False
+        return True
+
     def _abandon(self, waiter_id: str) -> None:
         """Leave the waiting set without the lock, passing on a wake-up meant for us."""
         call = self._abandon_call(waiter_id)
@@ -600,8 +643,22 @@ class RLock(LockBase):
 
     def __enter__(self) -> RLock:
         if not self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(self.ttl())
+            raise self._timeout_error(*self._busy_state())
         return self
+
+    def _busy_state(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For a busy caller's error: the key's seconds left, and who holds it.
+
+        The holder is read after the TTL and may be a newer grant's; an error
+        reading it costs only the message its detail.
+        """
+        remaining = self.ttl()
+        if remaining is None:
+            return None, None
+        try:
+            return remaining, self.holder()
+        except LockUnavailableError:
+            return remaining, None
 
     def __exit__(
         self,
@@ -743,6 +800,22 @@ class RLock(LockBase):
         with self._reachable("inspect"):
             return ttl_reply(self.client.redis.pttl(self.keys.hash))
 
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now, as its grant described it; None when free or not described.
+
+        The keys of ``manage.py rlock inspect --json``'s ``holder`` (``host``,
+        ``pid``, ``thread``, ``task_id``, ``task_name``, ``acquired_at``), and
+        ``lease``: the grant's fixed lease in seconds, None for a hold the
+        watchdog renews until it is released. Never the owner id. A semaphore
+        or a read-write lock answers None: no one hold keeps it busy.
+        """
+        key = self._description_key()
+        if key is None:
+            return None
+        with self._reachable("inspect"):
+            description, since = self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
+        return read_hold(description, since)
+
     @property
     def token(self) -> int | None:
         """The fencing token of the calling thread's current hold, None when it holds none.
@@ -768,7 +841,8 @@ class RLock(LockBase):
         current = self._current_lost(self._owner())
         if current is not None:
             return current
-        return bool(getattr(self._local, "lost", False))
+        local = self.__dict__.get("_thread_state")
+        return local is not None and bool(getattr(local, "lost", False))
 
     def on_lost(self, callback: Callable[[RLock], object]) -> None:
         """Call ``callback(self)`` when a hold taken through this lock is lost.
@@ -787,6 +861,7 @@ class _Waiting:
         "lease",
         "lock",
         "owner",
+        "sent_at",
         "started",
         "subscription",
         "until",
@@ -796,9 +871,12 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: Subscription | None = None
+        self.subscription: _HandOverSubscription | None = None
+        #: When the last attempt was sent (at the latest): a grant handed over
+        #: to the caller came after it, so its deadline counts from it.
+        self.sent_at = plan.started
         # The subscription's context, entered by listen (most calls never listen).
-        self._listening: AbstractContextManager[Subscription] | None = None
+        self._listening: AbstractContextManager[Waiting] | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
 
@@ -809,14 +887,24 @@ class _Waiting:
         self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
-        waiter_id = self.subscription.waiter_id if waiter and self.subscription else ""
+        subscription = self.subscription
+        waiter_id = subscription.waiter_id if waiter and subscription else ""
+        if waiter_id and self.lock._packs_calls and self._starving():
+            sleep = -sleep  # asks the holder's release to hand it the lock (scripts.ACQUIRE)
+        self.sent_at = clock.monotonic()
         return self.lock._attempt(
             self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
 
+    def _starving(self) -> bool:
+        """Whether the caller was woken and lost, or has waited past :data:`STARVING_AFTER`."""
+        subscription = self.subscription
+        woken = subscription is not None and subscription.mark() > 0
+        return woken or clock.monotonic() - self.started >= STARVING_AFTER
+
     def listen(self) -> None:
         listening = self.lock.client.listener.listen(self.lock.keys.channel)
-        self.subscription = listening.__enter__()
+        self.subscription = _HandOverSubscription(self, listening.__enter__())
         self._listening = listening
 
     def close(self, *, registered: bool) -> None:
@@ -832,6 +920,27 @@ class _Waiting:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
+
+
+class _HandOverSubscription:
+    """A plain lock waiter's subscription: a release that hands it the lock ends its plan."""
+
+    __slots__ = ("inner", "shell", "waiter_id")
+
+    def __init__(self, shell: _Waiting, subscription: Waiting) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    def wait_subscribed(self, timeout: float) -> bool:
+        return self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    def wait(self, since: int, timeout: float) -> object:
+        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
+        woken = self.inner.wait(since, timeout)
+        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
 
 
 #: How many templates (lock, owner, life) the process keeps before it starts afresh.
@@ -855,18 +964,6 @@ def sleep_cap(plan: AcquirePlan) -> float:
     """
     remaining = plan.deadline - clock.monotonic()
     return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
-
-
-def handoff_min_life(watchdog_timeout: float) -> float:
-    """The least life left, in seconds, for a handed grant to be taken without a call.
-
-    The watchdog renews on its own ticks (every third of the timeout) and
-    declares a hold lost when a renewal could end within a margin (a sixth)
-    of its deadline; a handed grant whose deadline is nearer than a tick and
-    two margins could be declared lost while Redis keeps it. Its waiter
-    confirms it with an acquire call instead, which renews it.
-    """
-    return renewal_interval(watchdog_timeout) + 2 * renewal_socket_timeout(watchdog_timeout)
 
 
 class FairBase(LockBase):
@@ -930,7 +1027,7 @@ class FairBase(LockBase):
     def _take_handoff(
         self,
         waiting: _FairShell,
-        subscription: WakeCount,
+        subscription: CarriesHandoff,
     ) -> bool:
         """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
 
@@ -1016,11 +1113,11 @@ class FairLock(FairBase, RLock):
     def _kind_scripts(self) -> KindScripts:
         return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
 
-    def _handed(self, waiting: _FairWaiting, subscription: Subscription) -> bool:
+    def _handed(self, waiting: _FairWaiting, subscription: Waiting) -> bool:
         """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
         if not self._take_handoff(waiting, subscription):
             return False
-        self._local.lost = False
+        self._clear_lost()
         return True
 
     def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
@@ -1097,7 +1194,7 @@ class _FairWaiting:
 class _HandoffSubscription:
     """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
 
-    def __init__(self, shell: _FairWaiting, subscription: Subscription) -> None:
+    def __init__(self, shell: _FairWaiting, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -1144,6 +1241,9 @@ class _Side(LockBase):
     """
 
     kind = "read_write_lock"  # its factory, named when a client's layout refuses it
+
+    def _description_key(self) -> str | None:
+        return None  # busy by readers or by a writer: no one hold says which
 
     rw_keys: RWKeys
 
@@ -1203,7 +1303,7 @@ class WriteSide(_Side):
             rid=self._request_id("acquire", owner),
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(self.keys.hash, owner),
-            holder=describe(),
+            holder=describe(lease),
             read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
         )
 
@@ -1393,6 +1493,9 @@ class SemaphoreBase(LockBase):
 
     kind = "semaphore"  # its factory, named when a client's layout refuses it
 
+    def _description_key(self) -> str | None:
+        return None  # busy by every permit's holder at once
+
     def __init__(
         self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
     ) -> None:
@@ -1420,7 +1523,7 @@ class SemaphoreBase(LockBase):
             sleep=sleep,
             rid=rid,
             lost=lost,
-            holder=describe(),
+            holder=describe(lease),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:
@@ -1442,7 +1545,9 @@ class SemaphoreBase(LockBase):
         """A permit: the waiter is stuck only while stuck owners hold them all."""
         return Wait(SEMAPHORE, self.keys.hash, self.permits)
 
-    def _timeout_error(self, remaining: float | None) -> LockTimeout:
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
         return LockTimeout(
             f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
             f"{gave_up_after(self.blocking, self.timeout)}"

@@ -61,6 +61,7 @@ import redis
 
 from django_rlock.core._process import forking
 from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._process.lockorder import taken_together
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.lock import LockScripts, check_blocking, gave_up_after
 from django_rlock.core._protocol.names import check_lease, check_timeout, milliseconds
@@ -176,7 +177,8 @@ class _GroupLock:
         check_blocking(blocking, wait)
         started = clock.monotonic()
         deadline = math.inf if wait is None else started + wait
-        acquisition = self._acquire(blocking and wait != 0, deadline, lease_seconds)
+        with taken_together():  # in no order among themselves (the lock order check)
+            acquisition = self._acquire(blocking and wait != 0, deadline, lease_seconds)
         if acquisition is None:
             return False
         self._stack().append(acquisition)
@@ -464,7 +466,7 @@ class MultiLock(_GroupLock):
             # '1': set this expiry even though it is shorter than the grant's.
             with reported_unavailable(client.server, "acquire", member.name):
                 left = client.scripts[LockScripts].renew(
-                    keys=[member.keys.hash, member.keys.fence],
+                    keys=list(member.hold_keys(owner)),
                     args=[milliseconds(lease), 1, owner],
                 )
             pttl_ms = int(left[0])

@@ -2,16 +2,20 @@
 
 Each client has one :class:`ReleaseListener`: one pub/sub connection shared by
 every thread that waits for a lock. A waiter subscribes to the lock's release
-channel and has the subscription confirmed *before* it retries the acquire, so
-a release between its failed attempt and its wait cannot be missed; it then
+channels (the shared one and its listener's wake channel for the lock, in one
+command) and has both subscriptions confirmed *before* it retries the acquire,
+so a release between its failed attempt and its wait cannot be missed; it then
 sleeps until a release wakes it or the holder's PTTL runs out, whichever is
 first.
 
 Wake-ups are targeted. A waiter that retries registers its waiter id in the
 lock's waiting set, inside the acquire script, and a release names the one
-waiter it wakes; an empty message wakes every waiter of the lock. A release
-therefore costs one retry, not one per waiting process (no thundering herd).
-Waiter ids are random per listener: they are not the owner credential.
+waiter it wakes, on the wake channel that id names
+(:mod:`~django_rlock.core._protocol.channels`): only that waiter's process
+reads it. An empty message on the shared channel wakes every waiter of the
+lock. A release therefore costs one process one wake-up, not one per waiting
+process (no thundering herd). Waiter ids are random per listener: they are
+not the owner credential.
 
 There is no dispatcher thread. The waiting threads read the connection
 themselves, one at a time (leader/follower): the first to wait becomes the
@@ -36,7 +40,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import secrets
 import socket
 import threading
 import time
@@ -48,7 +51,14 @@ from typing import Any, Protocol
 import redis
 
 from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.channels import Channel, ChannelTable, ReadError, WakeCount
+from django_rlock.core._protocol.channels import (
+    Channel,
+    ChannelTable,
+    ReadError,
+    WakeCount,
+    listen_channels,
+    new_wake_name,
+)
 from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
@@ -63,7 +73,8 @@ class Subscription(WakeCount):
     """One waiter's handle on a release channel, valid inside :meth:`ReleaseListener.listen`."""
 
     waiter_id: str
-    _channel: bytes = field(repr=False)
+    #: The lock's shared release channel, then this waiter's wake channel.
+    _channels: tuple[bytes, ...] = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
     _cond: threading.Condition = field(repr=False)
 
@@ -72,10 +83,16 @@ class Subscription(WakeCount):
         with self._cond:
             return self._wakeups
 
+    @property
+    def gone(self) -> bool:
+        """Whether the server dropped or refused the subscription (on a cluster: its slot moved)."""
+        with self._cond:
+            return any(self._listener._table.gone(name) for name in self._channels)
+
     def wait_subscribed(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the server to answer the subscription."""
-        listener, channel = self._listener, self._channel
-        return listener._wait(self, lambda: listener._table.confirmed(channel), timeout)
+        """Wait up to ``timeout`` seconds for the server to answer the subscriptions."""
+        listener, channels = self._listener, self._channels
+        return listener._wait(self, lambda: listener._table.confirmed_all(channels), timeout)
 
     def wait(self, since: int, timeout: float) -> bool:
         """Sleep until this waiter is woken after ``since``, or ``timeout`` seconds pass.
@@ -88,16 +105,34 @@ class Subscription(WakeCount):
         self._cond.notify()  # the table is called with the listener's lock held
 
 
+class Waiting(Protocol):
+    """What a waiter uses of its subscription.
+
+    A :class:`Subscription`, or on a cluster a
+    :class:`~django_rlock.core._sync.sharding.ShardedSubscription` that follows its slot.
+    """
+
+    waiter_id: str
+    handoff: bytes
+
+    def mark(self) -> int: ...
+
+    def wait_subscribed(self, timeout: float) -> bool: ...
+
+    def wait(self, since: int, timeout: float) -> bool: ...
+
+
 class Listener(Protocol):
     """What waiting needs: a plain ReleaseListener or a per-node sharded one."""
 
-    def listen(
-        self, channel_name: str, waiter_id: str = ""
-    ) -> AbstractContextManager[Subscription]: ...
+    def listen(self, channel_name: str, waiter_id: str = "") -> AbstractContextManager[Waiting]: ...
 
     def new_waiter_id(self) -> str: ...
 
     def subscribed_channels(self) -> set[bytes]: ...
+
+    @property
+    def messages(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -121,7 +156,7 @@ class ReleaseListener:
         self._socket: socket.socket | None = None
         self._connect_failures = 0
         self._closed = False
-        self._id = secrets.token_hex(8)
+        self._id = new_wake_name()
         self._sequence = itertools.count()
 
     @property
@@ -134,6 +169,11 @@ class ReleaseListener:
         with self._lock:
             return self._table.subscribed()
 
+    @property
+    def messages(self) -> int:
+        """Release messages this listener has read (for diagnostics and benchmarks)."""
+        return self._table.messages
+
     def new_waiter_id(self) -> str:
         """A waiter id unique to this listener, for a waiter that must name itself early.
 
@@ -144,25 +184,25 @@ class ReleaseListener:
 
     @contextmanager
     def listen(self, channel_name: str, waiter_id: str = "") -> Iterator[Subscription]:
-        """Subscribe to ``channel_name`` for the duration of the block.
+        """Subscribe to ``channel_name`` and the waiter's wake channel for the block.
 
         ``waiter_id``: one from :meth:`new_waiter_id`; default a new one.
         """
-        name = channel_name.encode("utf-8")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the lock client is closed")
             waiter_id = waiter_id or self.new_waiter_id()
-            subscription = Subscription(waiter_id, name, self, threading.Condition(self._lock))
-            to_subscribe = self._table.add(name, subscription)
-            if to_subscribe is not None:
+            names = listen_channels(channel_name.encode("utf-8"), waiter_id)
+            subscription = Subscription(waiter_id, names, self, threading.Condition(self._lock))
+            to_subscribe = self._table.add_all(names, subscription)
+            if to_subscribe:
                 self._send_locked(to_subscribe, "SUBSCRIBE")
         try:
             yield subscription
         finally:
             with self._lock:
-                to_unsubscribe = self._table.remove(name, subscription)
-                if to_unsubscribe is not None:
+                to_unsubscribe = self._table.remove_all(names, subscription)
+                if to_unsubscribe:
                     self._send_locked(to_unsubscribe, "UNSUBSCRIBE")
 
     def close(self) -> None:
@@ -258,7 +298,8 @@ class ReleaseListener:
                 follower._cond.notify()
                 return
 
-    def _send_locked(self, channel: Channel[Subscription], command: str) -> None:
+    def _send_locked(self, channels: list[Channel[Subscription]], command: str) -> None:
+        """Send ``command`` for ``channels`` (of one lock, so of one slot) in one write."""
         # Straight onto the socket, never through redis-py's send_command: the
         # reader may be inside a read that fails at this moment, and redis-py
         # then drops the socket without our lock; send_command would see no
@@ -268,14 +309,16 @@ class ReleaseListener:
         # kills). A write to a socket the reader has closed just fails here.
         if self._socket is None:
             return  # the reader subscribes every wanted channel when it connects
-        packed = self._connection.pack_command(self._wire.get(command, command), channel.name)
+        names = [channel.name for channel in channels]
+        packed = self._connection.pack_command(self._wire.get(command, command), *names)
         try:
             self._socket.sendall(b"".join(packed))
         except OSError:
             # The reader sees the broken connection on its next read and resets.
             return
         if command == "SUBSCRIBE":
-            self._table.subscribe_sent(channel)
+            for channel in channels:
+                self._table.subscribe_sent(channel)
 
     # -- the connection, managed by whichever thread is reading -----------------------
 
@@ -300,7 +343,9 @@ class ReleaseListener:
             self._connection = connection
             self._socket = connection._sock
             for channel in self._table.on_connect():
-                self._send_locked(channel, "SUBSCRIBE")
+                # One command per channel: on a cluster, channels of other locks
+                # may be in other slots, which one SSUBSCRIBE refuses.
+                self._send_locked([channel], "SUBSCRIBE")
         return True
 
     def _reset(self, broken: Any) -> None:

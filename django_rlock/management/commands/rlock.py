@@ -46,6 +46,11 @@ def _ttl_text(ttl: float | None) -> str:
     return f"{ttl:.1f}s"
 
 
+def _held_for_text(info: LockInfo) -> str:
+    seconds = info.held_for()
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
 def _as_json(info: LockInfo) -> dict[str, Any]:
     ttl = info.ttl
     return {
@@ -57,6 +62,7 @@ def _as_json(info: LockInfo) -> dict[str, Any]:
         "token": info.token,
         "waiters": info.waiters,
         "holder": info.holder,
+        "lease": info.lease,
     }
 
 
@@ -67,7 +73,32 @@ def _limiter_json(state: LimiterState) -> dict[str, Any]:
         "available": state.available,
         "next_in": round(state.next_in, 3),
         "full_in": round(state.full_in, 3),
+        "place": _place_json(state),
     }
+
+
+def _place_json(state: LimiterState) -> dict[str, Any] | None:
+    """The polite callers' kept place (docs/rate-limits.md, fairness); None when none is kept."""
+    if state.place_in is None:
+        return None
+    return {"permits": state.place, "in": round(state.place_in, 3), "booked": state.place_booked}
+
+
+def _place_lines(state: LimiterState) -> list[str]:
+    """``inspect``'s lines for the polite callers' kept place (none when none is kept)."""
+    if state.place_in is None:
+        return []
+    permits = f"{state.place} permit{'s' if state.place != 1 else ''}"
+    when = (
+        f"due in {state.place_in:.3f}s"
+        if state.place_in >= 0
+        else f"due {-state.place_in:.3f}s ago, kept a little longer"
+    )
+    booked = "counted" if state.place_booked else "not yet counted (acquire() goes after it)"
+    return [
+        f"  kept place: {permits} for the polite callers (try_acquire, wait_time), {when};",
+        f"              {booked}",
+    ]
 
 
 def _standard_options(parser: CommandParser) -> list[argparse.Action]:
@@ -174,10 +205,11 @@ class Command(BaseCommand):
         if not infos:
             self.stdout.write(f"No held locks match {options['pattern']!r}.")
             return
-        rows = [("NAME", "HOLDER", "HOLDS", "TTL", "TOKEN")] + [
+        rows = [("NAME", "HOLDER", "HELD FOR", "HOLDS", "TTL", "TOKEN")] + [
             (
                 info.name,
                 info.holder_text(),
+                _held_for_text(info),
                 str(sum(info.holders.values())),
                 _ttl_text(info.ttl),
                 "-" if info.token is None else str(info.token),
@@ -210,19 +242,23 @@ class Command(BaseCommand):
             self.stdout.write(f"  available: {limiter.available} of {limiter.burst}")
             self.stdout.write(f"  next in:   {limiter.next_in:.3f}s")
             self.stdout.write(f"  full in:   {limiter.full_in:.3f}s")
+            for line in _place_lines(limiter):
+                self.stdout.write(line)
 
     def _show_lock(self, name: str, info: LockInfo | None) -> None:
         if info is None:
             self.stdout.write(f"Lock {name!r} is free.")
             return
         self.stdout.write(f"Lock {name!r} is held.")
-        self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}")
+        renewal = info.renewal_text()  # a lease's end, or only a watchdog's margin
+        self.stdout.write(f"  TTL:    {_ttl_text(info.ttl)}{f' ({renewal})' if renewal else ''}")
         self.stdout.write(f"  token:  {'-' if info.token is None else info.token}")
         for holder, count in info.holders.items():
             self.stdout.write(f"  owner:  {holder} ({count} hold{'s' if count != 1 else ''})")
         if info.holder is not None:
             self.stdout.write(f"  holder: {info.holder_text()}")
-            self.stdout.write(f"  since:  {info.holder['acquired_at']}")
+            since = info.holder["acquired_at"]
+            self.stdout.write(f"  since:  {since} (held for {_held_for_text(info)})")
         self.stdout.write(f"  waiters: {info.waiters}")
 
     def _show_waits(self, name: str, waits: Waits) -> None:
@@ -259,8 +295,8 @@ class Command(BaseCommand):
             if options["json"]:
                 raise CommandError("--json cannot ask for confirmation; add --yes")
             info = backend.inspect(name)
-            holders = "nobody" if info is None else ", ".join(info.holders)
-            self.stdout.write(f"Release lock {name!r} (held by {holders})? [y/N] ", ending="")
+            holder = "nobody" if info is None else info.holder_text()
+            self.stdout.write(f"Release lock {name!r} (held by {holder})? [y/N] ", ending="")
             self.stdout.flush()
             answer = sys.stdin.readline().strip().lower()
             if answer not in ("y", "yes"):
