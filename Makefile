@@ -95,13 +95,15 @@ docs-build: $(DOCS_STAMP)
 # then the wake-up delays of many waiters sharing one client (benchmarks/wakeups.py)
 # and how long after a scope ends its hold is free (benchmarks/ownership.py,
 # docs/guarantees.md), then how soon queued waiters are woken through a cluster
-# reshard and failover (benchmarks/cluster_wakeups.py).
+# reshard and failover (benchmarks/cluster_wakeups.py), and what deadlock
+# detection costs per kind (benchmarks/deadlocks.py, docs/deadlocks.md).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
 	$(BIN)/python -m benchmarks.server_cost
 	$(BIN)/python -m benchmarks.wakeups
 	$(BIN)/python -m benchmarks.ownership
 	$(BIN)/python -m benchmarks.cluster_wakeups
+	$(BIN)/python -m benchmarks.deadlocks
 
 # Faults injected at random into 8 contending processes on loopback, then the
 # lock model (tests/model: threads and asyncio tasks, faults, invariants checked

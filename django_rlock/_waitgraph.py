@@ -32,7 +32,7 @@ from typing import Any
 
 from django_rlock._handles import display_owner
 from django_rlock.core._process.holder import is_holder_field, read_holder
-from django_rlock.core._protocol.deadlocks import MAX_CYCLE, Edge, edge_key
+from django_rlock.core._protocol.deadlocks import MAX_CYCLE, Edge, edge_key, wait_name
 from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.names import LockKeys, check_name
 from django_rlock.core._protocol.unavailable import reported_unavailable
@@ -185,7 +185,7 @@ def _holder_path(client: LockClient, start: str) -> tuple[tuple[Step, ...], bool
             break  # the holder does not wait (for long)
         waiting = _waiting(edge, time.time() * 1000)
         owner, holder = _holder_of(client, edge.lock)
-        name = LockKeys.name_of(prefix, edge.lock) or edge.lock
+        name = wait_name(prefix, edge.wait, edge.lock)  # any kind's, by its name
         shown = None if owner is None else display_owner(owner)
         steps.append(Step(name, waiting, shown, holder))
         if edge.lock in passed:

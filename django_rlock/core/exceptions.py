@@ -151,9 +151,11 @@ class DeadlockError(LockError):
     order so that no cycle can form.
 
     ``name`` is the lock the caller waited for; ``cycle`` lists the cycle from
-    there, one entry per lock: ``{"lock": name, "holder": {"host", "pid",
-    "thread", "task_id", "task_name", "acquired_at"}}`` (the holder as stored
-    with the grant; None when unknown). The caller's own hold closes the list.
+    there, one entry per lock: ``{"lock": name, "kind": kind, "holder": {"host",
+    "pid", "thread", "task_id", "task_name", "acquired_at"}}`` (``kind``:
+    ``"lock"``, ``"fair_lock"``, ``"read_write_lock"`` or ``"semaphore"``; the
+    holder as stored with the grant, None when unknown, as for a reader). The
+    caller's own hold closes the list.
     ``retry_after`` is None from the engine; the Django and Celery faces set it
     to the seconds after which a retry is likely to find the lock free (how
     long it is really held), as :class:`LockTimeout` carries it, for the

@@ -46,6 +46,13 @@ return pttl
 
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
+if ARGV[7] ~= '' then
+
+local clock = redis.call('time')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+    redis.call('hset', KEYS[1], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+end
 redis.call('pexpire', KEYS[1], ttl)
 redis.call('sadd', KEYS[4], ARGV[1])
 

@@ -25,7 +25,14 @@ from django_rlock.core._protocol.calls import (
     release_call,
     ttl_reply,
 )
-from django_rlock.core._protocol.deadlocks import read_hold_call
+from django_rlock.core._protocol.deadlocks import (
+    REDISSON,
+    SEMAPHORE,
+    WRITE,
+    Wait,
+    read_call,
+    read_hold_call,
+)
 from django_rlock.core._protocol.fairlock import (
     fair_abandon_call,
     fair_acquire_call,
@@ -125,6 +132,9 @@ def calls(prefix: str, name: str, owner: str) -> dict[str, ScriptCall]:
         "ratelimit.wait": wait_call(limiter, parse_rate("50/s"), 10, 2),
         "ratelimit.state": state_call(limiter),
         "deadlock.read_hold": read_hold_call(plain.hash),
+        "deadlock.read_redisson": read_call(prefix, Wait(REDISSON, name))[1],
+        "deadlock.read_rw": read_call(prefix, Wait(WRITE, rw.base))[1],
+        "deadlock.read_semaphore": read_call(prefix, Wait(SEMAPHORE, sem.hash, 3))[1],
     }
 
 
@@ -185,7 +195,7 @@ def test_every_key_every_call_sends_is_in_the_names_slot(name: str, prefix: str)
     expected = key_slot(LockKeys.build(prefix, name).hash.encode())
     owner = "0123abcd:7"
     for script, call in calls(prefix, name, owner).items():
-        if script.startswith("redisson-lock."):
+        if script.startswith("redisson-lock.") or script == "deadlock.read_redisson":
             continue  # keyed by the name itself: tests/protocol/test_redisson.py
         slots = {key_slot(key.encode()) for key in call.keys}
         assert slots == {expected}, (script, call.keys)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
@@ -52,4 +53,37 @@ def test_a_ring_of_three_across_nodes_breaks_once(
         assert not thread.is_alive()
     assert sorted(outcomes) == ["deadlock", "granted", "granted"]
     assert len(owners) >= 2  # the walk crossed nodes
+    assert not list(raw.scan_iter("test:waits:*", target_nodes=RedisCluster.ALL_NODES))
+
+
+def test_a_cycle_of_a_read_write_lock_a_semaphore_and_a_fair_lock_across_nodes(
+    lock_client: LockClient, raw: RedisCluster
+) -> None:
+    # Each kind's read covers one name's slot (its keys and the keys its
+    # script builds from them); the search hops from node to node.
+    rw = lock_client.read_write_lock("kinds:rw")
+    semaphore = lock_client.semaphore("kinds:sem", 1)
+    fair = lock_client.fair_lock("kinds:fair")
+    pairs = [(rw.read, semaphore), (semaphore, fair), (fair, rw.write)]
+    barrier = threading.Barrier(3)
+    outcomes: list[str] = []
+
+    def member(first: Any, second: Any) -> None:
+        with first:
+            barrier.wait(HANG)
+            try:
+                with second:
+                    outcomes.append("granted")
+            except DeadlockError:
+                outcomes.append("deadlock")
+
+    threads = [threading.Thread(target=member, args=pair) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG)
+        assert not thread.is_alive()
+    assert sorted(outcomes) == ["deadlock", "granted", "granted"]
+    slots = {slot_of(key) for key in (rw.write.keys.hash, semaphore.keys.hash, fair.keys.hash)}
+    assert len({raw.nodes_manager.get_node_from_slot(slot).name for slot in slots}) >= 2
     assert not list(raw.scan_iter("test:waits:*", target_nodes=RedisCluster.ALL_NODES))

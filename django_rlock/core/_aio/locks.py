@@ -88,11 +88,12 @@ from django_rlock.core._protocol.calls import (
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
+    LOCK,
     Cycle,
     DeadlockScripts,
     Detector,
+    Wait,
     deadlock_error,
-    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
@@ -353,7 +354,11 @@ class AsyncRLock(LockBase):
         every = self._deadlock_timeout
         if every is None:
             raise RuntimeError(f"{self!r} does not look for deadlocks")
-        return Detector(self._engine.key_prefix, owner, self.keys.hash, every, started)
+        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
+
+    def _deadlock_wait(self) -> Wait:
+        """What a waiter of this lock waits for, as its wait edge says (each kind its own)."""
+        return Wait(LOCK, self.keys.hash)
 
     async def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the task's wait edge, then look for a cycle (as :class:`RLock`'s)."""
@@ -378,18 +383,18 @@ class AsyncRLock(LockBase):
             raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     async def _walk(self, detector: Detector) -> Cycle | None:
-        """One walk of the wait-for graph from the task (``_protocol.deadlocks.walk``)."""
+        """One search of the wait-for graph from the task (``_protocol.deadlocks.walk``)."""
         redis_client = self.client.redis
-        read_hold = self.client.scripts[DeadlockScripts].read_hold
+        scripts = self.client.scripts[DeadlockScripts]
         steps = detector.walk()
         try:
             read = next(steps)
             while True:
-                if read[0] == "hold":
-                    call = read_hold_call(read[1])
-                    reply = await read_hold(keys=call.keys, args=call.args)
-                else:
+                if read[0] == "edge":
                     reply = await redis_client.get(read[1])
+                else:
+                    call = read[1]
+                    reply = await getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
             return cast("Cycle | None", done.value)
@@ -748,6 +753,14 @@ class _AsyncFairWaiting:
         self.queued = False
         #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
         self.sent_at = plan.started
+        # Made by the first deadlock check (most calls never wait that long).
+        self.detector: Detector | None = None
+
+    def check_deadlock(self) -> Awaitable[None]:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
+        return self.lock._check_deadlock(detector, self.plan.started)
 
     async def attempt(self, waiter: bool, sleep: float) -> float | None:
         self.queued = self.queued or bool(self.queue_id)
@@ -766,6 +779,9 @@ class _AsyncFairWaiting:
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
+        if self.detector is not None and self.detector.written:
+            # As the plain lock's shell: the owner's next call waits for it.
+            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
         abandon = self.queued or (registered and bool(self.queue_id))
         self.lock._leave_queue(self.queue_id, abandon=abandon, owner=self.owner)
 

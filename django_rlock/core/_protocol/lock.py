@@ -663,13 +663,9 @@ class LockBase:
             self.lease = check_lease(options.get("lease"))
             self.blocking = check_blocking(options.get("blocking", True), self.timeout)
             self.max_hold = check_max_hold(options.get("max_hold"))
-        # Seconds a waiter waits before it looks for a deadlock (None: never). The
-        # plain lock alone checks, on its own layout (_protocol/deadlocks.py):
-        # the fair lock, the read-write lock, the semaphore and the Redisson
-        # layout do not yet.
-        self._deadlock_timeout = (
-            engine.deadlock_timeout if self.kind == "lock" and self.layout == RLOCK else None
-        )
+        # Seconds a waiter waits before it looks for a deadlock (None: never);
+        # every kind checks, each saying what it waits for (_protocol/deadlocks.py).
+        self._deadlock_timeout = engine.deadlock_timeout
         # Each is called with this very lock, so it may expect the concrete class.
         self.lost_callbacks: list[Callable[[Any], object]] = []
 

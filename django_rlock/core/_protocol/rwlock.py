@@ -6,7 +6,7 @@ apart from a plain lock of the same name::
 
     <base>:rw:write            HASH    writer's owner id -> hold count (+ ~holder, ~since)
     <base>:rw:fence            STRING  last write token granted
-    <base>:rw:reader:<owner>   HASH    owner id -> read hold count, one key per reader
+    <base>:rw:reader:<owner>   HASH    owner id -> read hold count (+ ~holder, ~since), per reader
     <base>:rw:readers          SET     the owner ids that may hold a read key (the index)
     <base>:rw:waiters          ZSET    waiter id -> expiry (ms): readers and writers alike
     <base>:rw:released         CHANNEL wake-ups
@@ -60,6 +60,7 @@ from django_rlock.core._protocol.lock import ABANDON, FORCE_RELEASE, MakeScript,
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
     LEAVE_WAITING_SET,
+    NOW_MS_LUA,
     REQUEST_LATCH_MS,
     drop_lost_grant,
     drop_lost_key,
@@ -79,7 +80,8 @@ UPGRADE_REFUSED = "upgrade"
 # KEYS[4] readers index, KEYS[5] (optional) the owner's read request latch
 # ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id ('' for none),
 # ARGV[4] the longest the waiter will sleep (ms), ARGV[5] (with KEYS[5]) request id,
-# ARGV[6] the owner's read holds its client has declared lost (0: none)
+# ARGV[6] the owner's read holds its client has declared lost (0: none),
+# ARGV[7] who asks, for operators and the deadlock detector ('' for none)
 # Returns {0, holds, pttl} when granted (a read hold has no fencing token: 0),
 #   pttl being the read key's life left in ms; granted unless another owner
 #   holds the write (the writer may read). A re-entry never shortens the key.
@@ -102,6 +104,12 @@ if redis.call('exists', KEYS[2]) == 1 and redis.call('hexists', KEYS[2], ARGV[1]
     + """
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
+if ARGV[7] ~= '' then
+"""
+    + NOW_MS_LUA
+    + """
+    redis.call('hset', KEYS[1], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+end
 redis.call('pexpire', KEYS[1], ttl)
 redis.call('sadd', KEYS[4], ARGV[1])
 """
@@ -316,12 +324,16 @@ def read_acquire_call(
     rid: str,
     latch: str,
     lost: bool,
+    holder: str = "",
 ) -> ScriptCall:
-    """One read acquire (READ_ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait."""
+    """One read acquire (READ_ACQUIRE): ``ttl`` seconds of life, ``sleep`` the longest wait.
+
+    ``holder``: who asks (core/holder.py), kept with a new read hold.
+    """
     attempt = attempt_args(owner, ttl=ttl, waiter_id=waiter_id, sleep=sleep, rid=rid)
     return ScriptCall(
         keys=[keys.reader(owner), keys.write, keys.waiters, keys.readers, latch],
-        args=[*attempt, int(lost)],
+        args=[*attempt, int(lost), holder],
         rid=rid,
     )
 

@@ -137,11 +137,15 @@ from django_rlock.core._protocol.calls import (
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
+    LOCK,
+    READ,
+    SEMAPHORE,
+    WRITE,
     Cycle,
     DeadlockScripts,
     Detector,
+    Wait,
     deadlock_error,
-    read_hold_call,
 )
 from django_rlock.core._protocol.fairlock import (
     FairKeys,
@@ -582,7 +586,11 @@ class RLock(LockBase):
         every = self._deadlock_timeout
         if every is None:
             raise RuntimeError(f"{self!r} does not look for deadlocks")
-        return Detector(self._engine.key_prefix, owner, self.keys.hash, every, started)
+        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
+
+    def _deadlock_wait(self) -> Wait:
+        """What a waiter of this lock waits for, as its wait edge says (each kind its own)."""
+        return Wait(LOCK, self.keys.hash)
 
     def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the caller's wait edge, then look for a cycle through it.
@@ -610,18 +618,18 @@ class RLock(LockBase):
             raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     def _walk(self, detector: Detector) -> Cycle | None:
-        """One walk of the wait-for graph from the caller (``_protocol.deadlocks.walk``)."""
+        """One search of the wait-for graph from the caller (``_protocol.deadlocks.walk``)."""
         redis_client = self.client.redis
-        read_hold = self.client.scripts[DeadlockScripts].read_hold
+        scripts = self.client.scripts[DeadlockScripts]
         steps = detector.walk()
         try:
             read = next(steps)
             while True:
-                if read[0] == "hold":
-                    call = read_hold_call(read[1])
-                    reply = read_hold(keys=call.keys, args=call.args)
-                else:
+                if read[0] == "edge":
                     reply = redis_client.get(read[1])
+                else:
+                    call = read[1]
+                    reply = getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
             return cast("Cycle | None", done.value)
@@ -1141,6 +1149,14 @@ class _FairWaiting:
         #: deadline counts from it.
         self.sent_at = plan.started
         self._stack = ExitStack()
+        # Made by the first deadlock check (most calls never wait that long).
+        self.detector: Detector | None = None
+
+    def check_deadlock(self) -> None:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
+        self.lock._check_deadlock(detector, self.plan.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         # Before sending: a call whose reply is lost may have queued the caller.
@@ -1168,6 +1184,9 @@ class _FairWaiting:
 
     def close(self, *, registered: bool) -> None:
         with self._stack:
+            if self.detector is not None and self.detector.written:
+                # Before the call returns, as the plain lock's shell does.
+                self.lock._forget_edge(self.detector)
             abandon = self.queued or (registered and bool(self.queue_id))
             self.lock._leave_queue(self.queue_id, abandon=abandon)
 
@@ -1316,6 +1335,9 @@ class WriteSide(_Side):
     def _force_release_call(self) -> ScriptCall:
         return write_force_release_call(self.rw_keys, self._engine.publish_command)
 
+    def _deadlock_wait(self) -> Wait:
+        return Wait(WRITE, self.rw_keys.base)
+
 
 class ReadSide(_Side):
     """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
@@ -1348,6 +1370,7 @@ class ReadSide(_Side):
             rid=self._request_id("acquire", owner),
             latch=self.keys.latch(owner),
             lost=lostholds.lost_on_server(key, owner) is not None,
+            holder=describe(),
         )
 
     def _release_call(self, owner: str) -> ScriptCall:
@@ -1357,6 +1380,9 @@ class ReadSide(_Side):
 
     def _force_release_call(self) -> ScriptCall:
         return read_force_release_call(self.rw_keys, self._engine.publish_command)
+
+    def _deadlock_wait(self) -> Wait:
+        return Wait(READ, self.rw_keys.base)
 
     def _readers_call(self) -> ScriptCall:
         return readers_call(self.rw_keys)
@@ -1514,6 +1540,10 @@ class SemaphoreBase(LockBase):
 
     def _force_release_call(self) -> ScriptCall:
         return semaphore_force_release_call(self.keys, self._engine.publish_command)
+
+    def _deadlock_wait(self) -> Wait:
+        """A permit: the waiter is stuck only while stuck owners hold them all."""
+        return Wait(SEMAPHORE, self.keys.hash, self.permits)
 
     def _timeout_error(
         self, remaining: float | None, holder: Mapping[str, Any] | None = None

@@ -17,11 +17,14 @@ member or none. Use it to take several locks at once, wherever they live::
 An attempt takes the members in order; when one is busy past the round's
 wait, the ones taken are released and, while the wait allows, the round starts
 again after a random pause (two MultiLocks taking the same locks in opposite
-orders cannot deadlock). With a ``lease`` the members are taken with a lease at
-least twice the round's wait, then all are re-expired to ``lease`` together, so
-none expires before the others; with ``lease=None`` each member's watchdog
-keeps it alive. ``release`` releases every member and raises LockLostError
-naming any that was lost.
+orders cannot deadlock). A member whose wait closes a deadlock through a
+member the round took (a :class:`DeadlockError`, see docs/deadlocks.md) fails
+the round the same way; one that closes it through a lock the caller holds
+outside the MultiLock raises, as another round could not break it. With a
+``lease`` the members are taken with a lease at least twice the round's wait,
+then all are re-expired to ``lease`` together, so none expires before the
+others; with ``lease=None`` each member's watchdog keeps it alive. ``release``
+releases every member and raises LockLostError naming any that was lost.
 
 **RedLock** is the Redlock algorithm over N independent masters (3 or 5 is
 usual): it tries every member once, each call bounded by a short socket timeout,
@@ -65,6 +68,7 @@ from django_rlock.core._protocol.names import check_lease, check_timeout, millis
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core.exceptions import (
+    DeadlockError,
     LockLostError,
     LockNotOwnedError,
     LockNotReplicatedError,
@@ -360,6 +364,23 @@ class _GroupLock:
                 callback(self)
 
 
+def _closed_by(error: DeadlockError, waiting: RLock, taken: Sequence[RLock]) -> bool:
+    """Whether the deadlock ``waiting``'s acquire broke closes through a lock of ``taken``.
+
+    The cycle's last entry is the lock the caller holds that the next member
+    waits for; a cycle lives on one deployment, the waiting member's.
+    """
+    if not error.cycle:
+        return False
+    closing = error.cycle[-1]
+    return any(
+        member.client is waiting.client
+        and member.name == closing.get("lock")
+        and member.kind == closing.get("kind", "lock")
+        for member in taken
+    )
+
+
 def _release_quietly(members: Sequence[RLock]) -> None:
     """Give back one hold of each member; for undoing a partial acquisition."""
     for member in reversed(members):
@@ -404,12 +425,26 @@ class MultiLock(_GroupLock):
             time.sleep(min(remaining, random.uniform(0, 0.05)))
 
     def _take_all(self, round_wait: float, lease: float | None) -> list[RLock] | None:
+        """One round: every member in order, or none (None) when one stays busy or deadlocks.
+
+        A member's :class:`DeadlockError` whose cycle closes through a member
+        this round took is a failed round like a busy member: giving back what
+        the round took breaks that cycle, and the next round starts after the
+        usual pause. A cycle through a lock the caller holds outside this
+        MultiLock cannot be broken by another round: the error is raised.
+        """
         round_deadline = clock.monotonic() + round_wait
         taken: list[RLock] = []
         try:
             for member in self.locks:
                 left = max(0.0, round_deadline - clock.monotonic())
-                if not member.acquire(True, left, lease):
+                try:
+                    granted = member.acquire(True, left, lease)
+                except DeadlockError as error:
+                    if not _closed_by(error, member, taken):
+                        raise
+                    granted = False
+                if not granted:
                     _release_quietly(taken)
                     return None
                 taken.append(member)
