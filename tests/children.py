@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +15,20 @@ REAP = 10.0
 
 
 @contextmanager
-def python_module(
-    module: str,
-    *args: str,
+def child(
+    command: list[str],
+    *,
     stdin: bool = False,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
-    """``python -m module args`` with its output piped as text (and its input, if ``stdin``).
+    """``command`` with its output piped as text (and its input, if ``stdin``).
 
     On leaving the block the child is killed if it still runs, reaped, and its
     pipes closed: a failing test leaves no process behind.
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        command,
         stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         text=True,
@@ -44,6 +44,17 @@ def python_module(
         for stream in (process.stdin, process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def python_module(
+    module: str,
+    *args: str,
+    stdin: bool = False,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    """``python -m module args`` run as a :func:`child`."""
+    return child([sys.executable, "-m", module, *args], stdin=stdin, cwd=cwd, env=env)
 
 
 def read_answer(process: subprocess.Popen[str]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
-from tests.children import REAP, read_answer
+from tests.children import child, read_answer
 
 PREVIOUS = os.environ.get("RLOCK_PREVIOUS_PYTHON", "")
 
@@ -59,22 +59,8 @@ def previous_release(
     package, never this tree's. ``python``: this release's, for a peer of ours.
     """
     script = Path(__file__).with_name("upgrade_peer.py")
-    process = subprocess.Popen(
-        [python, "-I", str(script), url],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-    )
-    try:
+    with child([python, "-I", str(script), url], stdin=True, cwd=cwd) as process:
         yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=REAP)
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def tell(process: subprocess.Popen[str], line: str) -> dict[str, Any]:
