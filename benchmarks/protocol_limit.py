@@ -22,6 +22,7 @@ import itertools
 import socket
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import hiredis
@@ -69,41 +70,66 @@ def _evalsha_head(sha: str, count: int) -> bytes:
     return b"*%d\r\n$7\r\nEVALSHA\r\n%s" % (count, _bulk(sha))
 
 
-def our_protocol(url: str, cycles: int, name: str = "protocol-limit") -> float:
-    """Acquire+release cycles per second of the library's own scripts, on a raw socket."""
+class OurCalls(NamedTuple):
+    """The plain lock's two calls, encoded once; a request id completes each."""
+
+    acquire_head: bytes
+    acquire_tail: bytes
+    release_head: bytes
+
+    def acquire(self, rid: int) -> bytes:
+        """The acquire command with request id ``rid``."""
+        return self.acquire_head + _bulk(rid) + self.acquire_tail
+
+    def release(self, rid: int) -> bytes:
+        """The release command with request id ``rid``."""
+        return self.release_head + _bulk(rid)
+
+
+def our_calls(url: str, keys: LockKeys, owner: str) -> OurCalls:
+    """The library's acquire and release of ``keys`` by ``owner``, as an RLock sends them.
+
+    The scripts are loaded on ``url``; what does not change between cycles is
+    encoded here once, the request id (ARGV[5] of the acquire, ARGV[3] of the
+    release) goes between.
+    """
     admin = redis.Redis.from_url(url)
     acquire_sha = admin.script_load(ACQUIRE)
     release_sha = admin.script_load(ALLOW_OOM + RELEASE)
     admin.close()
-    keys = LockKeys.build("bench", name)
-    owner = "0123456789abcdef0123456789abcdef:1"
-    rids = itertools.count(1)
-    # The constant parts of both calls, encoded once; the request id varies.
     sample = acquire_call(
         keys, owner, ttl=30.0, waiter_id="", sleep=0.0, rid="0", holder=describe()
     )
-    acquire_head = (
-        _evalsha_head(acquire_sha, 3 + len(sample.keys) + len(sample.args))
-        + _bulk(len(sample.keys))
-        + b"".join(_bulk(key) for key in sample.keys)
-        + b"".join(_bulk(arg) for arg in sample.args[:4])
-    )
-    acquire_tail = b"".join(_bulk(arg) for arg in sample.args[5:])
     free = release_call(keys, owner, "publish", "0")
-    release_head = (
-        _evalsha_head(release_sha, 3 + len(free.keys) + len(free.args))
-        + _bulk(len(free.keys))
-        + b"".join(_bulk(key) for key in free.keys)
-        + b"".join(_bulk(arg) for arg in free.args[:2])
+    return OurCalls(
+        acquire_head=(
+            _evalsha_head(acquire_sha, 3 + len(sample.keys) + len(sample.args))
+            + _bulk(len(sample.keys))
+            + b"".join(_bulk(key) for key in sample.keys)
+            + b"".join(_bulk(arg) for arg in sample.args[:4])
+        ),
+        acquire_tail=b"".join(_bulk(arg) for arg in sample.args[5:]),
+        release_head=(
+            _evalsha_head(release_sha, 3 + len(free.keys) + len(free.args))
+            + _bulk(len(free.keys))
+            + b"".join(_bulk(key) for key in free.keys)
+            + b"".join(_bulk(arg) for arg in free.args[:2])
+        ),
     )
+
+
+def our_protocol(url: str, cycles: int, name: str = "protocol-limit") -> float:
+    """Acquire+release cycles per second of the library's own scripts, on a raw socket."""
+    calls = our_calls(url, LockKeys.build("bench", name), "0123456789abcdef0123456789abcdef:1")
+    rids = itertools.count(1)
     sock = _connect(url)
     call = _caller(sock)
     try:
 
         def cycle() -> None:
-            granted = call(acquire_head + _bulk(next(rids)) + acquire_tail)
+            granted = call(calls.acquire(next(rids)))
             assert isinstance(granted, list), granted
-            assert call(release_head + _bulk(next(rids))) == 0
+            assert call(calls.release(next(rids))) == 0
 
         return _rate(cycle, cycles)
     finally:

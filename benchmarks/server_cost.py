@@ -39,11 +39,11 @@ from types import ModuleType
 
 import redis
 
-from benchmarks.protocol_limit import _bulk, _caller, _connect, _evalsha_head
+from benchmarks.protocol_limit import _bulk, _caller, _connect, _evalsha_head, our_calls
 from django_rlock.core._process.holder import describe
 from django_rlock.core._protocol import redisson as redisson_layout
 from django_rlock.core._protocol.calls import acquire_call, release_call
-from django_rlock.core._protocol.lock import ACQUIRE, ALLOW_OOM, RELEASE
+from django_rlock.core._protocol.lock import ALLOW_OOM
 from django_rlock.core._protocol.names import LockKeys
 from tests.servers import RedisServer
 
@@ -92,35 +92,14 @@ class Cycle:
 
 def ours(url: str) -> Cycle:
     """The plain lock's cycle, as an ``RLock`` of the default layout sends it."""
-    admin = redis.Redis.from_url(url)
-    acquire_sha = admin.script_load(ACQUIRE)
-    release_sha = admin.script_load(ALLOW_OOM + RELEASE)
-    admin.close()
-    keys = LockKeys.build("rlock", NAME)
-    sample = acquire_call(
-        keys, OWNER, ttl=30.0, waiter_id="", sleep=0.0, rid="0", holder=describe()
-    )
-    acquire_head = (
-        _evalsha_head(acquire_sha, 3 + len(sample.keys) + len(sample.args))
-        + _bulk(len(sample.keys))
-        + b"".join(_bulk(key) for key in sample.keys)
-        + b"".join(_bulk(arg) for arg in sample.args[:4])
-    )
-    acquire_tail = b"".join(_bulk(arg) for arg in sample.args[5:])
-    free = release_call(keys, OWNER, "publish", "0")
-    release_head = (
-        _evalsha_head(release_sha, 3 + len(free.keys) + len(free.args))
-        + _bulk(len(free.keys))
-        + b"".join(_bulk(key) for key in free.keys)
-        + b"".join(_bulk(arg) for arg in free.args[:2])
-    )
+    calls = our_calls(url, LockKeys.build("rlock", NAME), OWNER)
     rids = itertools.count(1)
 
     def acquire(call: Callable[[bytes], object]) -> None:
-        assert isinstance(call(acquire_head + _bulk(next(rids)) + acquire_tail), list)
+        assert isinstance(call(calls.acquire(next(rids))), list)
 
     def release(call: Callable[[bytes], object]) -> None:
-        assert call(release_head + _bulk(next(rids))) == 0
+        assert call(calls.release(next(rids))) == 0
 
     def send(call: Callable[[bytes], object]) -> None:
         acquire(call)
