@@ -32,12 +32,9 @@ from typing import TYPE_CHECKING, Unpack
 
 from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncFairLock, AsyncReadLock, AsyncWriteLock
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import FairLock, ReadLock, ReadWriteBase, WriteLock
+from django_rlock.core import FairLock, LockClient, ReadLock, WriteLock
+from django_rlock.core._faces import LockOptions, ReadWriteBase, RWKeys, RWScripts
+from django_rlock.core.aio import AsyncFairLock, AsyncLockClient, AsyncReadLock, AsyncWriteLock
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock
