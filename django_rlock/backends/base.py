@@ -26,10 +26,12 @@ from django_rlock.core._faces import LimiterState, LockOptions, forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
+    "AsyncLimiter",
     "AsyncLock",
     "AsyncReadWriteLock",
     "BaseLockBackend",
     "InvalidLockBackendError",
+    "LimiterState",
     "LockInfo",
     "display_owner",
 ]

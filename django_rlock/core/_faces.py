@@ -18,12 +18,13 @@ uses it.
 # isort: split
 # --- Kinds the Django face's alias handles build on ---------------------------------
 # Engine classes that are not public kinds but that an alias handle subclasses or
-# wraps: the Redisson-layout twins, the read-write and semaphore bases (a Celery
-# delivery reads a semaphore's permit), and the options a handle passes through.
+# builds: the Redisson-layout twins, the read-write lock's keys and scripts (an
+# alias builds its own sides), the semaphore base (a Celery delivery reads a
+# permit's holder), and the options a handle passes through.
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
-from django_rlock.core._sync.locks import ReadWriteBase, SemaphoreBase
+from django_rlock.core._sync.locks import SemaphoreBase
 from django_rlock.core._sync.redisson import RedissonRLock
 
 # isort: split
