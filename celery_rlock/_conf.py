@@ -41,10 +41,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from django_rlock.core import LockClient, RLock
-from django_rlock.core._process import forking
-from django_rlock.core._protocol.names import check_key_prefix, check_name, check_watchdog_timeout
-from django_rlock.core._sync.ratelimiter import RateLimiter
+from django_rlock.core import LockClient, RateLimiter, RLock
+from django_rlock.core._faces import check_key_prefix, check_name, check_watchdog_timeout, forking
 from django_rlock.core.defaults import (
     DEFAULT_KEY_PREFIX,
     DEFAULT_LOCK_ALIAS,

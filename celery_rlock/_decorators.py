@@ -39,8 +39,7 @@ from celery_rlock._guard import (
     SkippedResult,
     run_locked,
 )
-from django_rlock._decorators import LockedSpec, register_task_runner
-from django_rlock._keys import KeyTemplate
+from django_rlock._celeryface import KeyTemplate, LockedSpec, register_task_runner
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 _P = ParamSpec("_P")

@@ -79,13 +79,8 @@ from kombu.transport.redis import Channel as RedisChannel
 from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
-from django_rlock._aliassemaphores import AnyAliasLock
-from django_rlock._reporting import reporter_of
-from django_rlock.core._process.identity import thread_owner
-from django_rlock.core._protocol.names import escape
-from django_rlock.core._protocol.semaphore import permit_prefix
-from django_rlock.core._protocol.unavailable import UNREACHABLE
-from django_rlock.core._sync.locks import SemaphoreBase
+from django_rlock._celeryface import AnyAliasLock, reporter_of
+from django_rlock.core._faces import UNREACHABLE, SemaphoreBase, escape, permit_prefix, thread_owner
 
 if TYPE_CHECKING:
     import redis

@@ -52,15 +52,25 @@ from celery.utils.time import get_exponential_backoff_interval
 from celery_rlock._conf import get_lock
 from celery_rlock._delivery import Delivery, sent_on
 from celery_rlock._once import OnceMarker
-from django_rlock._aliassemaphores import AnyAliasLock
-from django_rlock._holdtimes import MIN_RETRY_AFTER
-from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock._reporting import reporter_of
-from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
-from django_rlock._retryafter import lock_retry_after
-from django_rlock.core._process.holder import busy_reason, holder_details
-from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
-from django_rlock.core._protocol.semaphore import check_permits
+from django_rlock._celeryface import (
+    MIN_RETRY_AFTER,
+    UNAVAILABLE_RETRY_AFTER,
+    AnyAliasLock,
+    KeyTemplate,
+    build_key,
+    check_template,
+    lock_retry_after,
+    reporter_of,
+    template_label,
+)
+from django_rlock.core._faces import (
+    busy_reason,
+    check_lease,
+    check_max_hold,
+    check_permits,
+    check_timeout,
+    holder_details,
+)
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     DeadlockError,

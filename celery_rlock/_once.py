@@ -42,8 +42,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Final
 
-from django_rlock.core._protocol.names import escape
-from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core._faces import escape, reported_unavailable
 from django_rlock.core.exceptions import LockError
 
 if TYPE_CHECKING:

@@ -36,9 +36,14 @@ from celery.utils.log import get_task_logger
 
 from celery_rlock._conf import get_rate_limiter
 from celery_rlock._guard import unavailable_countdown
-from django_rlock._aliaslimiters import AliasRateLimiter
-from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock.core._protocol.ratelimit import parse_rate
+from django_rlock._celeryface import (
+    AliasRateLimiter,
+    KeyTemplate,
+    build_key,
+    check_template,
+    template_label,
+)
+from django_rlock.core._faces import parse_rate
 from django_rlock.core.exceptions import LockUnavailableError, RateLimitExceeded
 
 if TYPE_CHECKING:

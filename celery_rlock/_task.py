@@ -51,8 +51,8 @@ from celery_rlock._guard import (
 from celery_rlock._once import AlreadyQueued, OnceMarker
 from celery_rlock._ratelimit import RateOptions, name_template, pass_rate_limit
 from celery_rlock._worker import install
-from django_rlock._keys import KeyTemplate, build_key
-from django_rlock.core._protocol.names import check_lease
+from django_rlock._celeryface import KeyTemplate, build_key
+from django_rlock.core._faces import check_lease
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import LockUnavailableError
 

@@ -32,7 +32,7 @@ from celery.signals import worker_init
 from celery_rlock._conf import ConfigurationError, check_configuration
 from celery_rlock._decorators import options_of
 from celery_rlock._ratelimit import RateOptions
-from django_rlock import _celery
+from django_rlock._celeryface import wire_task_runs
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -108,4 +108,4 @@ worker_init.connect(_on_worker_init, weak=False)
 
 
 # Every task run is a unit of work whose holds end with it (django_rlock._celery).
-_celery.wire()
+wire_task_runs()

@@ -59,11 +59,8 @@ from celery.utils.time import maybe_make_aware, remaining
 from redis.exceptions import RedisError
 
 from celery_rlock._conf import BeatSettings, ConfigurationError, get_lock
-from django_rlock.core._process.holder import holder_line
-from django_rlock.core._process.identity import thread_owner
-from django_rlock.core._protocol.names import milliseconds
-from django_rlock.core._protocol.unavailable import reported_unavailable
-from django_rlock.core._sync.leader import Leadership, Term
+from django_rlock.core import Leadership, Term
+from django_rlock.core._faces import holder_line, milliseconds, reported_unavailable, thread_owner
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS, renewal_interval
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 
@@ -72,7 +69,7 @@ if TYPE_CHECKING:
     from celery.beat import ScheduleEntry
     from redis.commands.core import Script
 
-    from django_rlock.core._sync.locks import RLock
+    from django_rlock.core import RLock
 
 __all__ = [
     "CLAIM_SLOT",

@@ -124,7 +124,7 @@ def _wire_celery() -> None:
     if "celery" in sys.modules:
         from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
 
-        _celery.wire()
+        _celery.wire_task_runs()
 
 
 _wire_celery()

@@ -32,12 +32,15 @@ from typing import TYPE_CHECKING, Unpack
 
 from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncFairLock, AsyncReadLock, AsyncWriteLock
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import FairLock, ReadLock, ReadWriteBase, WriteLock
+from django_rlock.core import FairLock, LockClient, ReadLock, ReadWriteLock, WriteLock
+from django_rlock.core._faces import LockOptions, RWKeys, RWScripts
+from django_rlock.core.aio import (
+    AsyncFairLock,
+    AsyncLockClient,
+    AsyncReadLock,
+    AsyncReadWriteLock,
+    AsyncWriteLock,
+)
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock
@@ -114,13 +117,17 @@ class AliasWriteLock(_AliasSide, WriteLock):
     _side = "write"
 
 
-class AliasReadWriteLock(ReadWriteBase):
+class AliasReadWriteLock(ReadWriteLock):
     """Many readers or one writer, of one ``RLOCKS`` alias: ``.read`` and ``.write``.
 
-    The engine's :class:`~django_rlock.core._sync.locks.ReadWriteLock`, its two
-    sides alias-attached (see the module). One object may be shared by many
-    threads, each its own owner.
+    The engine's :class:`~django_rlock.core.ReadWriteLock` (annotate with it),
+    its two sides alias-attached (see the module): built here rather than by
+    the engine's ``__init__``, which would make the engine's sides. One object
+    may be shared by many threads, each its own owner.
     """
+
+    read: AliasReadLock
+    write: AliasWriteLock
 
     def __init__(
         self,
@@ -160,8 +167,15 @@ class AsyncAliasWriteLock(_AsyncAliasSide, AsyncWriteLock):
     """The write side of an :class:`AsyncAliasReadWriteLock`; see the module."""
 
 
-class AsyncAliasReadWriteLock(ReadWriteBase):
-    """The asyncio twin of :class:`AliasReadWriteLock`: each side owned by the current task."""
+class AsyncAliasReadWriteLock(AsyncReadWriteLock):
+    """The asyncio twin of :class:`AliasReadWriteLock`: each side owned by the current task.
+
+    The engine's :class:`~django_rlock.core.aio.AsyncReadWriteLock`, its sides
+    built here, as :class:`AliasReadWriteLock`'s are.
+    """
+
+    read: AsyncAliasReadLock
+    write: AsyncAliasWriteLock
 
     def __init__(
         self,

@@ -16,11 +16,9 @@ import asyncio
 from typing import Protocol
 
 from django_rlock._reporting import reporter_of
-from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
-from django_rlock.core._protocol.ratelimit import Reservation
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.ratelimiter import RateLimiter
+from django_rlock.core import LockClient, RateLimiter
+from django_rlock.core._faces import Reservation
+from django_rlock.core.aio import AsyncLockClient, AsyncRateLimiter
 
 
 class AsyncLimiter(Protocol):

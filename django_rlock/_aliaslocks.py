@@ -34,13 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
 from django_rlock._callsite import caller_location
 from django_rlock._transactions import end_block
-from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncRLock
-from django_rlock.core._aio.redisson import AsyncRedissonRLock
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import RLock
-from django_rlock.core._sync.redisson import RedissonRLock
+from django_rlock.core import LockClient, RLock
+from django_rlock.core._faces import AsyncRedissonRLock, LockOptions, RedissonRLock
+from django_rlock.core.aio import AsyncLockClient, AsyncRLock
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo

@@ -27,11 +27,9 @@ from django_rlock._aliaslocks import (
     AsyncAliasLock,
     AsyncWithTwin,
 )
-from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncSemaphore
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import Semaphore
+from django_rlock.core import LockClient, Semaphore
+from django_rlock.core._faces import LockOptions
+from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as redis_errors
 
 from django_rlock._retryafter import lock_retry_after
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import RLock
 from django_rlock.core.exceptions import (
     LockError,
     LockLostError,
@@ -41,7 +41,7 @@ from django_rlock.core.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from django_rlock.core._sync.client import LockClient
+    from django_rlock.core import LockClient
 
 logger = logging.getLogger("django_rlock.cache")
 

@@ -6,7 +6,7 @@ the same thread (same owner id). So ``task_prerun`` begins a unit of work and
 ``task_postrun`` ends it (:func:`django_rlock.core._process.leaks.work_started`
 / ``work_ended``): what the run kept is reported and given back.
 
-Wired by :func:`wire`, from whichever side sees Celery first: the Django app
+Wired by :func:`wire_task_runs`, from whichever side sees Celery first: the Django app
 as it becomes ready, when the project has imported Celery (a worker always
 has; ``celery_rlock`` need not be imported), and ``celery_rlock`` as it is
 imported. Connecting twice is harmless (one ``dispatch_uid``).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_rlock.core._process import leaks
+from django_rlock.core._faces import leaks
 
 
 def _task_run_started(**_: Any) -> None:
@@ -27,7 +27,7 @@ def _task_run_ended(**_: Any) -> None:
     leaks.work_ended("task run")
 
 
-def wire() -> None:
+def wire_task_runs() -> None:
     """Connect the task-run receivers to Celery's signals (idempotent)."""
     # Deferred: Celery is optional for django_rlock, and costs ~0.1 s to import.
     from celery.signals import task_postrun, task_prerun  # noqa: PLC0415

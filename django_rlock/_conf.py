@@ -29,11 +29,13 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from django_rlock.core._process.lockorder import check_lock_order_check
-from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
-from django_rlock.core._protocol.layouts import LAYOUTS, RLOCK, SHARDED_SUBSCRIPTION_MODES
-from django_rlock.core._protocol.names import (
+from django_rlock.core._faces import (
+    LAYOUTS,
+    RLOCK,
+    SHARDED_SUBSCRIPTION_MODES,
+    check_deadlock_timeout,
     check_key_prefix,
+    check_lock_order_check,
     check_max_hold,
     check_watchdog_timeout,
 )

@@ -128,10 +128,14 @@ from django_rlock._responses import (
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock._transactions import open_transactions, when_released
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.names import check_lease, check_max_hold, check_timeout
-from django_rlock.core._protocol.semaphore import check_permits
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import RLock
+from django_rlock.core._faces import (
+    LockOptions,
+    check_lease,
+    check_max_hold,
+    check_permits,
+    check_timeout,
+)
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     DeadlockError,

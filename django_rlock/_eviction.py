@@ -24,9 +24,8 @@ from typing import Any
 
 import redis
 
-from django_rlock.core._process import forking
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.connection import RedisClient, derive_client, describe
+from django_rlock.core import LockClient
+from django_rlock.core._faces import RedisClient, derive_client, describe, forking
 
 logger = logging.getLogger("django_rlock.lock")
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from django_rlock.core._process.holder import holder_line
+from django_rlock.core._faces import holder_line
 
 
 class AsyncLock(Protocol):

@@ -32,7 +32,7 @@ import threading
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
-from django_rlock.core._process import forking
+from django_rlock.core._faces import forking
 
 if TYPE_CHECKING:
     pass

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from django_rlock._callsite import called_from_machinery
-from django_rlock.core._protocol.names import fit_name
+from django_rlock.core._faces import fit_name
 
 #: A format string naming the function's parameters, or a callable with its signature.
 KeyTemplate = str | Callable[..., str]

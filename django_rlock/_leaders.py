@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from django_rlock._handler import locks
 from django_rlock.backends.base import BaseLockBackend
-from django_rlock.core._aio.leader import AsyncLeadership
-from django_rlock.core._aio.locks import AsyncRLock
-from django_rlock.core._protocol.names import check_name
-from django_rlock.core._sync.leader import Leadership
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import Leadership, RLock
+from django_rlock.core._faces import check_name
+from django_rlock.core.aio import AsyncLeadership, AsyncRLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 

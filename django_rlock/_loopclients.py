@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from django_rlock.core._process import forking
+from django_rlock.core._faces import forking
 from django_rlock.core.aio import AsyncLockClient
 
 logger = logging.getLogger("django_rlock")

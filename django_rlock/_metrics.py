@@ -77,10 +77,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AliasBackend
 from django_rlock._aliassemaphores import AnyAliasLock
-from django_rlock.core._process import forking
-from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
-from django_rlock.core._sync import watchdog
+from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, forking, watchdog
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram

@@ -88,8 +88,7 @@ from django_rlock._responses import (
     unavailable_response,
     wants_json,
 )
-from django_rlock.core._protocol.names import fit_name
-from django_rlock.core._protocol.ratelimit import Reservation, check_burst, parse_rate
+from django_rlock.core._faces import Reservation, check_burst, fit_name, parse_rate
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     InvalidLockNameError,

@@ -32,9 +32,7 @@ from django_rlock._aliaslocks import AliasBackend
 from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._callsite import caller_location
 from django_rlock._metrics import LockMetrics, for_backend
-from django_rlock.core._process.lockorder import lock_order
-from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.holds import GaveUp, Hold, HoldRegistry
+from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, lock_order
 from django_rlock.signals import (
     lock_acquired,
     lock_deadlock,

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.core.signals import request_finished, request_started
 
-from django_rlock.core._process import leaks
+from django_rlock.core._faces import leaks
 
 
 def _request_started(**_: Any) -> None:

@@ -18,10 +18,9 @@ from django_rlock._aliaslocks import AliasAttached
 from django_rlock._handles import LockInfo
 from django_rlock._holdtimes import HoldTimes, back_off
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock.core._aio.locks import AsyncRLock
-from django_rlock.core._process.holder import SINCE_FIELD
-from django_rlock.core._protocol.names import LockKeys
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import RLock
+from django_rlock.core._faces import SINCE_FIELD, LockKeys
+from django_rlock.core.aio import AsyncRLock
 
 logger = logging.getLogger("django_rlock.lock")
 

@@ -21,8 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from django_rlock.core._process import forking
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import RLock
+from django_rlock.core._faces import forking
 
 T = TypeVar("T")
 

@@ -99,7 +99,7 @@ from collections.abc import Callable
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_rlock.core._sync.locks import RLock
+from django_rlock.core import RLock
 from django_rlock.core.exceptions import LockError, LockLostError
 
 logger = logging.getLogger("django_rlock.lock")

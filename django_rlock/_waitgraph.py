@@ -31,12 +31,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_rlock._handles import display_owner
-from django_rlock.core._process.holder import is_holder_field, read_holder
-from django_rlock.core._protocol.deadlocks import MAX_CYCLE, Edge, edge_key, wait_name
-from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.names import LockKeys, check_name
-from django_rlock.core._protocol.unavailable import reported_unavailable
-from django_rlock.core._sync.client import LockClient
+from django_rlock.core import LockClient
+from django_rlock.core._faces import (
+    MAX_CYCLE,
+    REDISSON,
+    Edge,
+    LockKeys,
+    check_name,
+    edge_key,
+    is_holder_field,
+    read_holder,
+    reported_unavailable,
+    wait_name,
+)
 
 #: How many keys each SCAN step asks for (as ``rlock list`` does).
 _SCAN_BATCH = 1000

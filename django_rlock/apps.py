@@ -22,4 +22,4 @@ class DjangoRlockConfig(AppConfig):
             # end their holds, whether or not celery_rlock is imported.
             from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
 
-            _celery.wire()
+            _celery.wire_task_runs()

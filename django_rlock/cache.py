@@ -49,14 +49,14 @@ from django.dispatch import receiver
 
 from django_rlock import _conf as conf
 from django_rlock._cache_lock import CacheLock
-from django_rlock.core._process import forking
-from django_rlock.core._protocol.names import (
+from django_rlock.core import LockClient
+from django_rlock.core._faces import (
     check_key_prefix,
     check_lease,
     check_name,
     check_timeout,
+    forking,
 )
-from django_rlock.core._sync.client import LockClient
 from django_rlock.core.defaults import DEFAULT_DEADLOCK_TIMEOUT
 from django_rlock.exceptions import LockSettingError
 

@@ -116,8 +116,7 @@ from django_rlock._handler import locks
 from django_rlock._handles import LockInfo
 from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.base import BaseLockBackend
-from django_rlock.core._process.lockorder import lock_order
-from django_rlock.core._protocol.ratelimit import LimiterState
+from django_rlock.core._faces import LimiterState, lock_order
 from django_rlock.core.exceptions import LockNotOwnedError, LockTimeout
 
 try:

@@ -54,8 +54,8 @@ DOCUMENTED: dict[str, list[str]] = {
     ],
     "django_rlock.cache": ["RedisCache", "check_lock_cache", "lock_client_for"],
     "django_rlock.backends.base": [
-        "AsyncLock", "AsyncReadWriteLock", "BaseLockBackend", "InvalidLockBackendError",
-        "LockInfo", "display_owner",
+        "AsyncLimiter", "AsyncLock", "AsyncReadWriteLock", "BaseLockBackend",
+        "InvalidLockBackendError", "LimiterState", "LockInfo", "display_owner",
     ],
     "django_rlock.backends.redis": ["RedisLockBackend"],
     "django_rlock.backends.embedded": [
@@ -300,3 +300,34 @@ def test_every_class_a_client_returns_is_importable_from_a_documented_module(cli
         if id(cls) not in exported and method not in FRIEND_METHODS
     }
     assert hidden == {}
+
+
+def _documented_classes() -> list[type]:
+    return [
+        value
+        for module, names in DOCUMENTED.items()
+        for name in names
+        if inspect.isclass(value := getattr(importlib.import_module(module), name))
+    ]
+
+
+def test_every_class_the_django_face_hands_out_is_or_extends_a_documented_one() -> None:
+    # What locks[alias].<method>() and rlock()/semaphore()/leader() return may be an
+    # internal subclass (AliasLock), but a user annotates it with a documented
+    # class (RLock), and a custom backend imports what its methods return.
+    from django_rlock.backends.base import BaseLockBackend  # noqa: PLC0415 -- needs Django
+
+    documented = _documented_classes()
+    returned = _returned_classes(BaseLockBackend)
+    for name in ("rlock", "semaphore", "leader"):
+        hint = typing.get_type_hints(getattr(django_rlock, name)).get("return")
+        returned.update({name: hint} if inspect.isclass(hint) else {})
+    assert {"BaseLockBackend.read_write_lock", "leader", "BaseLockBackend.rate_limiter"} <= set(
+        returned
+    )
+    undocumented = {
+        method: f"{cls.__module__}.{cls.__qualname__}"
+        for method, cls in returned.items()
+        if not any(base in cls.__mro__ for base in documented)
+    }
+    assert undocumented == {}

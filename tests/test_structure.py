@@ -3,6 +3,10 @@ and no module reaches into another module's private state.
 
     celery_rlock -> django_rlock -> django_rlock.core
 
+Each arrow passes through one door: a face takes the engine's internals only
+from ``django_rlock.core._faces``, and ``celery_rlock`` takes the Django
+face's only from ``django_rlock._celeryface`` (beside the public modules).
+
 The graph is read from the source with :mod:`ast`, so it sees every import:
 at module level, inside functions (deferred), and under ``TYPE_CHECKING``
 (for types only, never run). Cycles are looked for among all of them: a
@@ -134,7 +138,9 @@ def test_the_graph_is_read() -> None:
     edges = {(found.module, found.target) for found in IMPORTS}
     assert ("celery_rlock._task", "celery_rlock._worker") in edges
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
-    assert ("celery_rlock._decorators", "django_rlock._decorators") in edges
+    assert ("celery_rlock._decorators", "django_rlock._celeryface") in edges
+    assert ("django_rlock._celeryface", "django_rlock._decorators") in edges
+    assert ("django_rlock._aliaslocks", "django_rlock.core._faces") in edges
     assert ("django_rlock._aliaslocks", "django_rlock._handles") in edges  # type-only
     assert len(MODULES) > 40
 
@@ -172,6 +178,82 @@ def test_the_django_face_never_imports_the_celery_face() -> None:
         and _layer_of(found.target) == "celery_rlock"
     ]
     assert wrong == []
+
+
+#: The engine's modules a face may import: its public ones, and its one door for
+#: the faces (grouped re-exports of the internals they borrow).
+ENGINE_PUBLIC = (
+    "django_rlock.core",
+    "django_rlock.core.aio",
+    "django_rlock.core.exceptions",
+    "django_rlock.core.defaults",
+)
+ENGINE_DOOR = "django_rlock.core._faces"
+#: The Django face's one door for the Celery face.
+DJANGO_DOOR = "django_rlock._celeryface"
+
+
+def _internal(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+def test_the_faces_reach_the_engine_only_through_its_public_modules_and_one_door() -> None:
+    # Every import counts, type-only and deferred too: a move inside the engine
+    # then changes _faces.py's import lines, never a face module.
+    faces = [module for module in MODULES if _layer_of(module) != "django_rlock.core"]
+    assert len(faces) > 30
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in faces
+        and _layer_of(found.target) == "django_rlock.core"
+        and found.target not in (*ENGINE_PUBLIC, ENGINE_DOOR)
+    ]
+    assert wrong == [], f"import it from a public module of the engine, or from {ENGINE_DOOR}"
+
+
+def test_celery_rlock_reaches_the_django_face_only_through_its_public_modules_and_one_door() -> (
+    None
+):
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if _layer_of(found.module) == "celery_rlock"
+        and _layer_of(found.target) == "django_rlock"
+        and _internal(found.target)
+        and found.target != DJANGO_DOOR
+    ]
+    assert wrong == [], f"import it from a public module of django_rlock, or from {DJANGO_DOOR}"
+
+
+def _borrowed(door: str) -> set[str]:
+    """The names the other modules import from ``door``."""
+    names: set[str] = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == door and module != door:
+                names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("door", [ENGINE_DOOR, DJANGO_DOOR])
+def test_a_door_is_a_list_of_imports_each_used(door: str) -> None:
+    # Re-exports only, so the door holds no logic of its own and a move inside
+    # a layer is an import line here; and none stale.
+    tree = ast.parse(MODULES[door].read_text())
+    statements = tree.body[1:] if ast.get_docstring(tree) else tree.body
+    assert [ast.unparse(node) for node in statements if not isinstance(node, ast.ImportFrom)] == []
+    imports = [node for node in statements if isinstance(node, ast.ImportFrom)]
+    offered = {alias.name for node in imports for alias in node.names}
+    assert len(offered) > 5
+    assert sorted(offered - _borrowed(door)) == [], "no module of ours uses these: drop them"
+    layer = "django_rlock.core" if door == ENGINE_DOOR else "django_rlock"
+    foreign = [
+        _where(found)
+        for found in IMPORTS
+        if found.module == door and _layer_of(found.target) != layer
+    ]
+    assert foreign == [], "a door re-exports its own layer's names only"
 
 
 def test_every_deferred_import_is_listed_with_its_reason() -> None:

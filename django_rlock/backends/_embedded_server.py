@@ -57,7 +57,7 @@ from typing import Any
 
 import redis
 
-from django_rlock.core._process import forking
+from django_rlock.core._faces import forking
 
 #: Seconds a new server has to answer PING (a big database file loads slowly).
 START_TIMEOUT = 30.0

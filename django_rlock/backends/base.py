@@ -22,16 +22,16 @@ from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo, displ
 from django_rlock._holdtimes import HoldTimes
 from django_rlock._reporting import Reporter
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock.core._process import forking
-from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.ratelimit import LimiterState
+from django_rlock.core._faces import LimiterState, LockOptions, forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 
 __all__ = [
+    "AsyncLimiter",
     "AsyncLock",
     "AsyncReadWriteLock",
     "BaseLockBackend",
     "InvalidLockBackendError",
+    "LimiterState",
     "LockInfo",
     "display_owner",
 ]

@@ -40,8 +40,8 @@ import redis.asyncio
 
 from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.connection import connection_options
+from django_rlock.core import LockClient
+from django_rlock.core._faces import connection_options
 from django_rlock.exceptions import LockSettingError
 
 __all__ = ["EmbeddedRedisLockBackend", "EmbeddedServerError", "default_location"]

@@ -36,7 +36,7 @@ from typing import Any
 from django_rlock._loopclients import LoopClients
 from django_rlock.backends._embedded_server import EmbeddedServer
 from django_rlock.backends.embedded import EmbeddedRedisLockBackend
-from django_rlock.core._process import forking
+from django_rlock.core._faces import forking
 from django_rlock.exceptions import LockSettingError
 
 __all__ = ["LocMemLockBackend"]

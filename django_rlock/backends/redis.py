@@ -57,31 +57,33 @@ from django_rlock.backends.base import (
     display_owner,
 )
 from django_rlock.cache import check_lock_cache, lock_client_for
-from django_rlock.core._process.holder import (
-    HOLDER_FIELD,
-    SINCE_FIELD,
-    is_holder_field,
-    read_hold,
-    read_holder,
-)
-from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions
-from django_rlock.core._protocol.names import LockKeys, check_name, escape
-from django_rlock.core._protocol.ratelimit import LimiterState
-from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
-from django_rlock.core._protocol.unavailable import reported_unavailable
-from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.connection import (
+from django_rlock.core import LockClient
+from django_rlock.core._faces import (
     CLUSTER_SCHEMES,
+    HOLDER_FIELD,
+    REDISSON,
     SENTINEL_SCHEMES,
+    SINCE_FIELD,
+    TOKEN_FIELD,
+    LimiterState,
+    LockKeys,
+    LockOptions,
     RedisClient,
+    check_name,
+    check_redisson_name,
     check_url,
     connection_options,
     derive_client,
+    escape,
     from_url,
+    is_holder_field,
+    read_hold,
+    read_holder,
+    read_limiter_state,
     redact_url,
+    redisson_keys,
+    reported_unavailable,
 )
-from django_rlock.core._sync.ratelimiter import read_limiter_state
 from django_rlock.core.aio import AsyncLockClient
 from django_rlock.exceptions import LockSettingError
 

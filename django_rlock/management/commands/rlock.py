@@ -33,7 +33,7 @@ from django_rlock._handler import locks
 from django_rlock._waitgraph import Waits, read_waits
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.backends.redis import RedisLockBackend
-from django_rlock.core._protocol.ratelimit import LimiterState
+from django_rlock.core._faces import LimiterState
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.exceptions import LockSettingError, LockUnavailableError
 
