@@ -1,0 +1,136 @@
+"""AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.locks.FairLock`.
+
+Same scripts, keys and queue: sync and async callers of one fair lock name
+wait in one queue, in arrival order. The owner is the current task::
+
+    client = AsyncLockClient("redis://127.0.0.1:6379/0")
+    async with client.fair_lock("report:42") as lock:
+        await build(report, fence=lock.token)
+
+A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
+as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
+:class:`~django_rlock.core._aio.locks.AsyncRLock` does.
+"""
+
+
+class AsyncFairLock(FairBase, AsyncRLock):
+    """An asyncio lock granted in arrival order; see :meth:`AsyncLockClient.fair_lock`."""
+
+    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
+        super().__init__(client, name, **options)
+        self._fair_setup()
+
+    def __repr__(self) -> str:
+        return f"<AsyncFairLock {self.name!r}>"
+
+    async def __aenter__(self) -> Self:
+        return await super().__aenter__()
+
+    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> AsyncShell:
+        # The caller queues: every attempt of a blocking call carries its queue id.
+        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
+        return _AsyncFairWaiting(self, owner, lease, plan, queue_id)
+
+    async def _queued_attempt(
+        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
+    ) -> float | None:
+        """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
+        return await self._attempt(owner, lease, queue_id, sleep, started)
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
+
+    def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
+        """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
+        if not self._take_handoff(waiting, subscription):
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            self._lost_tasks.pop(task, None)
+        return True
+
+    def _leave_queue(self, queue_id: str, *, abandon: bool, owner: str) -> None:
+        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves.
+
+        The abandon is sent after ``owner``'s cancelled attempt, if any (see
+        :meth:`AsyncLockClient.finish_for`): one that overtook it would leave
+        the queue entry that attempt then makes, a dead head for its lifetime.
+        """
+        self._end_waiting(queue_id)
+        if abandon:
+            self.client.finish_for(owner, self._abandon(queue_id))
+
+
+class _AsyncFairWaiting:
+    """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
+
+    def __init__(
+        self,
+        lock: AsyncFairLock,
+        owner: str,
+        lease: float | None,
+        plan: AcquirePlan,
+        queue_id: str,
+    ) -> None:
+        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.queue_id = queue_id
+        self.subscription: _AsyncHandoffSubscription | None = None
+        #: An attempt that may have queued the caller was sent, and no grant came back.
+        self.queued = False
+        #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
+        self.sent_at = plan.started
+        # Made by the first deadlock check (most calls never wait that long).
+        self.detector: Detector | None = None
+
+    def check_deadlock(self) -> Awaitable[None]:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
+        return self.lock._check_deadlock(detector, self.plan.started)
+
+    async def attempt(self, waiter: bool, sleep: float) -> float | None:
+        self.queued = self.queued or bool(self.queue_id)
+        self.sent_at = clock.monotonic()
+        wait = await self.lock._queued_attempt(
+            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
+        )
+        if wait is None:
+            self.queued = False
+        return wait
+
+    def listen(self) -> None:
+        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel, self.queue_id)
+        self.subscription = _AsyncHandoffSubscription(self, subscription)
+
+    def close(self, *, registered: bool) -> None:
+        if self.subscription is not None:
+            self.lock.client.listener.unsubscribe(self.subscription.inner)
+        if self.detector is not None and self.detector.written:
+            # As the plain lock's shell: the owner's next call waits for it.
+            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+        abandon = self.queued or (registered and bool(self.queue_id))
+        self.lock._leave_queue(self.queue_id, abandon=abandon, owner=self.owner)
+
+
+class _AsyncHandoffSubscription:
+    """The asyncio twin of ``_HandoffSubscription``: a handoff ends the plan granted.
+
+    Nothing awaits between taking the handoff and the plan's end, so a
+    cancellation either comes before (the caller never counted the grant, and
+    FAIR_ABANDON gives it back) or after (the caller holds the lock).
+    """
+
+    def __init__(self, shell: _AsyncFairWaiting, subscription: AsyncSubscription) -> None:
+        self.shell, self.inner = shell, subscription
+        self.waiter_id = subscription.waiter_id
+
+    async def wait_subscribed(self, timeout: float) -> bool:
+        return await self.inner.wait_subscribed(timeout)
+
+    def mark(self) -> int:
+        return self.inner.mark()
+
+    async def wait(self, since: int, timeout: float) -> object:
+        woken = await self.inner.wait(since, timeout)
+        shell = self.shell
+        return HANDED if shell.lock._handed(shell, self.inner) else woken
