@@ -83,9 +83,8 @@ from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._reporting import reporter_of
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.names import escape
-from django_rlock.core._protocol.semaphore import permit_prefix
+from django_rlock.core._protocol.semaphore import SemaphoreBase, permit_prefix
 from django_rlock.core._protocol.unavailable import UNREACHABLE
-from django_rlock.core._sync.locks import SemaphoreBase
 
 if TYPE_CHECKING:
     import redis

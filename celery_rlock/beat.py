@@ -61,9 +61,10 @@ from redis.exceptions import RedisError
 from celery_rlock._conf import BeatSettings, ConfigurationError, get_lock
 from django_rlock.core._process.holder import holder_line
 from django_rlock.core._process.identity import thread_owner
+from django_rlock.core._protocol.leader import Term
 from django_rlock.core._protocol.names import milliseconds
 from django_rlock.core._protocol.unavailable import reported_unavailable
-from django_rlock.core._sync.leader import Leadership, Term
+from django_rlock.core._sync.leader import Leadership
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS, renewal_interval
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 

@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING, Unpack
 from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncFairLock, AsyncReadLock, AsyncWriteLock
+from django_rlock.core._aio.fairlock import AsyncFairLock
+from django_rlock.core._aio.rwlock import AsyncReadLock, AsyncWriteLock
 from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
+from django_rlock.core._protocol.rwlock import ReadWriteBase, RWKeys, RWScripts
 from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import FairLock, ReadLock, ReadWriteBase, WriteLock
+from django_rlock.core._sync.fairlock import FairLock
+from django_rlock.core._sync.rwlock import ReadLock, WriteLock
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock
@@ -117,7 +119,7 @@ class AliasWriteLock(_AliasSide, WriteLock):
 class AliasReadWriteLock(ReadWriteBase):
     """Many readers or one writer, of one ``RLOCKS`` alias: ``.read`` and ``.write``.
 
-    The engine's :class:`~django_rlock.core._sync.locks.ReadWriteLock`, its two
+    The engine's :class:`~django_rlock.core._sync.rwlock.ReadWriteLock`, its two
     sides alias-attached (see the module). One object may be shared by many
     threads, each its own owner.
     """

@@ -28,10 +28,10 @@ from django_rlock._aliaslocks import (
     AsyncWithTwin,
 )
 from django_rlock.core._aio.client import AsyncLockClient
-from django_rlock.core._aio.locks import AsyncSemaphore
+from django_rlock.core._aio.semaphore import AsyncSemaphore
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.locks import Semaphore
+from django_rlock.core._sync.semaphore import Semaphore
 
 if TYPE_CHECKING:
     from django_rlock._handles import AsyncLock

@@ -16,18 +16,15 @@ names, identity, forking, clock...) are the engine's internals: importable, and
 used by the Django and Celery faces, but not a contract.
 """
 
+from django_rlock.core._protocol.leader import Term
 from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.leader import Leadership, Term
-from django_rlock.core._sync.locks import (
-    FairLock,
-    ReadLock,
-    ReadWriteLock,
-    RLock,
-    Semaphore,
-    WriteLock,
-)
+from django_rlock.core._sync.fairlock import FairLock
+from django_rlock.core._sync.leader import Leadership
+from django_rlock.core._sync.locks import RLock
 from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core._sync.ratelimiter import RateLimiter
+from django_rlock.core._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
+from django_rlock.core._sync.semaphore import Semaphore
 from django_rlock.core.exceptions import (
     DeadlockError,
     InvalidLockNameError,

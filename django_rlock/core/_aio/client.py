@@ -25,15 +25,13 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from django_rlock.core._aio.connection import connect_async, sync_twin
+from django_rlock.core._aio.fairlock import AsyncFairLock
 from django_rlock.core._aio.leader import AsyncLeadership
-from django_rlock.core._aio.locks import (
-    AsyncFairLock,
-    AsyncReadWriteLock,
-    AsyncRLock,
-    AsyncSemaphore,
-)
+from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
+from django_rlock.core._aio.rwlock import AsyncReadWriteLock
+from django_rlock.core._aio.semaphore import AsyncSemaphore
 from django_rlock.core._aio.waiting import AsyncReleaseListener
 from django_rlock.core._aio.wire import Flight, Wire
 from django_rlock.core._protocol.calls import ScriptCall

@@ -1,4 +1,4 @@
-"""AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.locks.FairLock`.
+"""AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.fairlock.FairLock`.
 
 Same scripts, keys and queue: sync and async callers of one fair lock name
 wait in one queue, in arrival order. The owner is the current task::
@@ -11,6 +11,20 @@ A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
 as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
 :class:`~django_rlock.core._aio.locks.AsyncRLock` does.
 """
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Self, Unpack
+
+from django_rlock.core._aio.locks import AsyncRLock, AsyncShell, Client
+from django_rlock.core._aio.waiting import AsyncSubscription
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.deadlocks import Detector
+from django_rlock.core._protocol.fairlock import FairBase, FairScripts, sleep_cap
+from django_rlock.core._protocol.lock import KindScripts, LockOptions, LockScripts
+from django_rlock.core._protocol.plan import HANDED, AcquirePlan
 
 
 class AsyncFairLock(FairBase, AsyncRLock):

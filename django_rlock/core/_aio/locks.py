@@ -1,7 +1,9 @@
-"""The asyncio engine's locks: AsyncRLock, AsyncFairLock, AsyncReadWriteLock, AsyncSemaphore.
+"""The asyncio engine's plain lock, AsyncRLock, which the other kinds' shells extend.
 
-The twins of ``_sync/locks.py``, kind by kind, over the same protocol
-(``_protocol/``): the same calls, awaited, with the current task as the owner.
+The twin of ``_sync/locks.py``, over the same protocol (``_protocol/``): the
+same calls, awaited, with the current task as the owner. The other kinds'
+shells are in the modules named as their threaded twins (``_aio/fairlock.py``,
+``rwlock.py``, ``semaphore.py``, ``redisson.py``).
 
 AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
 
@@ -58,31 +60,18 @@ from django_rlock.core._protocol.deadlocks import (
     Wait,
     deadlock_error,
 )
-from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockBase,
     LockEngine,
     LockOptions,
     LockScripts,
     ScriptRegistry,
     WaitingShell,
 )
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive_async
-from django_rlock.core._protocol.rwlock import RWScripts
-from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
-from django_rlock.core._sync.locks import (
-    FairBase,
-    ReadSide,
-    ReadWriteBase,
-    SemaphoreBase,
-    WriteSide,
-    available_reply,
-    first_return_reply,
-    sleep_cap,
-)
 from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError, LockUnavailableError
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""AsyncReadWriteLock: the asyncio twin of :class:`django_rlock.core._sync.locks.ReadWriteLock`.
+"""AsyncReadWriteLock: the asyncio twin of :class:`django_rlock.core._sync.rwlock.ReadWriteLock`.
 
 Same scripts, keys and calls as the sync one (sync and async owners exclude
 each other on the same name); the owner is the current asyncio task::
@@ -12,6 +12,16 @@ each other on the same name); the owner is the current asyncio task::
 Cancellation is as safe as :class:`~django_rlock.core.aio.AsyncRLock`'s: both
 sides inherit its shielded calls.
 """
+
+from __future__ import annotations
+
+from typing import Unpack
+
+from django_rlock.core._aio.locks import AsyncRLock, Client
+from django_rlock.core._process.identity import task_owner
+from django_rlock.core._protocol.calls import hold_count_reply, ttl_reply
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.rwlock import ReadSide, ReadWriteBase, RWScripts, WriteSide
 
 
 class AsyncWriteLock(WriteSide, AsyncRLock):

@@ -1,4 +1,4 @@
-"""AsyncSemaphore: the asyncio twin of :class:`django_rlock.core._sync.locks.Semaphore`.
+"""AsyncSemaphore: the asyncio twin of :class:`django_rlock.core._sync.semaphore.Semaphore`.
 
 Same scripts and keys: sync and async owners share the permits of one name.
 The owner is the current asyncio task; cancellation is as safe as for
@@ -9,6 +9,22 @@ was cancelled is given back; a cancelled release still completes)::
     async with client.semaphore("partner-api:tenant-7", permits=3):
         await call_partner()
 """
+
+from __future__ import annotations
+
+from typing import Any, Self, Unpack
+
+from django_rlock.core._aio.locks import AsyncRLock, Client
+from django_rlock.core._process.identity import task_owner
+from django_rlock.core._protocol.calls import hold_count_reply
+from django_rlock.core._protocol.lock import KindScripts, LockOptions
+from django_rlock.core._protocol.semaphore import (
+    SemaphoreBase,
+    SemaphoreScripts,
+    available_reply,
+    first_return_reply,
+    permit_key,
+)
 
 
 class AsyncSemaphore(SemaphoreBase, AsyncRLock):

@@ -135,7 +135,7 @@ def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
     """The owner's hold on ``key`` now expires ``seconds`` from the call (scripts.RENEW, exact).
 
     ``key`` and ``fence`` are the lock's
-    :meth:`~django_rlock.core._protocol.lock.LockBase.hold_keys`.
+    :meth:`~django_rlock.core._protocol.lockbase.LockBase.hold_keys`.
     """
     return ScriptCall(keys=[key, fence], args=[milliseconds(seconds), 1, owner])
 

@@ -51,15 +51,20 @@ the keys whose place differs between its scripts as ``KEYS[$queue]``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from string import Template
+from typing import Any, Protocol
 
+from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
     abandon_call,
     counter_acquire_keys,
     counter_release_keys,
 )
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.channels import CarriesHandoff
+from django_rlock.core._protocol.lock import KindScripts, MakeScript, ScriptSet, handoff_min_life
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     CONFIRM_HANDOFF,
     CURRENT_TOKEN,
@@ -73,6 +78,7 @@ from django_rlock.core._protocol.lua import (
     report_or_reenter,
 )
 from django_rlock.core._protocol.names import LockKeys, milliseconds
+from django_rlock.core._protocol.plan import AcquirePlan
 
 #: How long a queue entry outlives the sleep its waiter announced, in ms: the
 #: waiter's own delay between waking and its next attempt (as scripts.ACQUIRE's).

@@ -1,5 +1,15 @@
 """A leader's term: what both engines' elections share, without I/O."""
 
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from django_rlock.core.exceptions import LockTimeout
+
+logger = logging.getLogger("django_rlock.lock")
+
 
 #: The ``role`` an election's lock describes its holder with (see
 #: :mod:`~django_rlock.core._process.holder`).

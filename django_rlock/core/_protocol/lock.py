@@ -49,37 +49,19 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from string import Template
 from typing import (
     TYPE_CHECKING,
     Any,
-    ClassVar,
     NamedTuple,
-    NoReturn,
     Protocol,
     TypedDict,
     TypeVar,
-    Unpack,
 )
 
 import redis.exceptions as redis_errors
-from redis.exceptions import OutOfMemoryError
 
-from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import busy_reason, describe
-from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.calls import (
-    Grant,
-    ScriptCall,
-    abandon_call,
-    acquire_call,
-    acquire_reply,
-    force_release_call,
-    release_call,
-)
-from django_rlock.core._protocol.layouts import RLOCK, refusal
 from django_rlock.core._protocol.lua import (
     REQUEST_LATCH_MS,
     STARVING_AFTER_MS,
@@ -87,27 +69,10 @@ from django_rlock.core._protocol.lua import (
     register_waiter,
     release_and_hand_over,
 )
-from django_rlock.core._protocol.names import (
-    LockKeys,
-    check_lease,
-    check_max_hold,
-    check_timeout,
-    milliseconds,
-)
-from django_rlock.core._protocol.plan import AcquirePlan
-from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
-from django_rlock.core.exceptions import (
-    DeadlockError,
-    LockError,
-    LockLostError,
-    LockNotOwnedError,
-    LockOutOfMemoryError,
-    LockTimeout,
-)
 
 if TYPE_CHECKING:
-    from django_rlock.core._protocol.holds import Hold, HoldRegistry
+    from django_rlock.core._protocol.holds import HoldRegistry
 
 
 #: Seconds a plain lock's waiter waits before it is *starving*: the holder's

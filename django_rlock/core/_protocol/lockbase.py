@@ -1,5 +1,58 @@
 """LockBase: the bookkeeping every kind's shells share, in both engines, without I/O."""
 
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, NoReturn, Unpack
+
+from redis.exceptions import OutOfMemoryError
+
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import busy_reason, describe
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.calls import (
+    Grant,
+    ScriptCall,
+    abandon_call,
+    acquire_call,
+    acquire_reply,
+    force_release_call,
+    release_call,
+)
+from django_rlock.core._protocol.holds import Hold, HoldRegistry
+from django_rlock.core._protocol.layouts import RLOCK, refusal
+from django_rlock.core._protocol.lock import (
+    UNANSWERED,
+    KindScripts,
+    LockEngine,
+    LockOptions,
+    check_blocking,
+    gave_up_after,
+    handoff_min_life,
+    request_id,
+)
+from django_rlock.core._protocol.names import (
+    LockKeys,
+    check_lease,
+    check_max_hold,
+    check_timeout,
+    milliseconds,
+)
+from django_rlock.core._protocol.plan import AcquirePlan
+from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core.exceptions import (
+    DeadlockError,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockOutOfMemoryError,
+    LockTimeout,
+)
+
+logger = logging.getLogger("django_rlock.lock")
+
 
 #: Below this much of a lease hold's life left (seconds), a re-entry asks for
 #: the watchdog's life instead of the rest of the lease (see _granted_lease).

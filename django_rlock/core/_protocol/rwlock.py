@@ -54,9 +54,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from string import Template
+from typing import Any, Unpack
 
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
 from django_rlock.core._protocol.calls import ScriptCall, acquire_args, attempt_args
-from django_rlock.core._protocol.lock import ABANDON, FORCE_RELEASE, MakeScript, ScriptSet
+from django_rlock.core._protocol.deadlocks import READ, WRITE, Wait
+from django_rlock.core._protocol.lock import (
+    ABANDON,
+    FORCE_RELEASE,
+    KindScripts,
+    LockOptions,
+    MakeScript,
+    ScriptSet,
+)
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
     LEAVE_WAITING_SET,
@@ -71,6 +83,7 @@ from django_rlock.core._protocol.lua import (
     wake_after_release,
 )
 from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core.exceptions import LockUpgradeError
 
 #: What WRITE_ACQUIRE answers an owner that holds a read but not the write.
 UPGRADE_REFUSED = "upgrade"

@@ -35,10 +35,16 @@ latch="5")``) and the semaphore's own pieces, written the same way: a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from string import Template
+from typing import Any, Unpack
 
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
 from django_rlock.core._protocol.calls import ScriptCall, attempt_args
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.deadlocks import SEMAPHORE, Wait
+from django_rlock.core._protocol.lock import LockOptions, MakeScript, ScriptSet, gave_up_after
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     LEAVE_WAITING_SET,
     NOW_MS_LUA,
@@ -49,6 +55,7 @@ from django_rlock.core._protocol.lua import (
     release_hold,
 )
 from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core.exceptions import LockLostError, LockTimeout
 
 
 def check_permits(permits: object) -> int:

@@ -27,6 +27,19 @@ fixed lease, or whose last attempt is so old that the watchdog might not renew
 the grant before that deadline, confirms it with one acquire call instead.
 """
 
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Unpack
+
+from django_rlock.core._protocol import clock
+from django_rlock.core._protocol.deadlocks import Detector
+from django_rlock.core._protocol.fairlock import FairBase, FairScripts, sleep_cap
+from django_rlock.core._protocol.lock import KindScripts, LockOptions, LockScripts
+from django_rlock.core._protocol.plan import HANDED, AcquirePlan
+from django_rlock.core._sync.locks import Client, RLock, SyncShell
+from django_rlock.core._sync.waiting import Waiting
+
 
 class FairLock(FairBase, RLock):
     """A reentrant lock granted in arrival order; get one from :meth:`LockClient.fair_lock`."""

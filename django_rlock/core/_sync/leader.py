@@ -50,8 +50,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from django_rlock.core._process.holder import holder_details
+from django_rlock.core._protocol.leader import LEADER_ROLE, Term, not_elected
 from django_rlock.core._protocol.names import check_name, check_timeout
-from django_rlock.core.exceptions import LockLostError, LockTimeout
+from django_rlock.core.exceptions import LockLostError
 
 if TYPE_CHECKING:
     from django_rlock.core._sync.locks import RLock

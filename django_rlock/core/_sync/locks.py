@@ -1,10 +1,12 @@
-"""The threaded engine's locks: RLock, FairLock, ReadWriteLock and Semaphore.
+"""The threaded engine's plain lock, RLock, which the other kinds' shells extend.
 
-Each is a thin shell: it builds its calls with its kind's protocol
-(``_protocol/lock.py``, ``fairlock.py``, ``rwlock.py``, ``semaphore.py``),
-sends them on the client's connection, and drives the acquire plan
-(``_protocol/plan.py``) with blocking waits. Their asyncio twins, with the
-same structure, are in ``_aio/locks.py``.
+Each kind's shell is thin: it builds its calls with its kind's protocol
+(``_protocol/lock.py`` and ``lockbase.py``; ``fairlock.py``, ``rwlock.py``,
+``semaphore.py``), sends them on the client's connection, and drives the
+acquire plan (``_protocol/plan.py``) with blocking waits. The other kinds'
+shells are in the modules of the same names here (``_sync/fairlock.py``,
+``rwlock.py``, ``semaphore.py``, ``redisson.py``); their asyncio twins, with
+the same file names, are in ``_aio/``.
 
 RLock: Redisson's reentrant lock, in Python.
 
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
@@ -64,22 +66,11 @@ from django_rlock.core._protocol.calls import (
 )
 from django_rlock.core._protocol.deadlocks import (
     LOCK,
-    READ,
-    SEMAPHORE,
-    WRITE,
     Cycle,
     DeadlockScripts,
     Detector,
     Wait,
     deadlock_error,
-)
-from django_rlock.core._protocol.fairlock import (
-    FairKeys,
-    FairScripts,
-    fair_abandon_call,
-    fair_acquire_call,
-    fair_keys,
-    fair_release_call,
 )
 from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
@@ -87,55 +78,22 @@ from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockBase,
     LockEngine,
     LockOptions,
     LockScripts,
     ScriptRegistry,
     WaitingShell,
-    gave_up_after,
-    handoff_min_life,
 )
-from django_rlock.core._protocol.names import (
-    LockKeys,
-    milliseconds,
-)
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
 from django_rlock.core._protocol.resp import Template
-from django_rlock.core._protocol.rwlock import (
-    UPGRADE_REFUSED,
-    RWKeys,
-    RWScripts,
-    read_acquire_call,
-    read_force_release_call,
-    read_release_call,
-    readers_call,
-    rw_abandon_call,
-    write_acquire_call,
-    write_force_release_call,
-    write_release_call,
-)
-from django_rlock.core._protocol.semaphore import (
-    SemaphoreScripts,
-    check_permits,
-    permit_key,
-    semaphore_abandon_call,
-    semaphore_acquire_call,
-    semaphore_force_release_call,
-    semaphore_keys,
-    semaphore_release_call,
-    semaphore_state_call,
-)
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
-    LockLostError,
-    LockTimeout,
     LockUnavailableError,
-    LockUpgradeError,
 )
 
 if TYPE_CHECKING:
@@ -145,9 +103,7 @@ if TYPE_CHECKING:
     import redis
     from redis import Redis
 
-    from django_rlock.core._protocol.channels import CarriesHandoff
     from django_rlock.core._protocol.holds import Hold
-    from django_rlock.core._protocol.names import LockKeys
     from django_rlock.core._sync.waiting import Listener, Waiting
 
 logger = logging.getLogger("django_rlock.lock")

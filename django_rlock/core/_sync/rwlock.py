@@ -18,6 +18,15 @@ fencing token (strictly increasing, as a lock's); read holds carry token 0.
 The keys, scripts and wake-up rules are in :mod:`django_rlock.core._protocol.rwlock`.
 """
 
+from __future__ import annotations
+
+from typing import Unpack
+
+from django_rlock.core._protocol.calls import hold_count_reply, ttl_reply
+from django_rlock.core._protocol.lock import LockOptions
+from django_rlock.core._protocol.rwlock import ReadSide, ReadWriteBase, RWScripts, WriteSide
+from django_rlock.core._sync.locks import Client, RLock
+
 
 class WriteLock(WriteSide, RLock):
     """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.

@@ -27,6 +27,21 @@ Every call counts against the ``permits`` of the object it is made on: use one
 number per name (objects with different numbers each stop at their own).
 """
 
+from __future__ import annotations
+
+from typing import Any, Unpack
+
+from django_rlock.core._protocol.calls import hold_count_reply
+from django_rlock.core._protocol.lock import KindScripts, LockOptions
+from django_rlock.core._protocol.semaphore import (
+    SemaphoreBase,
+    SemaphoreScripts,
+    available_reply,
+    first_return_reply,
+    permit_key,
+)
+from django_rlock.core._sync.locks import Client, RLock
+
 
 class Semaphore(SemaphoreBase, RLock):
     """A distributed semaphore with watchdog permits; get one from :meth:`LockClient.semaphore`.
