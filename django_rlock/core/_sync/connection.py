@@ -138,14 +138,8 @@ def _numeric(annotation: object) -> bool:
     return bool(_NUMERIC.fullmatch(text))
 
 
-def _requires_command_name() -> bool:
-    parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"]
-    return parameter.default is inspect.Parameter.empty
 
 
-#: What ``pool.get_connection()`` is called with: redis-py before 5.3 requires a
-#: command name (it ignores it); later ones deprecate passing one.
-GET_CONNECTION_ARGS: tuple[str, ...] = ("PING",) if _requires_command_name() else ()
 
 
 def check_url(url: str) -> None:
@@ -217,19 +211,6 @@ def _cluster_from_url(url: str, options: dict[str, Any]) -> RedisCluster:
     return RedisCluster(startup_nodes=seeds, **{**parsed, **options})
 
 
-def redact_url(url: str) -> str:
-    """``url`` fit for messages and logs: no user, no password (also not in the query)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = "&".join(
-        f"{key}=***" if "password" in key.lower() or key.lower() == "username" else item
-        for item in parts.query.split("&")
-        if item
-        for key in [item.partition("=")[0]]
-    )
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:
