@@ -64,6 +64,7 @@ from django_rlock.core._process.holder import (
     read_hold,
     read_holder,
 )
+from django_rlock.core._protocol.connections import redact_url
 from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
@@ -79,7 +80,6 @@ from django_rlock.core._sync.connection import (
     connection_options,
     derive_client,
     from_url,
-    redact_url,
 )
 from django_rlock.core._sync.ratelimiter import read_limiter_state
 from django_rlock.core.aio import AsyncLockClient

@@ -15,7 +15,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from django_rlock.core._sync.connection import redact_url
+from django_rlock.core._protocol.connections import redact_url
 
 _SYNC_CONNECTION_CLASSES: dict[str, type[Any]] = {
     "Connection": redis.Connection,

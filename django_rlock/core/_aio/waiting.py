@@ -28,15 +28,16 @@ import redis.asyncio
 
 from django_rlock.core._aio.connection import derive_async_pool
 from django_rlock.core._protocol.channels import (
+    RECONNECT_BACKOFF,
     Channel,
     ChannelTable,
     ReadError,
     WakeCount,
     listen_channels,
+    log_refusal,
     new_wake_name,
 )
-from django_rlock.core._sync.connection import GET_CONNECTION_ARGS
-from django_rlock.core._sync.waiting import RECONNECT_BACKOFF, log_refusal
+from django_rlock.core._protocol.connections import GET_CONNECTION_ARGS
 
 logger = logging.getLogger("django_rlock.waiting")
 

@@ -47,6 +47,7 @@ and a waiter that joins it subscribes anew.
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -316,6 +317,9 @@ class ChannelTable(Generic[W]):
     def _drop_if_idle(self, channel: Channel[W]) -> None:
         if not channel.subscriptions and channel.settled:
             self.channels.pop(channel.name, None)
+
+
+logger = logging.getLogger("django_rlock.waiting")
 
 
 #: Seconds between reconnect attempts of a listener (the last one repeats).

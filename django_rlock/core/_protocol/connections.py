@@ -1,5 +1,12 @@
 """What both engines' connections share without I/O: how a URL is shown, what redis-py wants."""
 
+from __future__ import annotations
+
+import inspect
+from urllib.parse import urlsplit
+
+import redis
+
 
 def _requires_command_name() -> bool:
     parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"]

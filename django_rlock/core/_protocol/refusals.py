@@ -1,5 +1,13 @@
 """How a server refuses a script, read from its reply, and the allow-oom choice: no I/O."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import NoPermissionError, ResponseError
+
+from django_rlock.core._protocol.lock import ALLOW_OOM, SCRIPT_COMMANDS
 
 #: How servers word an ACL refusal inside a script: Redis ("... can't run this
 #: command ...", "... can't access at least one of the keys ..."), Valkey 8.

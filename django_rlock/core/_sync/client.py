@@ -29,6 +29,7 @@ from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
 from django_rlock.core._process.lockorder import check_lock_order_check, lock_order
+from django_rlock.core._protocol.connections import redact_url
 from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
 from django_rlock.core._protocol.layouts import (
@@ -57,7 +58,6 @@ from django_rlock.core._sync.connection import (
     describe,
     node_client_for_key,
     primaries,
-    redact_url,
     server_major_version,
 )
 from django_rlock.core._sync.fairlock import FairLock

@@ -41,6 +41,8 @@ from redis.connection import AbstractConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from django_rlock.core._protocol.connections import redact_url
+
 #: What the engine talks to: one server (possibly sentinel-managed) or a cluster.
 RedisClient = redis.Redis | RedisCluster
 
@@ -138,10 +140,6 @@ def _numeric(annotation: object) -> bool:
     return bool(_NUMERIC.fullmatch(text))
 
 
-
-
-
-
 def check_url(url: str) -> None:
     """Raise ValueError if ``url`` is not one of the URL forms above (nothing is contacted)."""
     scheme = url.partition("://")[0].lower()
@@ -209,8 +207,6 @@ def _cluster_from_url(url: str, options: dict[str, Any]) -> RedisCluster:
     parsed.pop("db", None)
     seeds = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
     return RedisCluster(startup_nodes=seeds, **{**parsed, **options})
-
-
 
 
 def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:

@@ -16,20 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.commands.core import Script
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from django_rlock.core._protocol.calls import ScriptCall
-from django_rlock.core._protocol.lock import ALLOW_OOM, SCRIPT_COMMANDS
+from django_rlock.core._protocol.refusals import OomSafeBase, raise_if_refused
 from django_rlock.core._sync.wire import HeldClient
-
-
-
-
-
-
-
-
-
 
 
 class LockScript(Script):
@@ -78,8 +69,6 @@ def run_packed(
     except ResponseError as error:
         raise_if_refused(error)
         raise
-
-
 
 
 class OomSafeScript(OomSafeBase):

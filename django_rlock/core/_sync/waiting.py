@@ -52,18 +52,19 @@ import redis
 
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.channels import (
+    RECONNECT_BACKOFF,
     Channel,
     ChannelTable,
     ReadError,
     WakeCount,
     listen_channels,
+    log_refusal,
     new_wake_name,
 )
-from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
+from django_rlock.core._protocol.connections import GET_CONNECTION_ARGS
+from django_rlock.core._sync.connection import derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
-
-
 
 
 @dataclass(eq=False)
