@@ -64,13 +64,13 @@ from django_rlock.core._process.holder import (
     read_hold,
     read_holder,
 )
-from django_rlock.core._protocol.connections import redact_url
 from django_rlock.core._protocol.layouts import REDISSON
 from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions
 from django_rlock.core._protocol.names import LockKeys, check_name, escape
 from django_rlock.core._protocol.ratelimit import LimiterState
 from django_rlock.core._protocol.redisson import check_redisson_name, redisson_keys
 from django_rlock.core._protocol.unavailable import reported_unavailable
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core._sync.connection import (
     CLUSTER_SCHEMES,

@@ -35,12 +35,12 @@ from django_rlock.core._aio.semaphore import AsyncSemaphore
 from django_rlock.core._aio.waiting import AsyncReleaseListener
 from django_rlock.core._aio.wire import Flight, Wire
 from django_rlock.core._protocol.calls import ScriptCall
-from django_rlock.core._protocol.connections import redact_url
 from django_rlock.core._protocol.layouts import REDISSON, RLOCK
 from django_rlock.core._protocol.lock import LockOptions, ScriptRegistry
 from django_rlock.core._protocol.names import check_name
 from django_rlock.core._protocol.refusals import OomSafeBase, raise_if_refused
 from django_rlock.core._protocol.rwlock import RWScripts
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.client import LockClient
 from django_rlock.core.defaults import (
     DEFAULT_DEADLOCK_TIMEOUT,

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from django_rlock.core._aio.connection import derive_async_pool
+from django_rlock.core._aio.connection import GET_CONNECTION_ARGS, derive_async_pool
 from django_rlock.core._protocol.channels import (
     RECONNECT_BACKOFF,
     Channel,
@@ -37,7 +37,6 @@ from django_rlock.core._protocol.channels import (
     log_refusal,
     new_wake_name,
 )
-from django_rlock.core._protocol.connections import GET_CONNECTION_ARGS
 
 logger = logging.getLogger("django_rlock.waiting")
 

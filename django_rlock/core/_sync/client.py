@@ -29,7 +29,6 @@ from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
 from django_rlock.core._process.lockorder import check_lock_order_check, lock_order
-from django_rlock.core._protocol.connections import redact_url
 from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
 from django_rlock.core._protocol.layouts import (
@@ -48,6 +47,7 @@ from django_rlock.core._protocol.names import (
     milliseconds,
 )
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, reported_unavailable
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.connection import (
     RedisClient,
     any_node_client,

@@ -41,7 +41,7 @@ from redis.connection import AbstractConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from django_rlock.core._protocol.connections import redact_url
+from django_rlock.core._protocol.urls import redact_url
 
 #: What the engine talks to: one server (possibly sentinel-managed) or a cluster.
 RedisClient = redis.Redis | RedisCluster
@@ -138,6 +138,16 @@ def _numeric(annotation: object) -> bool:
     """Whether an annotation reads ``Optional[float]`` / ``int | None`` (a number or None)."""
     text = (annotation if isinstance(annotation, str) else repr(annotation)).replace("typing.", "")
     return bool(_NUMERIC.fullmatch(text))
+
+
+def _requires_command_name() -> bool:
+    parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"]
+    return parameter.default is inspect.Parameter.empty
+
+
+#: What ``pool.get_connection()`` is called with: redis-py before 5.3 requires a
+#: command name (it ignores it); later ones deprecate passing one.
+GET_CONNECTION_ARGS: tuple[str, ...] = ("PING",) if _requires_command_name() else ()
 
 
 def check_url(url: str) -> None:

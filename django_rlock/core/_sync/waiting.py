@@ -61,8 +61,7 @@ from django_rlock.core._protocol.channels import (
     log_refusal,
     new_wake_name,
 )
-from django_rlock.core._protocol.connections import GET_CONNECTION_ARGS
-from django_rlock.core._sync.connection import derive_pool
+from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
 

@@ -1,21 +1,8 @@
-"""What both engines' connections share without I/O: how a URL is shown, what redis-py wants."""
+"""How a server's URL is shown in messages and logs, by both engines: without its credentials."""
 
 from __future__ import annotations
 
-import inspect
 from urllib.parse import urlsplit
-
-import redis
-
-
-def _requires_command_name() -> bool:
-    parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"]
-    return parameter.default is inspect.Parameter.empty
-
-
-#: What ``pool.get_connection()`` is called with: redis-py before 5.3 requires a
-#: command name (it ignores it); later ones deprecate passing one.
-GET_CONNECTION_ARGS: tuple[str, ...] = ("PING",) if _requires_command_name() else ()
 
 
 def redact_url(url: str) -> str:
