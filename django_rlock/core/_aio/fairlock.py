@@ -15,16 +15,21 @@ as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import Self, Unpack
 
-from django_rlock.core._aio.locks import AsyncRLock, AsyncShell, Client
+from django_rlock.core._aio.locks import (
+    AsyncHandOverSubscription,
+    AsyncRLock,
+    AsyncShell,
+    AsyncWaitingShellBase,
+    Client,
+)
 from django_rlock.core._aio.waiting import AsyncSubscription
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.deadlocks import Detector
 from django_rlock.core._protocol.fairlock import FairBase, FairScripts, sleep_cap
 from django_rlock.core._protocol.lock import KindScripts, LockOptions, LockScripts
-from django_rlock.core._protocol.plan import HANDED, AcquirePlan
+from django_rlock.core._protocol.plan import AcquirePlan
 
 
 class AsyncFairLock(FairBase, AsyncRLock):
@@ -75,8 +80,10 @@ class AsyncFairLock(FairBase, AsyncRLock):
             self.client.finish_for(owner, self._abandon(queue_id))
 
 
-class _AsyncFairWaiting:
+class _AsyncFairWaiting(AsyncWaitingShellBase):
     """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
+
+    lock: AsyncFairLock
 
     def __init__(
         self,
@@ -87,20 +94,15 @@ class _AsyncFairWaiting:
         queue_id: str,
     ) -> None:
         self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.started = plan.started
         self.queue_id = queue_id
-        self.subscription: _AsyncHandoffSubscription | None = None
+        self.subscription: AsyncHandOverSubscription | None = None
         #: An attempt that may have queued the caller was sent, and no grant came back.
         self.queued = False
         #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
         self.sent_at = plan.started
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
-
-    def check_deadlock(self) -> Awaitable[None]:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
-        return self.lock._check_deadlock(detector, self.plan.started)
 
     async def attempt(self, waiter: bool, sleep: float) -> float | None:
         self.queued = self.queued or bool(self.queue_id)
@@ -114,37 +116,14 @@ class _AsyncFairWaiting:
 
     def listen(self) -> None:
         subscription = self.lock.client.listener.subscribe(self.lock.keys.channel, self.queue_id)
-        self.subscription = _AsyncHandoffSubscription(self, subscription)
+        self.subscription = AsyncHandOverSubscription(self, subscription)
+
+    def handed(self, subscription: AsyncSubscription) -> bool:
+        return self.lock._handed(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is not None:
             self.lock.client.listener.unsubscribe(self.subscription.inner)
-        if self.detector is not None and self.detector.written:
-            # As the plain lock's shell: the owner's next call waits for it.
-            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+        self.forget_edge()
         abandon = self.queued or (registered and bool(self.queue_id))
         self.lock._leave_queue(self.queue_id, abandon=abandon, owner=self.owner)
-
-
-class _AsyncHandoffSubscription:
-    """The asyncio twin of ``_HandoffSubscription``: a handoff ends the plan granted.
-
-    Nothing awaits between taking the handoff and the plan's end, so a
-    cancellation either comes before (the caller never counted the grant, and
-    FAIR_ABANDON gives it back) or after (the caller holds the lock).
-    """
-
-    def __init__(self, shell: _AsyncFairWaiting, subscription: AsyncSubscription) -> None:
-        self.shell, self.inner = shell, subscription
-        self.waiter_id = subscription.waiter_id
-
-    async def wait_subscribed(self, timeout: float) -> bool:
-        return await self.inner.wait_subscribed(timeout)
-
-    def mark(self) -> int:
-        return self.inner.mark()
-
-    async def wait(self, since: int, timeout: float) -> object:
-        woken = await self.inner.wait(since, timeout)
-        shell = self.shell
-        return HANDED if shell.lock._handed(shell, self.inner) else woken

@@ -315,41 +315,31 @@ class AsyncRLock(LockBase):
     async def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the task's wait edge, then look for a cycle (as :class:`RLock`'s)."""
         redis_client = self.client.redis
-        try:
-            if not detector.written or not await redis_client.pexpire(
-                detector.key, detector.life_ms
-            ):
-                value = detector.edge_value()
-                detector.written = True  # before the call: a lost reply may have written it
-                await redis_client.set(detector.key, value, px=detector.life_ms)
-            cycle = await self._walk(detector)
-            if cycle is None:
-                return
-            again = await self._walk(detector)
-        except NoPermissionError:
-            raise  # as for every call of the engine: the ACL must be fixed, not worked around
-        except RedisError as error:
-            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
-            return
-        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
-            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
-
-    async def _walk(self, detector: Detector) -> Cycle | None:
-        """One search of the wait-for graph from the task (``_protocol.deadlocks.walk``)."""
-        redis_client = self.client.redis
         scripts = self.client.scripts[DeadlockScripts]
-        steps = detector.walk()
+        steps = detector.check()
+        reply: Any
         try:
             read = next(steps)
             while True:
                 if read[0] == "edge":
                     reply = await redis_client.get(read[1])
+                elif read[0] == "renew":
+                    reply = await redis_client.pexpire(read[1], read[2])
+                elif read[0] == "write":
+                    reply = await redis_client.set(read[1], read[2], px=read[3])
                 else:
                     call = read[1]
                     reply = await getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
-            return cast("Cycle | None", done.value)
+            cycle = cast("Cycle | None", done.value)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except RedisError as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if cycle is not None:
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     async def _forget_edge(self, detector: Detector) -> None:
         """Delete the task's wait edge as its wait ends (a failure leaves it to expire)."""
@@ -564,12 +554,47 @@ class AsyncRLock(LockBase):
         self.lost_callbacks.append(on_loop)
 
 
-class _AsyncWaiting:
+class AsyncWaitingShellBase:
+    """What every asyncio waiting shell (the plain lock's, the fair lock's) shares.
+
+    The twin of the threaded ``WaitingShellBase``: its deadlock checks, and
+    telling its lock whether a wake-up handed it the lock
+    (:class:`AsyncHandOverSubscription`).
+    """
+
+    lock: AsyncRLock
+    owner: str
+    #: When the acquire call began (monotonic).
+    started: float
+    #: Made by the first deadlock check (most calls never wait that long).
+    detector: Detector | None
+
+    def check_deadlock(self) -> Awaitable[None]:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        return self.lock._check_deadlock(detector, self.started)
+
+    def forget_edge(self) -> None:
+        """Have the owner's next call (a release too) wait for its wait-for edge to go.
+
+        The owner never runs on with an edge saying it waits (see
+        ``_protocol/deadlocks.py``).
+        """
+        if self.detector is not None and self.detector.written:
+            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+
+    def handed(self, subscription: AsyncSubscription) -> bool:
+        """Whether the wake-up just read handed the caller the lock (taken, if so)."""
+        raise NotImplementedError
+
+
+class _AsyncWaiting(AsyncWaitingShellBase):
     """The asyncio shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
     def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
-        self.subscription: _AsyncHandOverSubscription | None = None
+        self.subscription: AsyncHandOverSubscription | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
         #: When the last attempt was sent (at the latest): see the sync ``_Waiting``.
@@ -585,24 +610,18 @@ class _AsyncWaiting:
         self.sent_at = clock.monotonic()
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
 
-    def check_deadlock(self) -> Awaitable[None]:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.started)
-        return self.lock._check_deadlock(detector, self.started)
-
     def listen(self) -> None:
         subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
-        self.subscription = _AsyncHandOverSubscription(self, subscription)
+        self.subscription = AsyncHandOverSubscription(self, subscription)
+
+    def handed(self, subscription: AsyncSubscription) -> bool:
+        return self.lock._handed_over(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is None:
             return
         self.lock.client.listener.unsubscribe(self.subscription.inner)
-        if self.detector is not None and self.detector.written:
-            # The owner's next call (a release too) waits for it: the owner never
-            # runs on with an edge saying it waits (see _protocol/deadlocks.py).
-            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+        self.forget_edge()
         if registered:
             # After the owner's cancelled attempt, if any: an ABANDON that overtook
             # it would leave the waiter it then registers in the set, to be woken in vain.
@@ -610,15 +629,15 @@ class _AsyncWaiting:
             lock.client.finish_for(self.owner, lock._abandon(self.subscription.waiter_id))
 
 
-class _AsyncHandOverSubscription:
-    """The asyncio twin of the sync ``_HandOverSubscription``: a hand-over ends the plan granted.
+class AsyncHandOverSubscription:
+    """The asyncio twin of the sync ``HandOverSubscription``: a hand-over or handoff ends the plan.
 
     Nothing awaits between taking the grant and the plan's end, so a
     cancellation either comes before (the caller never counted the grant, and
-    ABANDON gives it back) or after (the caller holds the lock).
+    ABANDON or FAIR_ABANDON gives it back) or after (the caller holds the lock).
     """
 
-    def __init__(self, shell: _AsyncWaiting, subscription: AsyncSubscription) -> None:
+    def __init__(self, shell: AsyncWaitingShellBase, subscription: AsyncSubscription) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -630,7 +649,7 @@ class _AsyncHandOverSubscription:
 
     async def wait(self, since: int, timeout: float) -> object:
         woken = await self.inner.wait(since, timeout)
-        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
+        return HANDED if self.shell.handed(self.inner) else woken
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:

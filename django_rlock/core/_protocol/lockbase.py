@@ -175,9 +175,13 @@ class LockBase:
         self._registry.gave_up(self, owner, plan.started, would_wait=would_wait, deadlock=deadlock)
 
     def _sends_plain_calls(self) -> bool:
-        """Whether this lock's acquire calls and hold keys are the plain lock's own."""
+        """Whether this lock's acquire and release calls and hold keys are the plain lock's own."""
         kind = type(self)
-        return kind._acquire_call is LockBase._acquire_call and kind.hold_keys is LockBase.hold_keys
+        return (
+            kind._acquire_call is LockBase._acquire_call
+            and kind._release_call is LockBase._release_call
+            and kind.hold_keys is LockBase.hold_keys
+        )
 
     def _take_hand_over(
         self, owner: str, lease: float | None, sent_at: float, started: float, grant: bytes

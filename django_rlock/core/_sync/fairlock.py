@@ -36,8 +36,14 @@ from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.deadlocks import Detector
 from django_rlock.core._protocol.fairlock import FairBase, FairScripts, sleep_cap
 from django_rlock.core._protocol.lock import KindScripts, LockOptions, LockScripts
-from django_rlock.core._protocol.plan import HANDED, AcquirePlan
-from django_rlock.core._sync.locks import Client, RLock, SyncShell
+from django_rlock.core._protocol.plan import AcquirePlan
+from django_rlock.core._sync.locks import (
+    Client,
+    HandOverSubscription,
+    RLock,
+    SyncShell,
+    WaitingShellBase,
+)
 from django_rlock.core._sync.waiting import Waiting
 
 
@@ -90,7 +96,7 @@ class FairLock(FairBase, RLock):
             self._abandon(queue_id)
 
 
-class _FairWaiting:
+class _FairWaiting(WaitingShellBase):
     """The sync shell of an :class:`AcquirePlan` for a fair lock: queued attempts.
 
     As the plain lock's shell, except that every attempt of a blocking call
@@ -99,12 +105,15 @@ class _FairWaiting:
     replies by it, so the entry outlives the sleep that follows).
     """
 
+    lock: FairLock
+
     def __init__(
         self, lock: FairLock, owner: str, lease: float | None, plan: AcquirePlan, queue_id: str
     ) -> None:
         self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
+        self.started = plan.started
         self.queue_id = queue_id
-        self.subscription: _HandoffSubscription | None = None
+        self.subscription: HandOverSubscription | None = None
         #: An attempt that may have queued the caller was sent, and no grant
         #: came back: the queue must be left on the way out.
         self.queued = False
@@ -114,12 +123,6 @@ class _FairWaiting:
         self._stack = ExitStack()
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
-
-    def check_deadlock(self) -> None:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
-        self.lock._check_deadlock(detector, self.plan.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         # Before sending: a call whose reply is lost may have queued the caller.
@@ -143,32 +146,13 @@ class _FairWaiting:
         subscription = self._stack.enter_context(
             listener.listen(self.lock.keys.channel, self.queue_id)
         )
-        self.subscription = _HandoffSubscription(self, subscription)
+        self.subscription = HandOverSubscription(self, subscription)
+
+    def handed(self, subscription: Waiting) -> bool:
+        return self.lock._handed(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         with self._stack:
-            if self.detector is not None and self.detector.written:
-                # Before the call returns, as the plain lock's shell does.
-                self.lock._forget_edge(self.detector)
+            self.forget_edge()
             abandon = self.queued or (registered and bool(self.queue_id))
             self.lock._leave_queue(self.queue_id, abandon=abandon)
-
-
-class _HandoffSubscription:
-    """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
-
-    def __init__(self, shell: _FairWaiting, subscription: Waiting) -> None:
-        self.shell, self.inner = shell, subscription
-        self.waiter_id = subscription.waiter_id
-
-    def wait_subscribed(self, timeout: float) -> bool:
-        return self.inner.wait_subscribed(timeout)
-
-    def mark(self) -> int:
-        return self.inner.mark()
-
-    def wait(self, since: int, timeout: float) -> object:
-        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
-        woken = self.inner.wait(since, timeout)
-        shell = self.shell
-        return HANDED if shell.lock._handed(shell, self.inner) else woken

@@ -56,11 +56,10 @@ from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
     acquire_call,
-    acquire_template,
     extend_call,
     hold_count_reply,
+    kept_templates,
     release_call,
-    release_template,
     sleep_ms,
     ttl_reply,
 )
@@ -144,23 +143,7 @@ class SyncShell(WaitingShell, Protocol):
         ...
 
 
-def _plain_calls(kind: type[RLock]) -> bool:
-    """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
-
-    Worked out once per class (the Django face makes a lock object per block).
-    """
-    plain = _plain_kinds.get(kind)
-    if plain is None:
-        plain = _plain_kinds[kind] = (
-            kind._acquire_call is LockBase._acquire_call
-            and kind._release_call is LockBase._release_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is RLock._kind_scripts
-        )
-    return plain
-
-
-# Lock class -> whether it sends the plain lock's calls (see _plain_calls).
+# Lock class -> whether it sends the plain lock's calls (see RLock._plain_calls).
 _plain_kinds: dict[type[RLock], bool] = {}
 
 
@@ -170,7 +153,20 @@ class RLock(LockBase):
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self.client = client
-        self._packs_calls = client.min_replicas == 0 and _plain_calls(type(self))
+        self._packs_calls = client.min_replicas == 0 and self._plain_calls()
+
+    def _plain_calls(self) -> bool:
+        """Whether this class sends the plain lock's calls, whose encoding :meth:`_templates` keeps.
+
+        Worked out once per class (the Django face makes a lock object per block).
+        """
+        kind = type(self)
+        plain = _plain_kinds.get(kind)
+        if plain is None:
+            plain = _plain_kinds[kind] = (
+                self._sends_plain_calls() and kind._kind_scripts is RLock._kind_scripts
+            )
+        return plain
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
@@ -377,23 +373,8 @@ class RLock(LockBase):
     _packs_calls = False
 
     def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
-        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock.
-
-        Kept per lock name, not per lock object: the Django face makes a lock
-        object per ``with rlock(...)``.
-        """
-        publish = self._engine.publish_command
-        ttl = self._ttl_of(lease)
-        key = (self.keys.hash, owner, ttl, publish)
-        made = _templates.get(key)
-        if made is None:
-            if len(_templates) >= _TEMPLATES_KEPT:
-                _templates.clear()  # many names or threads came and went: keep the current ones
-            made = _templates[key] = (
-                acquire_template(self.keys, owner, ttl),
-                release_template(self.keys, owner, publish),
-            )
-        return made
+        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
+        return kept_templates(self.keys, owner, self._ttl_of(lease), self._engine.publish_command)
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[LockScripts]
@@ -478,43 +459,36 @@ class RLock(LockBase):
         """Write or renew the caller's wait edge, then look for a cycle through it.
 
         Raises :class:`DeadlockError` when a confirmed cycle names the caller
-        its victim. A failed Redis call skips this check (the wait goes on,
-        and the next check tries again): detection never fails an acquire.
+        its victim (:meth:`Detector.check` decides). A failed Redis call skips
+        this check (the wait goes on, and the next check tries again):
+        detection never fails an acquire.
         """
         redis_client = self.client.redis
-        try:
-            if not detector.written or not redis_client.pexpire(detector.key, detector.life_ms):
-                value = detector.edge_value()
-                detector.written = True  # before the call: a lost reply may have written it
-                redis_client.set(detector.key, value, px=detector.life_ms)
-            cycle = self._walk(detector)
-            if cycle is None:
-                return
-            again = self._walk(detector)
-        except NoPermissionError:
-            raise  # as for every call of the engine: the ACL must be fixed, not worked around
-        except (RedisError, RedisClusterException) as error:
-            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
-            return
-        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
-            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
-
-    def _walk(self, detector: Detector) -> Cycle | None:
-        """One search of the wait-for graph from the caller (``_protocol.deadlocks.walk``)."""
-        redis_client = self.client.redis
         scripts = self.client.scripts[DeadlockScripts]
-        steps = detector.walk()
+        steps = detector.check()
+        reply: Any
         try:
             read = next(steps)
             while True:
                 if read[0] == "edge":
                     reply = redis_client.get(read[1])
+                elif read[0] == "renew":
+                    reply = redis_client.pexpire(read[1], read[2])
+                elif read[0] == "write":
+                    reply = redis_client.set(read[1], read[2], px=read[3])
                 else:
                     call = read[1]
                     reply = getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
-            return cast("Cycle | None", done.value)
+            cycle = cast("Cycle | None", done.value)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except (RedisError, RedisClusterException) as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if cycle is not None:
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     def _forget_edge(self, detector: Detector) -> None:
         """Delete the caller's wait edge as its wait ends (a failure leaves it to expire)."""
@@ -734,12 +708,46 @@ class RLock(LockBase):
         self.lost_callbacks.append(callback)
 
 
-class _Waiting:
+class WaitingShellBase:
+    """What every threaded waiting shell (the plain lock's, the fair lock's) shares.
+
+    Its deadlock checks, and telling its lock whether a wake-up handed it the
+    lock (:class:`HandOverSubscription`).
+    """
+
+    __slots__ = ("detector",)
+
+    lock: RLock
+    owner: str
+    #: When the acquire call began (monotonic).
+    started: float
+    #: Made by the first deadlock check (most calls never wait that long).
+    detector: Detector | None
+
+    def check_deadlock(self) -> None:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        self.lock._check_deadlock(detector, self.started)
+
+    def forget_edge(self) -> None:
+        """Before the call returns: the owner must not run on with an edge saying it waits.
+
+        (See ``_protocol/deadlocks.py``.)
+        """
+        if self.detector is not None and self.detector.written:
+            self.lock._forget_edge(self.detector)
+
+    def handed(self, subscription: Waiting) -> bool:
+        """Whether the wake-up just read handed the caller the lock (taken, if so)."""
+        raise NotImplementedError
+
+
+class _Waiting(WaitingShellBase):
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
     __slots__ = (
         "_listening",
-        "detector",
         "lease",
         "lock",
         "owner",
@@ -753,7 +761,7 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: _HandOverSubscription | None = None
+        self.subscription: HandOverSubscription | None = None
         #: When the last attempt was sent (at the latest): a grant handed over
         #: to the caller came after it, so its deadline counts from it.
         self.sent_at = plan.started
@@ -761,12 +769,6 @@ class _Waiting:
         self._listening: AbstractContextManager[Waiting] | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
-
-    def check_deadlock(self) -> None:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.started)
-        self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         subscription = self.subscription
@@ -786,30 +788,35 @@ class _Waiting:
 
     def listen(self) -> None:
         listening = self.lock.client.listener.listen(self.lock.keys.channel)
-        self.subscription = _HandOverSubscription(self, listening.__enter__())
+        self.subscription = HandOverSubscription(self, listening.__enter__())
         self._listening = listening
+
+    def handed(self, subscription: Waiting) -> bool:
+        return self.lock._handed_over(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         listening = self._listening
         if listening is None:
             return
         try:
-            if self.detector is not None and self.detector.written:
-                # Before the call returns: the owner must not run on with an edge
-                # saying it waits (see _protocol/deadlocks.py).
-                self.lock._forget_edge(self.detector)
+            self.forget_edge()
             if registered and self.subscription is not None:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
 
 
-class _HandOverSubscription:
-    """A plain lock waiter's subscription: a release that hands it the lock ends its plan."""
+class HandOverSubscription:
+    """A waiter's subscription: a wake-up that hands it the lock ends its plan.
+
+    The plain lock's waiter is handed the lock by a release (hand-over), the
+    fair lock's head by a release that grants it (handoff); its shell says
+    which (:meth:`WaitingShellBase.handed`).
+    """
 
     __slots__ = ("inner", "shell", "waiter_id")
 
-    def __init__(self, shell: _Waiting, subscription: Waiting) -> None:
+    def __init__(self, shell: WaitingShellBase, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -822,12 +829,4 @@ class _HandOverSubscription:
     def wait(self, since: int, timeout: float) -> object:
         """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
         woken = self.inner.wait(since, timeout)
-        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
-
-
-#: How many templates (lock, owner, life) the process keeps before it starts afresh.
-_TEMPLATES_KEPT = 4096
-
-
-# (lock hash key, owner, life, publish command) -> acquire and release templates.
-_templates: dict[tuple[str, str, float, str], tuple[Template, Template]] = {}
+        return HANDED if self.shell.handed(self.inner) else woken
