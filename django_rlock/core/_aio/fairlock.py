@@ -20,10 +20,9 @@ from typing import Self, Unpack
 from django_rlock.core._aio.locks import (
     AsyncHandOverSubscription,
     AsyncRLock,
-    AsyncShell,
     AsyncWaitingShellBase,
-    Client,
 )
+from django_rlock.core._aio.shell import AsyncShell, Client
 from django_rlock.core._aio.waiting import AsyncSubscription
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.deadlocks import Detector

@@ -39,10 +39,11 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
 
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from django_rlock.core._aio.shell import AsyncShell, Client
 from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, read_hold
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
@@ -64,11 +65,8 @@ from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockEngine,
     LockOptions,
     LockScripts,
-    ScriptRegistry,
-    WaitingShell,
 )
 from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive_async
@@ -77,19 +75,12 @@ from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError, LockU
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from redis.asyncio import Redis
-
-    from django_rlock.core._aio.waiting import AsyncReleaseListener, AsyncSubscription
-    from django_rlock.core._aio.wire import Flight
+    from django_rlock.core._aio.waiting import AsyncSubscription
     from django_rlock.core._protocol.holds import Hold
 
 T = TypeVar("T")
 
 logger = logging.getLogger("django_rlock.lock")
-
-
-
-
 
 
 class AsyncRLock(LockBase):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from django_rlock.core._aio.locks import AsyncRLock, Client
+from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._aio.shell import Client
 from django_rlock.core._process.identity import task_owner
 from django_rlock.core._protocol.calls import hold_count_reply, ttl_reply
 from django_rlock.core._protocol.lock import LockOptions

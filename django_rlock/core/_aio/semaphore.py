@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Self, Unpack
 
-from django_rlock.core._aio.locks import AsyncRLock, Client
+from django_rlock.core._aio.locks import AsyncRLock
+from django_rlock.core._aio.shell import Client
 from django_rlock.core._process.identity import task_owner
 from django_rlock.core._protocol.calls import hold_count_reply
 from django_rlock.core._protocol.lock import KindScripts, LockOptions

@@ -1,5 +1,20 @@
 """What every asyncio lock shell reads: its client (:class:`Client`), and a waiting shell's type."""
 
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from redis.asyncio import Redis
+
+from django_rlock.core._aio.waiting import AsyncReleaseListener
+from django_rlock.core._aio.wire import Flight
+from django_rlock.core._protocol.calls import ScriptCall
+from django_rlock.core._protocol.lock import LockEngine, ScriptRegistry, WaitingShell
+
+T = TypeVar("T")
+
 
 class Client(Protocol):
     """What the asyncio shells need of their :class:`~django_rlock.core.aio.AsyncLockClient`.

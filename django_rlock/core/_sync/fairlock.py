@@ -37,13 +37,8 @@ from django_rlock.core._protocol.deadlocks import Detector
 from django_rlock.core._protocol.fairlock import FairBase, FairScripts, sleep_cap
 from django_rlock.core._protocol.lock import KindScripts, LockOptions, LockScripts
 from django_rlock.core._protocol.plan import AcquirePlan
-from django_rlock.core._sync.locks import (
-    Client,
-    HandOverSubscription,
-    RLock,
-    SyncShell,
-    WaitingShellBase,
-)
+from django_rlock.core._sync.locks import HandOverSubscription, RLock, WaitingShellBase
+from django_rlock.core._sync.shell import Client, SyncShell
 from django_rlock.core._sync.waiting import Waiting
 
 

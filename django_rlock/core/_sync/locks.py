@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from redis.exceptions import (
     NoPermissionError,
@@ -77,11 +77,8 @@ from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockEngine,
     LockOptions,
     LockScripts,
-    ScriptRegistry,
-    WaitingShell,
 )
 from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
@@ -89,6 +86,7 @@ from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
+from django_rlock.core._sync.shell import Client, SyncShell
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -100,16 +98,11 @@ if TYPE_CHECKING:
     from typing import Any
 
     import redis
-    from redis import Redis
 
     from django_rlock.core._protocol.holds import Hold
-    from django_rlock.core._sync.waiting import Listener, Waiting
+    from django_rlock.core._sync.waiting import Waiting
 
 logger = logging.getLogger("django_rlock.lock")
-
-
-
-
 
 
 # Lock class -> whether it sends the plain lock's calls (see RLock._plain_calls).

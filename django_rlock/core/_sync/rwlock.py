@@ -25,7 +25,8 @@ from typing import Unpack
 from django_rlock.core._protocol.calls import hold_count_reply, ttl_reply
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.rwlock import ReadSide, ReadWriteBase, RWScripts, WriteSide
-from django_rlock.core._sync.locks import Client, RLock
+from django_rlock.core._sync.locks import RLock
+from django_rlock.core._sync.shell import Client
 
 
 class WriteLock(WriteSide, RLock):

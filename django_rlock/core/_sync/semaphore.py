@@ -40,7 +40,8 @@ from django_rlock.core._protocol.semaphore import (
     first_return_reply,
     permit_key,
 )
-from django_rlock.core._sync.locks import Client, RLock
+from django_rlock.core._sync.locks import RLock
+from django_rlock.core._sync.shell import Client
 
 
 class Semaphore(SemaphoreBase, RLock):

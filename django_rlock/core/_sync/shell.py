@@ -1,4 +1,15 @@
-"""What every threaded lock shell reads: its client (:class:`Client`), and a waiting shell's type."""
+"""What every threaded lock shell reads: its client (:class:`Client`), a waiting shell's type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from redis import Redis
+
+from django_rlock.core._protocol.holds import Hold
+from django_rlock.core._protocol.lock import LockEngine, ScriptRegistry, WaitingShell
+from django_rlock.core._sync.waiting import Listener
 
 
 class Client(LockEngine, Protocol):
