@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -440,3 +441,38 @@ def test_no_module_is_over_the_line_cap() -> None:
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert long == [], f"split each by concept (at most {MAX_MODULE_LINES} lines a module)"
+
+
+def _code_map() -> dict[str, set[str]]:
+    """docs/engine.md's code map: folder of django_rlock/core ('' for its top) -> files named."""
+    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md"
+    text = doc.read_text()
+    block = text[text.index("```\ndjango_rlock/core/\n") :]
+    block = block[: block.index("\n```", 4)]
+    named: dict[str, set[str]] = {"": set()}
+    folder = ""
+    for line in block.splitlines()[2:]:
+        indent = len(line) - len(line.lstrip())
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if indent == 2 and first.endswith("/"):
+            folder = first.rstrip("/")
+            named[folder] = set()
+            continue
+        if indent == 2:
+            folder = ""
+        if indent <= 4:  # a description's continuation is indented further
+            names = re.match(r"\s*((?:\w+\.py,? )+)", line + " ")
+            named[folder] |= set(re.findall(r"\w+\.py", names.group(1) if names else ""))
+    return named
+
+
+def test_the_engine_code_map_names_every_module() -> None:
+    named = _code_map()
+    core = ROOT / "django_rlock" / "core"
+    missing = [
+        str(path.relative_to(core))
+        for path in sorted(core.rglob("*.py"))
+        if not (path.name == "__init__.py" and path.parent != core)
+        and path.name not in named.get(path.parent.name if path.parent != core else "", set())
+    ]
+    assert missing == [], "docs/engine.md's code map (Where the code is) must name them"
