@@ -3,7 +3,8 @@
 A waiter that has waited ``deadlock_timeout`` seconds (see
 :class:`~django_rlock.core._protocol.plan.AcquirePlan`) records what it waits
 for, then looks for a deadlock through itself; the sync and asyncio shells
-(``_sync/locks.py``, ``_aio/locks.py``) send the reads this module asks for.
+(``_check_deadlock`` in ``_sync/locks.py``, ``_aio/locks.py``) send the reads
+this module asks for (:meth:`Detector.check`).
 
 The graph lives in Redis, in plain keys:
 

@@ -21,7 +21,7 @@ just after the sleep it is about to take. An entry whose waiter gave up
 (ABANDON) goes at once; one whose waiter died or stopped retrying expires at
 most the watchdog timeout + :data:`ENTRY_MARGIN_MS` after its last attempt, as
 waiters never sleep longer than that (the caller caps each sleep at the watchdog
-timeout, see ``core/fairlock.py``). The queue id is a waiter id of the caller's
+timeout, see ``_sync/fairlock.py``). The queue id is a waiter id of the caller's
 release listener, chosen before the first attempt and then subscribed with, so
 a release can name the head and wake it alone.
 
@@ -33,7 +33,7 @@ head's last attempt (``"<queue id> <token> <request id>"``); the head's busy
 attempts store that request id, with its owner id and holder metadata, in
 ``:fair:entries``. A head that waits with the watchdog and whose last attempt
 is the one named holds the lock when the message arrives (no acquire call;
-its deadline counts from that attempt's send time, see ``core/fairlock.py``).
+its deadline counts from that attempt's send time, see ``_sync/fairlock.py``).
 Any other head (a fixed lease, a lost or stale message) confirms with its next
 attempt, which FAIR_ACQUIRE recognises by the marker: it sets the caller's
 own expiry and replies a new grant {token, 1, pttl}. A head that gives up

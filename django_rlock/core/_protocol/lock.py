@@ -1,9 +1,11 @@
-"""The plain lock's whole protocol: its Lua scripts, and what both engines' shells share.
+"""The plain lock's protocol: its Lua scripts, script sets, options and what a kind needs.
 
 The scripts (ACQUIRE, RELEASE, RENEW, FORCE_RELEASE, ABANDON; rendered whole
-in ``docs/lua/lock.*.lua``) and :class:`LockBase`, the bookkeeping around an
-acquire, a release and a loss that never does I/O; the threaded and asyncio
-shells (``_sync/locks.py``, ``_aio/locks.py``) send what it builds.
+in ``docs/lua/lock.*.lua``), the script registry, :class:`LockOptions` and
+:class:`LockEngine`; the bookkeeping around an acquire, a release and a loss,
+which never does I/O, is ``LockBase`` (:mod:`~django_rlock.core._protocol.lockbase`).
+The threaded and asyncio shells (``_sync/locks.py``, ``_aio/locks.py``) send
+what they build.
 
 The Lua scripts: one atomic, O(1) script per lock operation.
 
@@ -553,7 +555,7 @@ class LockEngine(Protocol):
 
     The sync :class:`~django_rlock.core.LockClient` is one (an asyncio client
     lends its locks its sync engine's); each engine's shells ask a little more
-    of their own client (``Client`` in ``_sync/locks.py`` and ``_aio/locks.py``).
+    of their own client (``Client`` in ``_sync/shell.py`` and ``_aio/shell.py``).
     """
 
     key_prefix: str

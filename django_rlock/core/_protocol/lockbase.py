@@ -1,4 +1,12 @@
-"""LockBase: the bookkeeping every kind's shells share, in both engines, without I/O."""
+"""LockBase: the bookkeeping every kind's shells share, in both engines, without I/O.
+
+Keys and ``with`` defaults, the hold registry's records of grants, releases and
+losses, lost-reply latches and the reading of acquire replies: what
+:class:`~django_rlock.core.RLock` and the asyncio ``AsyncRLock`` (and, through
+them, every other kind) run the same. Each kind's own part extends it in its
+``_protocol`` module (``FairBase``, ``ReadSide``/``WriteSide``, ``SemaphoreBase``,
+``RedissonBase``).
+"""
 
 from __future__ import annotations
 
