@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -443,3 +444,117 @@ def test_no_module_reads_another_modules_private_state() -> None:
     assert unlisted == [], "use or add a public method of the other module instead"
     used = {(module, attr) for module, attr, _ in found}
     assert sorted(set(FOREIGN_PRIVATES) - used) == [], "stale allow-list entries"
+
+
+# -- the engine's floors: _process, then _protocol, then _sync and _aio side by side --------
+
+CORE = "django_rlock.core"
+PROCESS = "django_rlock.core._process"
+SYNC = "django_rlock.core._sync"
+AIO = "django_rlock.core._aio"
+
+#: The one thing the asyncio engine takes from the threaded one, with the reason.
+#: Everything else both engines need without I/O is in ``_protocol`` (or below).
+AIO_FROM_SYNC: dict[tuple[str, str], str] = {
+    (f"{AIO}.client", f"{SYNC}.client"): (
+        "the renewal engine: an AsyncLockClient keeps its holds in a threaded LockClient's"
+        " hold registry and watchdog (sync and asyncio owners of a process share one)"
+    ),
+}
+
+#: The longest a module of ours may be, in lines: past it, split it by concept.
+MAX_MODULE_LINES = 800
+
+
+def _inside(target: str, package: str) -> bool:
+    return target == package or target.startswith(package + ".")
+
+
+def test_the_process_floor_imports_nothing_above_it() -> None:
+    # Not even for types: _process is read first, and alone (identity, forks,
+    # scopes, leaks); the floors above hand it what it reads (_process/kept.py).
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if _inside(found.module, PROCESS)
+        and _inside(found.target, CORE)
+        and not _inside(found.target, PROCESS)
+        and found.target not in (f"{CORE}.exceptions", f"{CORE}.defaults")
+    ]
+    assert wrong == []
+
+
+def test_the_asyncio_engine_stands_beside_the_threaded_one() -> None:
+    # _aio and _sync are twins with the same file names; neither imports the
+    # other, but for the renewal engine (AIO_FROM_SYNC), named here.
+    found_pairs = {
+        (found.module, found.target): _where(found)
+        for found in IMPORTS
+        if _inside(found.module, AIO) and _inside(found.target, SYNC)
+    }
+    unlisted = [where for pair, where in found_pairs.items() if pair not in AIO_FROM_SYNC]
+    assert unlisted == [], "move what both engines share to _protocol"
+    assert sorted(set(AIO_FROM_SYNC) - set(found_pairs)) == [], "AIO_FROM_SYNC lists gone imports"
+    backwards = [
+        _where(found)
+        for found in IMPORTS
+        if _inside(found.module, SYNC) and _inside(found.target, AIO)
+    ]
+    assert backwards == []
+
+
+def test_the_twins_have_the_same_file_names() -> None:
+    # Each kind's shells: one module per kind in each engine, named as its
+    # protocol in _protocol (locks.py is the plain lock's, whose protocol is lock.py).
+    def names(package: str) -> set[str]:
+        return {module.rpartition(".")[2] for module in MODULES if module.startswith(package + ".")}
+
+    kinds = {"locks", "fairlock", "rwlock", "semaphore", "redisson", "leader", "ratelimiter"}
+    assert kinds <= names(SYNC)
+    assert kinds <= names(AIO)
+    protocol_kinds = {"lock", "fairlock", "rwlock", "semaphore", "redisson", "leader", "ratelimit"}
+    assert protocol_kinds <= names(PROTOCOL)
+
+
+def test_no_module_is_over_the_line_cap() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for path in MODULES.values()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert long == [], f"split each by concept (at most {MAX_MODULE_LINES} lines a module)"
+
+
+def _code_map() -> dict[str, set[str]]:
+    """docs/engine.md's code map: folder of django_rlock/core ('' for its top) -> files named."""
+    doc = pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md"
+    text = doc.read_text()
+    block = text[text.index("```\ndjango_rlock/core/\n") :]
+    block = block[: block.index("\n```", 4)]
+    named: dict[str, set[str]] = {"": set()}
+    folder = ""
+    for line in block.splitlines()[2:]:
+        indent = len(line) - len(line.lstrip())
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if indent == 2 and first.endswith("/"):
+            folder = first.rstrip("/")
+            named[folder] = set()
+            continue
+        if indent == 2:
+            folder = ""
+        if indent <= 4:  # a description's continuation is indented further
+            names = re.match(r"\s*((?:\w+\.py,? )+)", line + " ")
+            named[folder] |= set(re.findall(r"\w+\.py", names.group(1) if names else ""))
+    return named
+
+
+def test_the_engine_code_map_names_every_module() -> None:
+    named = _code_map()
+    core = ROOT / "django_rlock" / "core"
+    missing = [
+        str(path.relative_to(core))
+        for path in sorted(core.rglob("*.py"))
+        if not (path.name == "__init__.py" and path.parent != core)
+        and path.name not in named.get(path.parent.name if path.parent != core else "", set())
+    ]
+    assert missing == [], "docs/engine.md's code map (Where the code is) must name them"

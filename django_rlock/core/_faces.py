@@ -24,7 +24,7 @@ uses it.
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._protocol.lock import LockOptions
 from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
-from django_rlock.core._sync.locks import SemaphoreBase
+from django_rlock.core._protocol.semaphore import SemaphoreBase
 from django_rlock.core._sync.redisson import RedissonRLock
 
 # isort: split
@@ -71,6 +71,7 @@ from django_rlock.core._sync.ratelimiter import read_limiter_state
 # The backends build the Redis client the engine runs on (URL schemes, options,
 # redaction in messages) and report an unreachable server the engine's way.
 from django_rlock.core._protocol.unavailable import UNREACHABLE, reported_unavailable
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.connection import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
@@ -80,7 +81,6 @@ from django_rlock.core._sync.connection import (
     derive_client,
     describe,
     from_url,
-    redact_url,
 )
 
 # isort: split

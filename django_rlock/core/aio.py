@@ -14,16 +14,12 @@ current asyncio task.
 """
 
 from django_rlock.core._aio.client import AsyncLockClient
+from django_rlock.core._aio.fairlock import AsyncFairLock
 from django_rlock.core._aio.leader import AsyncLeadership
-from django_rlock.core._aio.locks import (
-    AsyncFairLock,
-    AsyncReadLock,
-    AsyncReadWriteLock,
-    AsyncRLock,
-    AsyncSemaphore,
-    AsyncWriteLock,
-)
+from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
+from django_rlock.core._aio.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
+from django_rlock.core._aio.semaphore import AsyncSemaphore
 
 __all__ = [
     "AsyncFairLock",

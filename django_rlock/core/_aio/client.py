@@ -25,25 +25,23 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from django_rlock.core._aio.connection import connect_async, sync_twin
+from django_rlock.core._aio.fairlock import AsyncFairLock
 from django_rlock.core._aio.leader import AsyncLeadership
-from django_rlock.core._aio.locks import (
-    AsyncFairLock,
-    AsyncReadWriteLock,
-    AsyncRLock,
-    AsyncSemaphore,
-)
+from django_rlock.core._aio.locks import AsyncRLock
 from django_rlock.core._aio.ratelimiter import AsyncRateLimiter
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
+from django_rlock.core._aio.rwlock import AsyncReadWriteLock
+from django_rlock.core._aio.semaphore import AsyncSemaphore
 from django_rlock.core._aio.waiting import AsyncReleaseListener
 from django_rlock.core._aio.wire import Flight, Wire
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.layouts import REDISSON, RLOCK
 from django_rlock.core._protocol.lock import LockOptions, ScriptRegistry
 from django_rlock.core._protocol.names import check_name
+from django_rlock.core._protocol.refusals import OomSafeBase, raise_if_refused
 from django_rlock.core._protocol.rwlock import RWScripts
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.client import LockClient
-from django_rlock.core._sync.connection import redact_url
-from django_rlock.core._sync.scripts import OomSafeBase, raise_if_refused
 from django_rlock.core.defaults import (
     DEFAULT_DEADLOCK_TIMEOUT,
     DEFAULT_KEY_PREFIX,

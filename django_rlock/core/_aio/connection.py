@@ -8,6 +8,7 @@ never touch, or block, the event loop.
 from __future__ import annotations
 
 import codecs
+import inspect
 from typing import Any
 
 import redis
@@ -15,7 +16,19 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from django_rlock.core._sync.connection import redact_url
+from django_rlock.core._protocol.urls import redact_url
+
+
+def _requires_command_name() -> bool:
+    parameter = inspect.signature(redis.asyncio.ConnectionPool.get_connection).parameters.get(
+        "command_name"
+    )
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+#: What ``pool.get_connection()`` is awaited with: redis-py before 5.3 requires a
+#: command name (it ignores it); later ones deprecate passing one.
+GET_CONNECTION_ARGS: tuple[str, ...] = ("PING",) if _requires_command_name() else ()
 
 _SYNC_CONNECTION_CLASSES: dict[str, type[Any]] = {
     "Connection": redis.Connection,

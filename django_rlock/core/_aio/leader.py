@@ -10,7 +10,7 @@
 
 The task that enters the block is the leader (it must run the block for the
 whole term); everything else is as for the sync election: the same lock, the
-same :class:`~django_rlock.core._sync.leader.Term`, so sync and asyncio candidates
+same :class:`~django_rlock.core._protocol.leader.Term`, so sync and asyncio candidates
 of one name take part in one election. ``term.on_lost`` callbacks run on the
 leader's event loop; a coroutine function runs as a task.
 """
@@ -24,8 +24,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from django_rlock.core._process.holder import holder_details
+from django_rlock.core._protocol.leader import LEADER_ROLE, Term, TermCallback, not_elected
 from django_rlock.core._protocol.names import check_name, check_timeout
-from django_rlock.core._sync.leader import LEADER_ROLE, Term, TermCallback, not_elected
 from django_rlock.core.exceptions import LockLostError
 
 if TYPE_CHECKING:

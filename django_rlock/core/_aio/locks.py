@@ -1,7 +1,9 @@
-"""The asyncio engine's locks: AsyncRLock, AsyncFairLock, AsyncReadWriteLock, AsyncSemaphore.
+"""The asyncio engine's plain lock, AsyncRLock, which the other kinds' shells extend.
 
-The twins of ``_sync/locks.py``, kind by kind, over the same protocol
-(``_protocol/``): the same calls, awaited, with the current task as the owner.
+The twin of ``_sync/locks.py``, over the same protocol (``_protocol/``): the
+same calls, awaited, with the current task as the owner. The other kinds'
+shells are in the modules named as their threaded twins (``_aio/fairlock.py``,
+``rwlock.py``, ``semaphore.py``, ``redisson.py``).
 
 AsyncRLock: the asyncio twin of :class:`django_rlock.core.RLock`.
 
@@ -27,43 +29,6 @@ release), and the same task's next call waits for that first
 (:meth:`~django_rlock.core.aio.AsyncLockClient.finish_for`): a cancelled call is
 never sent again after the task's next one (which it could undo).
 
-AsyncFairLock: the asyncio twin of :class:`django_rlock.core._sync.locks.FairLock`.
-
-Same scripts, keys and queue: sync and async callers of one fair lock name
-wait in one queue, in arrival order. The owner is the current task::
-
-    client = AsyncLockClient("redis://127.0.0.1:6379/0")
-    async with client.fair_lock("report:42") as lock:
-        await build(report, fence=lock.token)
-
-A cancelled ``acquire`` leaves the queue (and gives back a grant that arrived
-as it was cancelled, a handed one too: FAIR_ABANDON finds it by its mark), as
-:class:`~django_rlock.core._aio.locks.AsyncRLock` does.
-
-AsyncReadWriteLock: the asyncio twin of :class:`django_rlock.core._sync.locks.ReadWriteLock`.
-
-Same scripts, keys and calls as the sync one (sync and async owners exclude
-each other on the same name); the owner is the current asyncio task::
-
-    report = client.read_write_lock("report:42")
-    async with report.read:          # many tasks at once
-        ...
-    async with report.write:         # alone
-        ...
-
-Cancellation is as safe as :class:`~django_rlock.core.aio.AsyncRLock`'s: both
-sides inherit its shielded calls.
-
-AsyncSemaphore: the asyncio twin of :class:`django_rlock.core._sync.locks.Semaphore`.
-
-Same scripts and keys: sync and async owners share the permits of one name.
-The owner is the current asyncio task; cancellation is as safe as for
-:class:`~django_rlock.core.aio.AsyncRLock` (a permit granted as its acquire
-was cancelled is given back; a cancelled release still completes)::
-
-    client = AsyncLockClient("redis://127.0.0.1:6379/0")
-    async with client.semaphore("partner-api:tenant-7", permits=3):
-        await call_partner()
 """
 
 from __future__ import annotations
@@ -74,10 +39,11 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
 
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
+from django_rlock.core._aio.shell import AsyncShell, Client
 from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, read_hold
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
@@ -95,91 +61,26 @@ from django_rlock.core._protocol.deadlocks import (
     Wait,
     deadlock_error,
 )
-from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockBase,
-    LockEngine,
     LockOptions,
     LockScripts,
-    ScriptRegistry,
-    WaitingShell,
 )
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive_async
-from django_rlock.core._protocol.rwlock import RWScripts
-from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
-from django_rlock.core._sync.locks import (
-    FairBase,
-    ReadSide,
-    ReadWriteBase,
-    SemaphoreBase,
-    WriteSide,
-    available_reply,
-    first_return_reply,
-    sleep_cap,
-)
 from django_rlock.core.exceptions import DeadlockError, LockNotOwnedError, LockUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from redis.asyncio import Redis
-
-    from django_rlock.core._aio.waiting import AsyncReleaseListener, AsyncSubscription
-    from django_rlock.core._aio.wire import Flight
+    from django_rlock.core._aio.waiting import AsyncSubscription
     from django_rlock.core._protocol.holds import Hold
 
 T = TypeVar("T")
 
 logger = logging.getLogger("django_rlock.lock")
-
-
-class Client(Protocol):
-    """What the asyncio shells need of their :class:`~django_rlock.core.aio.AsyncLockClient`.
-
-    A lock reads its client through this and nothing else, so a kind never
-    depends on the concrete client (which builds every kind).
-    """
-
-    key_prefix: str
-    redis: Redis
-    scripts: ScriptRegistry
-    #: Wakes waiters when a lock they wait for is released.
-    listener: AsyncReleaseListener
-
-    @property
-    def engine(self) -> LockEngine:
-        """The sync engine whose hold registry and watchdog keep these locks' holds."""
-        ...
-
-    #: Owner id -> the task doing what that owner's last call left to do.
-    unfinished: dict[str, asyncio.Task[Any]]
-
-    def spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coroutine`` as a task the client keeps until it is done."""
-        ...
-
-    def send(self, script: Any, call: ScriptCall) -> Flight:
-        """Send an acquire or release ``call`` now, with no await (see ``_aio/wire.py``)."""
-        ...
-
-    def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
-        """Run what ``owner``'s call leaves to do in a task; its next call waits for it."""
-        ...
-
-    async def finished(self, owner: str) -> None:
-        """Wait until no call of ``owner``'s is being finished."""
-        ...
-
-
-class AsyncShell(WaitingShell, Protocol):
-    """An asyncio shell of an acquire plan: its attempts are awaited."""
-
-    def attempt(self, waiter: bool, sleep: float) -> Awaitable[float | None]:
-        """One acquire call: None when granted, else the seconds to wait at most."""
-        ...
 
 
 class AsyncRLock(LockBase):
@@ -363,41 +264,31 @@ class AsyncRLock(LockBase):
     async def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the task's wait edge, then look for a cycle (as :class:`RLock`'s)."""
         redis_client = self.client.redis
-        try:
-            if not detector.written or not await redis_client.pexpire(
-                detector.key, detector.life_ms
-            ):
-                value = detector.edge_value()
-                detector.written = True  # before the call: a lost reply may have written it
-                await redis_client.set(detector.key, value, px=detector.life_ms)
-            cycle = await self._walk(detector)
-            if cycle is None:
-                return
-            again = await self._walk(detector)
-        except NoPermissionError:
-            raise  # as for every call of the engine: the ACL must be fixed, not worked around
-        except RedisError as error:
-            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
-            return
-        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
-            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
-
-    async def _walk(self, detector: Detector) -> Cycle | None:
-        """One search of the wait-for graph from the task (``_protocol.deadlocks.walk``)."""
-        redis_client = self.client.redis
         scripts = self.client.scripts[DeadlockScripts]
-        steps = detector.walk()
+        steps = detector.check()
+        reply: Any
         try:
             read = next(steps)
             while True:
                 if read[0] == "edge":
                     reply = await redis_client.get(read[1])
+                elif read[0] == "renew":
+                    reply = await redis_client.pexpire(read[1], read[2])
+                elif read[0] == "write":
+                    reply = await redis_client.set(read[1], read[2], px=read[3])
                 else:
                     call = read[1]
                     reply = await getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
-            return cast("Cycle | None", done.value)
+            cycle = cast("Cycle | None", done.value)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except RedisError as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if cycle is not None:
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     async def _forget_edge(self, detector: Detector) -> None:
         """Delete the task's wait edge as its wait ends (a failure leaves it to expire)."""
@@ -612,12 +503,47 @@ class AsyncRLock(LockBase):
         self.lost_callbacks.append(on_loop)
 
 
-class _AsyncWaiting:
+class AsyncWaitingShellBase:
+    """What every asyncio waiting shell (the plain lock's, the fair lock's) shares.
+
+    The twin of the threaded ``WaitingShellBase``: its deadlock checks, and
+    telling its lock whether a wake-up handed it the lock
+    (:class:`AsyncHandOverSubscription`).
+    """
+
+    lock: AsyncRLock
+    owner: str
+    #: When the acquire call began (monotonic).
+    started: float
+    #: Made by the first deadlock check (most calls never wait that long).
+    detector: Detector | None
+
+    def check_deadlock(self) -> Awaitable[None]:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        return self.lock._check_deadlock(detector, self.started)
+
+    def forget_edge(self) -> None:
+        """Have the owner's next call (a release too) wait for its wait-for edge to go.
+
+        The owner never runs on with an edge saying it waits (see
+        ``_protocol/deadlocks.py``).
+        """
+        if self.detector is not None and self.detector.written:
+            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+
+    def handed(self, subscription: AsyncSubscription) -> bool:
+        """Whether the wake-up just read handed the caller the lock (taken, if so)."""
+        raise NotImplementedError
+
+
+class _AsyncWaiting(AsyncWaitingShellBase):
     """The asyncio shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
     def __init__(self, lock: AsyncRLock, owner: str, lease: float | None, started: float) -> None:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, started
-        self.subscription: _AsyncHandOverSubscription | None = None
+        self.subscription: AsyncHandOverSubscription | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
         #: When the last attempt was sent (at the latest): see the sync ``_Waiting``.
@@ -633,24 +559,18 @@ class _AsyncWaiting:
         self.sent_at = clock.monotonic()
         return self.lock._attempt(self.owner, self.lease, waiter_id, sleep, self.started)
 
-    def check_deadlock(self) -> Awaitable[None]:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.started)
-        return self.lock._check_deadlock(detector, self.started)
-
     def listen(self) -> None:
         subscription = self.lock.client.listener.subscribe(self.lock.keys.channel)
-        self.subscription = _AsyncHandOverSubscription(self, subscription)
+        self.subscription = AsyncHandOverSubscription(self, subscription)
+
+    def handed(self, subscription: AsyncSubscription) -> bool:
+        return self.lock._handed_over(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         if self.subscription is None:
             return
         self.lock.client.listener.unsubscribe(self.subscription.inner)
-        if self.detector is not None and self.detector.written:
-            # The owner's next call (a release too) waits for it: the owner never
-            # runs on with an edge saying it waits (see _protocol/deadlocks.py).
-            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
+        self.forget_edge()
         if registered:
             # After the owner's cancelled attempt, if any: an ABANDON that overtook
             # it would leave the waiter it then registers in the set, to be woken in vain.
@@ -658,15 +578,15 @@ class _AsyncWaiting:
             lock.client.finish_for(self.owner, lock._abandon(self.subscription.waiter_id))
 
 
-class _AsyncHandOverSubscription:
-    """The asyncio twin of the sync ``_HandOverSubscription``: a hand-over ends the plan granted.
+class AsyncHandOverSubscription:
+    """The asyncio twin of the sync ``HandOverSubscription``: a hand-over or handoff ends the plan.
 
     Nothing awaits between taking the grant and the plan's end, so a
     cancellation either comes before (the caller never counted the grant, and
-    ABANDON gives it back) or after (the caller holds the lock).
+    ABANDON or FAIR_ABANDON gives it back) or after (the caller holds the lock).
     """
 
-    def __init__(self, shell: _AsyncWaiting, subscription: AsyncSubscription) -> None:
+    def __init__(self, shell: AsyncWaitingShellBase, subscription: AsyncSubscription) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -678,240 +598,10 @@ class _AsyncHandOverSubscription:
 
     async def wait(self, since: int, timeout: float) -> object:
         woken = await self.inner.wait(since, timeout)
-        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
+        return HANDED if self.shell.handed(self.inner) else woken
 
 
 def _run(callback: Callable[[AsyncRLock], object], lock: AsyncRLock) -> None:
     result = callback(lock)
     if isinstance(result, Coroutine):
         asyncio.ensure_future(result)  # noqa: RUF006 -- the loop keeps it until it ends
-
-
-class AsyncFairLock(FairBase, AsyncRLock):
-    """An asyncio lock granted in arrival order; see :meth:`AsyncLockClient.fair_lock`."""
-
-    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
-        super().__init__(client, name, **options)
-        self._fair_setup()
-
-    def __repr__(self) -> str:
-        return f"<AsyncFairLock {self.name!r}>"
-
-    async def __aenter__(self) -> Self:
-        return await super().__aenter__()
-
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> AsyncShell:
-        # The caller queues: every attempt of a blocking call carries its queue id.
-        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        return _AsyncFairWaiting(self, owner, lease, plan, queue_id)
-
-    async def _queued_attempt(
-        self, owner: str, lease: float | None, queue_id: str, sleep: float, started: float
-    ) -> float | None:
-        """One fair acquire call (shielded, as AsyncRLock's): None when granted, else seconds."""
-        return await self._attempt(owner, lease, queue_id, sleep, started)
-
-    def _kind_scripts(self) -> KindScripts:
-        return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
-
-    def _handed(self, waiting: _AsyncFairWaiting, subscription: AsyncSubscription) -> bool:
-        """Take the grant a handoff message brought, if any (see ``FairBase._take_handoff``)."""
-        if not self._take_handoff(waiting, subscription):
-            return False
-        task = asyncio.current_task()
-        if task is not None:
-            self._lost_tasks.pop(task, None)
-        return True
-
-    def _leave_queue(self, queue_id: str, *, abandon: bool, owner: str) -> None:
-        """As ``FairLock._leave_queue``, with no await: a cancelled acquire still leaves.
-
-        The abandon is sent after ``owner``'s cancelled attempt, if any (see
-        :meth:`AsyncLockClient.finish_for`): one that overtook it would leave
-        the queue entry that attempt then makes, a dead head for its lifetime.
-        """
-        self._end_waiting(queue_id)
-        if abandon:
-            self.client.finish_for(owner, self._abandon(queue_id))
-
-
-class _AsyncFairWaiting:
-    """The asyncio shell of an :class:`AcquirePlan` for a fair lock (see ``_FairWaiting``)."""
-
-    def __init__(
-        self,
-        lock: AsyncFairLock,
-        owner: str,
-        lease: float | None,
-        plan: AcquirePlan,
-        queue_id: str,
-    ) -> None:
-        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
-        self.queue_id = queue_id
-        self.subscription: _AsyncHandoffSubscription | None = None
-        #: An attempt that may have queued the caller was sent, and no grant came back.
-        self.queued = False
-        #: When the last attempt was sent (at the latest): see ``_FairWaiting``.
-        self.sent_at = plan.started
-        # Made by the first deadlock check (most calls never wait that long).
-        self.detector: Detector | None = None
-
-    def check_deadlock(self) -> Awaitable[None]:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
-        return self.lock._check_deadlock(detector, self.plan.started)
-
-    async def attempt(self, waiter: bool, sleep: float) -> float | None:
-        self.queued = self.queued or bool(self.queue_id)
-        self.sent_at = clock.monotonic()
-        wait = await self.lock._queued_attempt(
-            self.owner, self.lease, self.queue_id, sleep_cap(self.plan), self.plan.started
-        )
-        if wait is None:
-            self.queued = False
-        return wait
-
-    def listen(self) -> None:
-        subscription = self.lock.client.listener.subscribe(self.lock.keys.channel, self.queue_id)
-        self.subscription = _AsyncHandoffSubscription(self, subscription)
-
-    def close(self, *, registered: bool) -> None:
-        if self.subscription is not None:
-            self.lock.client.listener.unsubscribe(self.subscription.inner)
-        if self.detector is not None and self.detector.written:
-            # As the plain lock's shell: the owner's next call waits for it.
-            self.lock.client.finish_for(self.owner, self.lock._forget_edge(self.detector))
-        abandon = self.queued or (registered and bool(self.queue_id))
-        self.lock._leave_queue(self.queue_id, abandon=abandon, owner=self.owner)
-
-
-class _AsyncHandoffSubscription:
-    """The asyncio twin of ``_HandoffSubscription``: a handoff ends the plan granted.
-
-    Nothing awaits between taking the handoff and the plan's end, so a
-    cancellation either comes before (the caller never counted the grant, and
-    FAIR_ABANDON gives it back) or after (the caller holds the lock).
-    """
-
-    def __init__(self, shell: _AsyncFairWaiting, subscription: AsyncSubscription) -> None:
-        self.shell, self.inner = shell, subscription
-        self.waiter_id = subscription.waiter_id
-
-    async def wait_subscribed(self, timeout: float) -> bool:
-        return await self.inner.wait_subscribed(timeout)
-
-    def mark(self) -> int:
-        return self.inner.mark()
-
-    async def wait(self, since: int, timeout: float) -> object:
-        woken = await self.inner.wait(since, timeout)
-        shell = self.shell
-        return HANDED if shell.lock._handed(shell, self.inner) else woken
-
-
-class AsyncWriteLock(WriteSide, AsyncRLock):
-    """The write side of an :class:`AsyncReadWriteLock` (see the sync ``WriteLock``)."""
-
-
-class AsyncReadLock(ReadSide, AsyncRLock):
-    """The read side of an :class:`AsyncReadWriteLock` (see the sync ``ReadLock``)."""
-
-    async def _readers(self) -> tuple[int, int]:
-        call = self._readers_call()
-        with self._reachable("inspect"):
-            live, longest = await self._scripts.readers(keys=call.keys, args=call.args)
-        return int(live), int(longest)
-
-    async def locked(self) -> bool:
-        """True when any owner holds a read."""
-        return (await self._readers())[0] > 0
-
-    async def ttl(self) -> float | None:
-        """Seconds until the longest-lived read hold expires, None when nobody reads."""
-        return ttl_reply((await self._readers())[1])
-
-    async def owned(self) -> bool:
-        """True when the current task holds a read (asks Redis)."""
-        owner = task_owner()
-        with self._reachable("inspect"):
-            return bool(await self.client.redis.hexists(self.rw_keys.reader(owner), owner))
-
-    async def hold_count(self) -> int:
-        """How many read holds the current task has (0 when none; asks Redis)."""
-        owner = task_owner()
-        with self._reachable("inspect"):
-            count = await self.client.redis.hget(self.rw_keys.reader(owner), owner)
-        return hold_count_reply(count)
-
-
-class AsyncReadWriteLock(ReadWriteBase):
-    """Many readers or one writer, for asyncio; get one from ``AsyncLockClient.read_write_lock``."""
-
-    def __init__(
-        self,
-        client: Client,
-        name: str,
-        scripts: RWScripts,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)
-        #: The shared side: many tasks at once while nobody else writes.
-        self.read = AsyncReadLock(client, keys, scripts, **options)
-        #: The exclusive side: one task, and no reader but that task.
-        self.write = AsyncWriteLock(client, keys, scripts, **options)
-
-
-class AsyncSemaphore(SemaphoreBase, AsyncRLock):
-    """A semaphore with watchdog permits for asyncio; get one from ``AsyncLockClient.semaphore``."""
-
-    def __init__(
-        self, client: Client, name: str, permits: int, **options: Unpack[LockOptions]
-    ) -> None:
-        super().__init__(client, name, permits, **options)
-
-    def __repr__(self) -> str:
-        return f"<AsyncSemaphore {self.name!r} permits={self.permits}>"
-
-    def _kind_scripts(self) -> KindScripts:
-        return KindScripts.of(self.client.scripts[SemaphoreScripts])
-
-    async def __aenter__(self) -> Self:
-        if not await self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(await self.ttl())
-        return self
-
-    # -- inspecting ---------------------------------------------------------------
-
-    async def available(self) -> int:
-        """How many permits are free now; see :meth:`Semaphore.available`."""
-        return available_reply(self.permits, await self._state())
-
-    async def locked(self) -> bool:
-        """True when no permit is free."""
-        return await self.available() == 0
-
-    async def owned(self) -> bool:
-        """True when the current task holds a permit (asks Redis)."""
-        return await self.hold_count() > 0
-
-    async def hold_count(self) -> int:
-        """How many permits the current task holds (0 when none; asks Redis)."""
-        owner = task_owner()
-        with self._reachable("inspect"):
-            return hold_count_reply(
-                await self.client.redis.hget(permit_key(self.keys, owner), owner)
-            )
-
-    async def ttl(self) -> float | None:
-        """Seconds until the first held permit may come back; None when none is held."""
-        return first_return_reply(await self._state())
-
-    async def force_release(self) -> bool:
-        """Take back every permit and wake every waiter; see :meth:`Semaphore.force_release`."""
-        return await super().force_release()
-
-    async def _state(self) -> Any:
-        call = self._state_call()
-        with self._reachable("inspect"):
-            return await self.client.scripts[SemaphoreScripts].state(keys=call.keys, args=call.args)

@@ -26,17 +26,17 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from django_rlock.core._aio.connection import derive_async_pool
+from django_rlock.core._aio.connection import GET_CONNECTION_ARGS, derive_async_pool
 from django_rlock.core._protocol.channels import (
+    RECONNECT_BACKOFF,
     Channel,
     ChannelTable,
     ReadError,
     WakeCount,
     listen_channels,
+    log_refusal,
     new_wake_name,
 )
-from django_rlock.core._sync.connection import GET_CONNECTION_ARGS
-from django_rlock.core._sync.waiting import RECONNECT_BACKOFF, log_refusal
 
 logger = logging.getLogger("django_rlock.waiting")
 

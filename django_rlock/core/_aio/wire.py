@@ -63,7 +63,7 @@ from django_rlock.core._process import forking
 from django_rlock.core._protocol import resp
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.lock import LOST_REPLY
-from django_rlock.core._sync.scripts import permission_error
+from django_rlock.core._protocol.refusals import permission_error
 
 logger = logging.getLogger("django_rlock.lock")
 

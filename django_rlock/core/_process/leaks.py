@@ -47,11 +47,27 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable, Iterable
 
 from django_rlock.core._process import identity, scopes
-from django_rlock.core._protocol.holds import Hold, HoldRegistry, registries
+from django_rlock.core._process.kept import HoldKeeper, KeptHold
 
 logger = logging.getLogger("django_rlock.lock")
+
+
+def _no_keepers() -> Iterable[HoldKeeper]:
+    return ()
+
+
+#: Every live hold registry of the process, as ``_protocol/holds.py`` hands it
+#: over (:func:`keepers_from`): this floor imports nothing above it.
+_keepers: Callable[[], Iterable[HoldKeeper]] = _no_keepers
+
+
+def keepers_from(every: Callable[[], Iterable[HoldKeeper]]) -> None:
+    """Read the process's hold registries from ``every`` (set once, by ``_protocol/holds.py``)."""
+    global _keepers  # noqa: PLW0603 -- one process-wide source, set once at import
+    _keepers = every
 
 
 def work_started(what: str = "unit of work") -> None:
@@ -71,13 +87,13 @@ def work_ended(what: str) -> None:
     if scope is None:
         return  # a unit of work this module did not see begin
     reason = f"the {what} that took it ended without releasing it"
-    kept: dict[str, list[Hold]] = {}  # thread owners -> the holds of this unit they keep
+    kept: dict[str, list[KeptHold]] = {}  # thread owners -> the holds of this unit they keep
     for hold in list(scope.holds):
         if hold.released or hold.lost:
             continue
         if identity.is_task_owner(hold.owner):
             continue  # a task's holds end with the task, on its own event loop
-        registry = next((each for each in registries() if each.keeps(hold)), None)
+        registry = next((each for each in _keepers() if each.keeps(hold)), None)
         reported = registry is not None and registry.report_leaked(hold, reason)
         if reported and registry is not None and registry.release_leaked:
             give_back(hold)
@@ -90,16 +106,16 @@ def work_ended(what: str) -> None:
         # stops keeping them, and the thread takes a new owner id, so that its
         # next unit of work cannot re-enter them. Holds it took before this unit
         # stay under the old id, which it keeps for them.
-        for registry in registries():
+        for registry in _keepers():
             registry.forget_holds(holds)
-        older = any(registry.owns_any(owner) for registry in registries())
+        older = any(registry.owns_any(owner) for registry in _keepers())
         if owner == identity.thread_owner():
             identity.retire_thread_owner(keep=older)
         else:
             identity.retire_owner(owner, keep=older)
 
 
-def thread_gone(registry: HoldRegistry, hold: Hold) -> None:
+def thread_gone(registry: HoldKeeper, hold: KeptHold) -> None:
     """The watchdog found ``hold``'s owner thread ended: report it, give it back.
 
     The release calls run on a short-lived thread of their own, so a slow
@@ -110,7 +126,7 @@ def thread_gone(registry: HoldRegistry, hold: Hold) -> None:
         threading.Thread(target=give_back, args=(hold,), name="rlock-leaked", daemon=True).start()
 
 
-def give_back(hold: Hold) -> None:
+def give_back(hold: KeptHold) -> None:
     """Release every hold ``hold``'s owner counts, through the lock that took it.
 
     For a lock of the thread engine; run on any thread (the owner is named,
@@ -130,7 +146,7 @@ def give_back(hold: Hold) -> None:
 
 def _task_ended(owner: str) -> None:
     # On the task's event loop, as it finishes: its locks' asyncio clients live here.
-    for registry in registries():
+    for registry in _keepers():
         for hold in registry.holds_owned_by(owner):
             reason = "the asyncio task that took it finished without releasing it"
             if registry.report_leaked(hold, reason) and registry.release_leaked:
@@ -146,7 +162,7 @@ def process_exiting() -> None:
     """
     reason = "the process exited without releasing it"
     for owner in identity.owners_of(threading.main_thread()):
-        for registry in registries():
+        for registry in _keepers():
             for hold in registry.holds_owned_by(owner):
                 if registry.report_leaked(hold, reason) and registry.release_leaked:
                     give_back(hold)

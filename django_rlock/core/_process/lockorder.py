@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from django_rlock.core._process import forking
-from django_rlock.core._protocol.holds import Hold, HoldRegistry
+from django_rlock.core._process.kept import HoldKeeper, KeptHold
 from django_rlock.core.exceptions import LockOrderWarning
 
 logger = logging.getLogger("django_rlock.lock")
@@ -150,7 +150,7 @@ def call_site() -> Site:
     return UNKNOWN_SITE
 
 
-def lock_class(hold: Hold) -> str:
+def lock_class(hold: KeptHold) -> str:
     """The lock class of ``hold``: its lock's key template if known, else its name."""
     for lock in hold.locks:
         if lock.key_template is not None:
@@ -190,17 +190,17 @@ class LockOrder:
         #: Inversions told while the graph was full (their edges not kept).
         self._told: set[tuple[str, str]] = set()
         #: The registries watched, weakly (a closed client's registry may go).
-        self._watched: tuple[weakref.ref[HoldRegistry], ...] = ()
+        self._watched: tuple[weakref.ref[HoldKeeper], ...] = ()
         #: Each watched hold's class, call site and group (:func:`taken_together`),
         #: for as long as the hold lives.
-        self._taken: weakref.WeakKeyDictionary[Hold, tuple[str, Site, object | None]] = (
+        self._taken: weakref.WeakKeyDictionary[KeptHold, tuple[str, Site, object | None]] = (
             weakref.WeakKeyDictionary()
         )
         #: Every warning a filter turned into an error, numbered from 1.
         self._raised: deque[tuple[int, LockOrderWarning]] = deque(maxlen=MAX_RAISED)
         self._raised_count = 0
 
-    def watch(self, registry: HoldRegistry) -> None:
+    def watch(self, registry: HoldKeeper) -> None:
         """Check the order of every hold ``registry`` grants from now on (once per registry)."""
         with self._mutex:
             alive = tuple(ref for ref in self._watched if ref() is not None)
@@ -209,7 +209,7 @@ class LockOrder:
             self._watched = (*alive, weakref.ref(registry))
         registry.on_acquired(self.acquired)
 
-    def acquired(self, hold: Hold) -> None:
+    def acquired(self, hold: KeptHold) -> None:
         """A new hold was granted: learn its owner's order, and warn about a cycle it closes."""
         site = call_site()
         taken = lock_class(hold)

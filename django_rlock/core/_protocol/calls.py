@@ -135,7 +135,7 @@ def extend_call(key: str, fence: str, owner: str, seconds: float) -> ScriptCall:
     """The owner's hold on ``key`` now expires ``seconds`` from the call (scripts.RENEW, exact).
 
     ``key`` and ``fence`` are the lock's
-    :meth:`~django_rlock.core._protocol.lock.LockBase.hold_keys`.
+    :meth:`~django_rlock.core._protocol.lockbase.LockBase.hold_keys`.
     """
     return ScriptCall(keys=[key, fence], args=[milliseconds(seconds), 1, owner])
 
@@ -187,3 +187,31 @@ def ttl_reply(pttl_ms: Any) -> float | None:
 def hold_count_reply(count: Any) -> int:
     """An HGET of the owner's field as ``hold_count()`` answers it (0: no hold)."""
     return 0 if count is None else int(count)
+
+
+#: How many templates (lock, owner, life) the process keeps before it starts afresh.
+_TEMPLATES_KEPT = 4096
+
+
+# (lock hash key, owner, life, publish command) -> acquire and release templates.
+_templates: dict[tuple[str, str, float, str], tuple[Template, Template]] = {}
+
+
+def kept_templates(
+    keys: LockKeys, owner: str, ttl: float, publish: str
+) -> tuple[Template, Template]:
+    """The acquire (for ``ttl``) and release templates of ``owner``'s plain-lock calls on ``keys``.
+
+    Kept per lock name, not per lock object: the Django face makes a lock
+    object per ``with rlock(...)``.
+    """
+    key = (keys.hash, owner, ttl, publish)
+    made = _templates.get(key)
+    if made is None:
+        if len(_templates) >= _TEMPLATES_KEPT:
+            _templates.clear()  # many names or threads came and went: keep the current ones
+        made = _templates[key] = (
+            acquire_template(keys, owner, ttl),
+            release_template(keys, owner, publish),
+        )
+    return made

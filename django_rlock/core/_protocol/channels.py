@@ -47,6 +47,7 @@ and a waiter that joins it subscribes anew.
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -316,3 +317,16 @@ class ChannelTable(Generic[W]):
     def _drop_if_idle(self, channel: Channel[W]) -> None:
         if not channel.subscriptions and channel.settled:
             self.channels.pop(channel.name, None)
+
+
+logger = logging.getLogger("django_rlock.waiting")
+
+
+#: Seconds between reconnect attempts of a listener (the last one repeats).
+RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def log_refusal(verdict: ReadError, error: BaseException) -> None:
+    """Log a refused pub/sub command: a warning the first time, then at debug level."""
+    level = logging.WARNING if verdict is ReadError.REFUSED else logging.DEBUG
+    logger.log(level, "pub/sub subscription refused, waiters fall back to TTL waits: %s", error)

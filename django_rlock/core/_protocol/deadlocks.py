@@ -3,7 +3,8 @@
 A waiter that has waited ``deadlock_timeout`` seconds (see
 :class:`~django_rlock.core._protocol.plan.AcquirePlan`) records what it waits
 for, then looks for a deadlock through itself; the sync and asyncio shells
-(``_sync/locks.py``, ``_aio/locks.py``) send the reads this module asks for.
+(``_check_deadlock`` in ``_sync/locks.py``, ``_aio/locks.py``) send the reads
+this module asks for (:meth:`Detector.check`).
 
 The graph lives in Redis, in plain keys:
 
@@ -341,7 +342,9 @@ class Cycle:
 
 #: A read the search asks the shell for: ``("edge", key)`` -> the GET reply;
 #: ``(script, call)`` -> the reply of that script of :class:`DeadlockScripts`.
-Read = tuple[str, Any]
+#: A check (:meth:`Detector.check`) also asks ``("renew", key, life_ms)`` ->
+#: the PEXPIRE reply, and ``("write", key, value, life_ms)`` -> the SET reply.
+Read = tuple[Any, ...]
 
 
 def _text(value: object) -> str:
@@ -598,6 +601,27 @@ class Detector:
         """Whether this call is the one of ``cycle`` that must give up."""
         own = self._edge.rank
         return all(edge.rank < own for edge in cycle.edges)
+
+    def check(self) -> Generator[Read, Any, Cycle | None]:
+        """One deadlock check: write or renew the edge, then search the graph.
+
+        Yields the reads (see :data:`Read`), as :func:`walk` does, and returns
+        the cycle this call must give up for (the caller raises
+        :func:`deadlock_error`), or None. A cycle counts only when a second
+        search reads it again, and only the victim (:meth:`is_victim`) gives up.
+        Both engines drive it (``_check_deadlock``), so they decide alike.
+        """
+        if not self.written or not (yield ("renew", self.key, self.life_ms)):
+            value = self.edge_value()
+            self.written = True  # before the call: a lost reply may have written it
+            yield ("write", self.key, value, self.life_ms)
+        cycle = yield from self.walk()
+        if cycle is None:
+            return None
+        again = yield from self.walk()
+        if again is not None and again.readings == cycle.readings and self.is_victim(cycle):
+            return cycle
+        return None
 
 
 def describe_holder(holder: Mapping[str, Any] | None) -> str:

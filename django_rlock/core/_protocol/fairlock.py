@@ -21,7 +21,7 @@ just after the sleep it is about to take. An entry whose waiter gave up
 (ABANDON) goes at once; one whose waiter died or stopped retrying expires at
 most the watchdog timeout + :data:`ENTRY_MARGIN_MS` after its last attempt, as
 waiters never sleep longer than that (the caller caps each sleep at the watchdog
-timeout, see ``core/fairlock.py``). The queue id is a waiter id of the caller's
+timeout, see ``_sync/fairlock.py``). The queue id is a waiter id of the caller's
 release listener, chosen before the first attempt and then subscribed with, so
 a release can name the head and wake it alone.
 
@@ -33,7 +33,7 @@ head's last attempt (``"<queue id> <token> <request id>"``); the head's busy
 attempts store that request id, with its owner id and holder metadata, in
 ``:fair:entries``. A head that waits with the watchdog and whose last attempt
 is the one named holds the lock when the message arrives (no acquire call;
-its deadline counts from that attempt's send time, see ``core/fairlock.py``).
+its deadline counts from that attempt's send time, see ``_sync/fairlock.py``).
 Any other head (a fixed lease, a lost or stale message) confirms with its next
 attempt, which FAIR_ACQUIRE recognises by the marker: it sets the caller's
 own expiry and replies a new grant {token, 1, pttl}. A head that gives up
@@ -51,15 +51,20 @@ the keys whose place differs between its scripts as ``KEYS[$queue]``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from string import Template
+from typing import Any, Protocol
 
+from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
     abandon_call,
     counter_acquire_keys,
     counter_release_keys,
 )
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.channels import CarriesHandoff
+from django_rlock.core._protocol.lock import KindScripts, MakeScript, ScriptSet, handoff_min_life
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     CONFIRM_HANDOFF,
     CURRENT_TOKEN,
@@ -73,6 +78,7 @@ from django_rlock.core._protocol.lua import (
     report_or_reenter,
 )
 from django_rlock.core._protocol.names import LockKeys, milliseconds
+from django_rlock.core._protocol.plan import AcquirePlan
 
 #: How long a queue entry outlives the sleep its waiter announced, in ms: the
 #: waiter's own delay between waking and its next attempt (as scripts.ACQUIRE's).
@@ -382,3 +388,141 @@ class FairScripts(ScriptSet):
         self.acquire = plain(FAIR_ACQUIRE)
         self.release = oom_safe(FAIR_RELEASE)
         self.abandon = oom_safe(FAIR_ABANDON)
+
+
+#: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
+_MIN_SLEEP = 0.001
+
+
+def sleep_cap(plan: AcquirePlan) -> float:
+    """The longest a queued waiter of ``plan`` sleeps before its next attempt, in seconds.
+
+    The fair script makes the waiter's entry outlive this sleep, so it must be
+    short enough that a waiter that dies stalls the queue for no longer than
+    the watchdog timeout, and no longer than the caller's own wait.
+    """
+    remaining = plan.deadline - clock.monotonic()
+    return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
+
+
+class FairBase(LockBase):
+    """What :class:`FairLock` and the asyncio ``AsyncFairLock`` share: keys and script calls.
+
+    Put before the RLock class it extends (``class FairLock(FairBase, RLock)``),
+    it turns the plain calls into the fair scripts' (see :func:`with_queue`).
+    """
+
+    kind = "fair_lock"  # its factory, named when a client's layout refuses it
+
+    #: The fair lock's keys (also :attr:`keys`), with its queue.
+    fair_keys: FairKeys
+
+    def _fair_setup(self) -> None:
+        """Point the lock at the fair keys; refuse what a fair lock cannot do."""
+        engine = self._engine
+        if engine.min_replicas:
+            raise ValueError(
+                f"fair_lock({self.name!r}) does not support min_replicas "
+                f"(the client has min_replicas={engine.min_replicas}): a fair grant "
+                "undone for want of replicas would have to give the head its turn back; "
+                "use a client with min_replicas=0 for fair locks"
+            )
+        self.fair_keys = fair_keys(engine.key_prefix, self.name)
+        self.keys = self.fair_keys
+        #: Queue id -> request id of that waiter's last attempt, which a
+        #: handoff message names (one entry per waiting acquire call).
+        self._last_requests: dict[str, str] = {}
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        """The plain acquire call on the fair keys, plus the queue (``waiter_id``: queue id)."""
+        call = fair_acquire_call(
+            super()._acquire_call(owner, lease, waiter_id, sleep),
+            self.fair_keys,
+            self._engine.watchdog_timeout,
+        )
+        if waiter_id:
+            self._last_requests[waiter_id] = call.rid
+        return call
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        """The plain release call on the fair keys, plus what a handoff needs."""
+        return fair_release_call(super()._release_call(owner), self.fair_keys)
+
+    def _abandon_call(self, queue_id: str) -> ScriptCall:
+        return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
+
+    @staticmethod
+    def _fair_row(fair: Any, plain: Any) -> KindScripts:
+        """The fair scripts' row (see :class:`KindScripts`) from the fair and plain script sets.
+
+        FAIR_ABANDON leaves the queue, waking the next head if the lock is
+        free. Force-release is the plain lock's: deleting the hash frees the
+        lock, and its message wakes the queue's head, which keeps its turn.
+        """
+        return KindScripts(fair.acquire, fair.release, fair.abandon, plain.force_release)
+
+    def _take_handoff(
+        self,
+        waiting: _FairShell,
+        subscription: CarriesHandoff,
+    ) -> bool:
+        """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
+
+        Taken only when the message names the caller's last attempt (so the
+        grant came after that attempt was sent, and its send time bounds the
+        deadline from below), the caller waits with the watchdog, and that
+        deadline leaves the watchdog time to renew. Otherwise the caller's
+        next attempt confirms the grant (FAIR_ACQUIRE), or finds it gone.
+        """
+        grant, subscription.handoff = subscription.handoff, b""
+        if not grant or waiting.lease is not None:
+            return False
+        token, _, rid = grant.partition(b" ")
+        last = self._last_requests.get(waiting.queue_id)
+        # Anything else on the channel (a stale or foreign message) is only a wake-up.
+        if last is None or rid != last.encode() or not token.isdigit():
+            return False
+        watchdog = self._engine.watchdog_timeout
+        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
+            return False
+        self._registry.grant(
+            self,
+            waiting.owner,
+            token=int(token),
+            holds=1,
+            lease=None,
+            sent_at=waiting.sent_at,
+            pttl_ms=milliseconds(watchdog),
+            requested_at=waiting.plan.started,
+        )
+        waiting.queued = False  # the handoff took the caller out of the queue
+        return True
+
+    def _end_waiting(self, queue_id: str) -> None:
+        self._last_requests.pop(queue_id, None)
+
+    def _queue_id(self, plan: AcquirePlan, new_waiter_id: Callable[[], str]) -> str:
+        """The caller's place in the queue for one acquire call ('' when it will not wait).
+
+        The plan's first attempt is sent before the caller subscribes, yet it
+        is the one that must take the caller's place (arrival order is the
+        order of first busy attempts). So the id is a waiter id taken from the
+        listener before that attempt, and the subscription is then made under
+        the same id: a release that names the head wakes that very waiter.
+        An id per acquire call (not the owner id) also keeps owner ids, the
+        holders' credentials, off the release channel.
+        """
+        return new_waiter_id() if plan.blocking and not plan.zero_wait else ""
+
+
+class _FairShell(Protocol):
+    """What :meth:`FairBase._take_handoff` reads of a waiting shell (sync or asyncio)."""
+
+    owner: str
+    lease: float | None
+    plan: AcquirePlan
+    queue_id: str
+    queued: bool
+    sent_at: float

@@ -72,13 +72,8 @@ from typing import Any, ClassVar, Unpack
 
 from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.layouts import REDISSON
-from django_rlock.core._protocol.lock import (
-    TOKEN_FIELD,
-    LockBase,
-    LockOptions,
-    MakeScript,
-    ScriptSet,
-)
+from django_rlock.core._protocol.lock import TOKEN_FIELD, LockOptions, MakeScript, ScriptSet
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     REQUEST_LATCH_MS,
     next_token,

@@ -54,9 +54,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from string import Template
+from typing import Any, Unpack
 
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
 from django_rlock.core._protocol.calls import ScriptCall, acquire_args, attempt_args
-from django_rlock.core._protocol.lock import ABANDON, FORCE_RELEASE, MakeScript, ScriptSet
+from django_rlock.core._protocol.deadlocks import READ, WRITE, Wait
+from django_rlock.core._protocol.lock import (
+    ABANDON,
+    FORCE_RELEASE,
+    KindScripts,
+    LockOptions,
+    MakeScript,
+    ScriptSet,
+)
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     CURRENT_TOKEN,
     LEAVE_WAITING_SET,
@@ -71,6 +83,7 @@ from django_rlock.core._protocol.lua import (
     wake_after_release,
 )
 from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core.exceptions import LockUpgradeError
 
 #: What WRITE_ACQUIRE answers an owner that holds a read but not the write.
 UPGRADE_REFUSED = "upgrade"
@@ -417,3 +430,189 @@ class RWScripts(ScriptSet):
         self.read_force_release = oom_safe(READ_FORCE_RELEASE)
         self.write_force_release = oom_safe(WRITE_FORCE_RELEASE)
         self.readers = plain(READERS)
+
+
+def check_rw_client(min_replicas: int, name: str) -> None:
+    """Refuse (ValueError) a read-write lock on a client that syncs grants to replicas."""
+    if min_replicas:
+        raise ValueError(
+            f"read_write_lock({name!r}): a read-write lock cannot wait for replicas "
+            f"(this client has min_replicas={min_replicas}); use a client "
+            "built without min_replicas"
+        )
+
+
+class _Side(LockBase):
+    """What both sides of both engines share, without I/O: the keys, scripts and calls.
+
+    Put before the engine's lock class (``class WriteLock(WriteSide, RLock)``):
+    that class's acquire, release, waiting, ``force_release`` and ``with`` then
+    send this side's scripts through the sender hooks.
+    """
+
+    kind = "read_write_lock"  # its factory, named when a client's layout refuses it
+
+    def _description_key(self) -> str | None:
+        return None  # busy by readers or by a writer: no one hold says which
+
+    rw_keys: RWKeys
+
+    def __init__(
+        self, client: Any, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
+    ) -> None:
+        # `client` is the engine's (LockClient or AsyncLockClient): the lock
+        # class after this one in the MRO takes it and finds the engine.
+        super().__init__(client, keys.name, **options)
+        self.rw_keys = keys
+        self.keys = self._side_keys(keys)
+        self._scripts = scripts
+        self._side_scripts = self._pick_scripts(scripts)
+
+    def __repr__(self) -> str:
+        # The class names the side and the engine: WriteLock, AsyncReadLock...
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        """The keys this side's holds are counted and waited on under."""
+        raise NotImplementedError
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        """The side's row of scripts (see :class:`~.lock.KindScripts`)."""
+        raise NotImplementedError
+
+    def _kind_scripts(self) -> KindScripts:
+        return self._side_scripts
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        return rw_abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
+
+
+class WriteSide(_Side):
+    """The write side's keys, calls and scripts (:class:`WriteLock`, ``AsyncWriteLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_write()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.write_acquire,
+            release=scripts.write_release,
+            abandon=scripts.abandon,
+            force_release=scripts.write_force_release,
+        )
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        return write_acquire_call(
+            self.rw_keys,
+            owner,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=self._request_id("acquire", owner),
+            latch=self.keys.latch(owner),
+            lost=lostholds.lost_on_server(self.keys.hash, owner),
+            holder=describe(lease),
+            read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
+        )
+
+    def _acquire_reply(
+        self,
+        reply: Any,
+        owner: str,
+        lease: float | None,
+        sent_at: float,
+        requested_at: float | None = None,
+    ) -> float | None:
+        if isinstance(reply, bytes):
+            reply = reply.decode()
+        if reply == UPGRADE_REFUSED:
+            raise LockUpgradeError(
+                f"cannot take the write lock of {self.name!r}: the caller holds its read "
+                "lock, and waiting would never end (its own read hold keeps the write "
+                "lock from it); release every read hold first, or take the write lock "
+                "before reading (the writer may also read)",
+                name=self.name,
+            )
+        return super()._acquire_reply(reply, owner, lease, sent_at, requested_at)
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        publish = self._engine.publish_command
+        return write_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
+
+    def _force_release_call(self) -> ScriptCall:
+        return write_force_release_call(self.rw_keys, self._engine.publish_command)
+
+    def _deadlock_wait(self) -> Wait:
+        return Wait(WRITE, self.rw_keys.base)
+
+
+class ReadSide(_Side):
+    """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
+
+    def _side_keys(self, keys: RWKeys) -> LockKeys:
+        return keys.for_read()
+
+    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
+        return KindScripts(
+            acquire=scripts.read_acquire,
+            release=scripts.read_release,
+            abandon=scripts.abandon,
+            force_release=scripts.read_force_release,
+        )
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The owner's own read key, and a key never written (a read has no fencing counter)."""
+        return self.rw_keys.reader(owner), self.rw_keys.no_fence
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        key = self.rw_keys.reader(owner)
+        return read_acquire_call(
+            self.rw_keys,
+            owner,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=self._request_id("acquire", owner),
+            latch=self.keys.latch(owner),
+            lost=lostholds.lost_on_server(key, owner) is not None,
+            holder=describe(),
+        )
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        publish = self._engine.publish_command
+        return read_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
+
+    def _force_release_call(self) -> ScriptCall:
+        return read_force_release_call(self.rw_keys, self._engine.publish_command)
+
+    def _deadlock_wait(self) -> Wait:
+        return Wait(READ, self.rw_keys.base)
+
+    def _readers_call(self) -> ScriptCall:
+        return readers_call(self.rw_keys)
+
+
+class ReadWriteBase:
+    """What :class:`ReadWriteLock` and the asyncio ``AsyncReadWriteLock`` share: keys and name."""
+
+    keys: RWKeys
+
+    def _build_keys(self, min_replicas: int, key_prefix: str, name: str) -> RWKeys:
+        """The pair's keys, once the client is known to suit a read-write lock."""
+        check_rw_client(min_replicas, name)
+        self.keys = RWKeys.build(key_prefix, name)
+        return self.keys
+
+    @property
+    def name(self) -> str:
+        """The lock's name, as the caller gave it."""
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

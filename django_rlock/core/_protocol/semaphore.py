@@ -35,10 +35,16 @@ latch="5")``) and the semaphore's own pieces, written the same way: a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from string import Template
+from typing import Any, Unpack
 
+from django_rlock.core._process import lostholds
+from django_rlock.core._process.holder import describe
 from django_rlock.core._protocol.calls import ScriptCall, attempt_args
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.deadlocks import SEMAPHORE, Wait
+from django_rlock.core._protocol.lock import LockOptions, MakeScript, ScriptSet, gave_up_after
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.lua import (
     LEAVE_WAITING_SET,
     NOW_MS_LUA,
@@ -49,6 +55,7 @@ from django_rlock.core._protocol.lua import (
     release_hold,
 )
 from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core.exceptions import LockLostError, LockTimeout
 
 
 def check_permits(permits: object) -> int:
@@ -383,3 +390,103 @@ def semaphore_force_release_call(keys: LockKeys, publish: str) -> ScriptCall:
     return ScriptCall(
         keys=[keys.hash, keys.channel, keys.waiters], args=[publish, permit_prefix(keys)]
     )
+
+
+def available_reply(permits: int, state: Any) -> int:
+    """Free permits, from a state script reply ``{used, soonest}`` (never below 0)."""
+    return max(permits - int(state[0]), 0)
+
+
+def first_return_reply(state: Any) -> float | None:
+    """Seconds until the first held permit may come back (None: none held; inf: no expiry)."""
+    soonest = int(state[1])
+    if soonest == -2:
+        return None
+    if soonest == -1:
+        return float("inf")
+    return soonest / 1000
+
+
+class SemaphoreBase(LockBase):
+    """What :class:`Semaphore` and the asyncio ``AsyncSemaphore`` share (no I/O).
+
+    The keys (``keys.hash`` is the index of owners holding permits), each
+    owner's permit hash as the key its holds are counted and renewed in, and
+    the script calls.
+    """
+
+    kind = "semaphore"  # its factory, named when a client's layout refuses it
+
+    def _description_key(self) -> str | None:
+        return None  # busy by every permit's holder at once
+
+    def __init__(
+        self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
+    ) -> None:
+        # `client` is the shell's (LockClient or AsyncLockClient): the shell
+        # class after this one in the MRO takes it and finds the engine.
+        self.permits = check_permits(permits)
+        super().__init__(client, name, **options)
+        self.keys = semaphore_keys(self._engine.key_prefix, name)
+
+    def hold_keys(self, owner: str) -> tuple[str, str]:
+        """The owner's permit hash, and the never-written fence renewed with it (a no-op)."""
+        return permit_key(self.keys, owner), self.keys.fence
+
+    def _acquire_call(
+        self, owner: str, lease: float | None, waiter_id: str, sleep: float
+    ) -> ScriptCall:
+        rid = self._request_id("acquire", owner)
+        lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner) is not None
+        return semaphore_acquire_call(
+            self.keys,
+            owner,
+            permits=self.permits,
+            ttl=self._ttl_of(lease),
+            waiter_id=waiter_id,
+            sleep=sleep,
+            rid=rid,
+            lost=lost,
+            holder=describe(lease),
+        )
+
+    def _release_call(self, owner: str) -> ScriptCall:
+        rid = self._request_id("release", owner)
+        return semaphore_release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _abandon_call(self, waiter_id: str) -> ScriptCall:
+        return semaphore_abandon_call(
+            self.keys, waiter_id, self._engine.publish_command, self.permits
+        )
+
+    def _state_call(self) -> ScriptCall:
+        return semaphore_state_call(self.keys)
+
+    def _force_release_call(self) -> ScriptCall:
+        return semaphore_force_release_call(self.keys, self._engine.publish_command)
+
+    def _deadlock_wait(self) -> Wait:
+        """A permit: the waiter is stuck only while stuck owners hold them all."""
+        return Wait(SEMAPHORE, self.keys.hash, self.permits)
+
+    def _timeout_error(
+        self, remaining: float | None, holder: Mapping[str, Any] | None = None
+    ) -> LockTimeout:
+        return LockTimeout(
+            f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
+            f"{gave_up_after(self.blocking, self.timeout)}"
+            + ("" if remaining is None else f" (the first may come back in {remaining:.3f}s)"),
+            name=self.name,
+            retry_after=remaining,
+        )
+
+    def _lost_error(self) -> LockLostError:
+        return LockLostError(
+            f"a permit of semaphore {self.name!r} was lost: it expired before release",
+            name=self.name,
+        )
+
+    @property
+    def token(self) -> None:
+        """Always None: permits carry no fencing token (several holders run at once)."""
+        return None

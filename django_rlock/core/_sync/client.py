@@ -37,7 +37,8 @@ from django_rlock.core._protocol.layouts import (
     check_layout,
     check_sharded_subscription,
 )
-from django_rlock.core._protocol.lock import ACQUIRE, LockBase, LockScripts, ScriptRegistry
+from django_rlock.core._protocol.lock import ACQUIRE, LockScripts, ScriptRegistry
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.names import (
     LockKeys,
     check_key_prefix,
@@ -46,6 +47,7 @@ from django_rlock.core._protocol.names import (
     milliseconds,
 )
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, reported_unavailable
+from django_rlock.core._protocol.urls import redact_url
 from django_rlock.core._sync.connection import (
     RedisClient,
     any_node_client,
@@ -56,15 +58,17 @@ from django_rlock.core._sync.connection import (
     describe,
     node_client_for_key,
     primaries,
-    redact_url,
     server_major_version,
 )
+from django_rlock.core._sync.fairlock import FairLock
 from django_rlock.core._sync.leader import Leadership
-from django_rlock.core._sync.locks import FairLock, ReadWriteLock, RLock, Semaphore
+from django_rlock.core._sync.locks import RLock
 from django_rlock.core._sync.multilock import MultiLock, RedLock
 from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core._sync.redisson import RedissonRLock
+from django_rlock.core._sync.rwlock import ReadWriteLock
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript
+from django_rlock.core._sync.semaphore import Semaphore
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.waiting import Listener, ReleaseListener
 from django_rlock.core._sync.watchdog import get_watchdog
@@ -290,7 +294,7 @@ class LockClient:
         """A reentrant lock called ``name`` that goes to its waiters in arrival order.
 
         The keywords are ``with lock:``'s defaults, as for :meth:`lock`; see
-        :class:`~django_rlock.core._sync.locks.FairLock`. A fair lock and a plain
+        :class:`~django_rlock.core._sync.fairlock.FairLock`. A fair lock and a plain
         lock of the same name are two different locks.
         """
         return FairLock(self, check_name(name), timeout=timeout, lease=lease, blocking=blocking)
@@ -308,7 +312,7 @@ class LockClient:
         """A semaphore called ``name`` of ``permits`` watchdog-renewed permits.
 
         ``timeout``, ``lease`` and ``blocking`` are the defaults used by
-        ``with semaphore:``; see :class:`~django_rlock.core._sync.locks.Semaphore`.
+        ``with semaphore:``; see :class:`~django_rlock.core._sync.semaphore.Semaphore`.
         ``max_hold`` bounds each watchdog-renewed permit (see :class:`LockOptions`).
         """
         return Semaphore(
@@ -609,7 +613,7 @@ class LockClient:
     ) -> ReadWriteLock:
         """Many readers or one writer, called ``name``: ``.read`` and ``.write``.
 
-        See :class:`~django_rlock.core._sync.locks.ReadWriteLock`. ``timeout``,
+        See :class:`~django_rlock.core._sync.rwlock.ReadWriteLock`. ``timeout``,
         ``lease`` and ``blocking`` are both sides' defaults for ``with``.
         Refused (ValueError) on a client with ``min_replicas``.
         """

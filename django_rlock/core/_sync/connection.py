@@ -41,6 +41,8 @@ from redis.connection import AbstractConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from django_rlock.core._protocol.urls import redact_url
+
 #: What the engine talks to: one server (possibly sentinel-managed) or a cluster.
 RedisClient = redis.Redis | RedisCluster
 
@@ -215,21 +217,6 @@ def _cluster_from_url(url: str, options: dict[str, Any]) -> RedisCluster:
     parsed.pop("db", None)
     seeds = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
     return RedisCluster(startup_nodes=seeds, **{**parsed, **options})
-
-
-def redact_url(url: str) -> str:
-    """``url`` fit for messages and logs: no user, no password (also not in the query)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = "&".join(
-        f"{key}=***" if "password" in key.lower() or key.lower() == "username" else item
-        for item in parts.query.split("&")
-        if item
-        for key in [item.partition("=")[0]]
-    )
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""The threaded engine's locks: RLock, FairLock, ReadWriteLock and Semaphore.
+"""The threaded engine's plain lock, RLock, which the other kinds' shells extend.
 
-Each is a thin shell: it builds its calls with its kind's protocol
-(``_protocol/lock.py``, ``fairlock.py``, ``rwlock.py``, ``semaphore.py``),
-sends them on the client's connection, and drives the acquire plan
-(``_protocol/plan.py``) with blocking waits. Their asyncio twins, with the
-same structure, are in ``_aio/locks.py``.
+Each kind's shell is thin: it builds its calls with its kind's protocol
+(``_protocol/lock.py`` and ``lockbase.py``; ``fairlock.py``, ``rwlock.py``,
+``semaphore.py``), sends them on the client's connection, and drives the
+acquire plan (``_protocol/plan.py``) with blocking waits. The other kinds'
+shells are in the modules of the same names here (``_sync/fairlock.py``,
+``rwlock.py``, ``semaphore.py``, ``redisson.py``); their asyncio twins, with
+the same file names, are in ``_aio/``.
 
 RLock: Redisson's reentrant lock, in Python.
 
@@ -25,90 +27,16 @@ threads, each its own owner, exactly like ``threading.RLock``::
 ``lease=None`` (the default) keeps the lock alive through the watchdog for as
 long as the holder lives; ``lease=10`` gives a fixed 10-second expiry instead.
 
-FairLock: an RLock granted in arrival order (Redisson's RFairLock).
-
-Everything of :class:`~django_rlock.core._sync.locks.RLock` holds (reentrant, owner
-per thread, watchdog or lease, fencing token, ``lost`` and ``on_lost``, lost
-replies, holder metadata); what changes is who gets the lock when it is
-free: the caller that has waited longest, never a newcomer that happens to
-retry first::
-
-    client = LockClient("redis://127.0.0.1:6379/0")
-    lock = client.fair_lock("report:42")
-    with lock:                    # waits its turn, behind earlier callers
-        build(report, fence=lock.token)
-
-A caller's turn is the order of its first busy attempt. A waiter that gives up
-(its timeout ran out) leaves the queue at once; one that died or stopped
-retrying is skipped once its entry expires, at most the watchdog timeout and
-half a second after its last attempt. A non-blocking ``acquire`` (or a zero
-timeout) never queues, and is refused while anyone is queued. The scripts and
-key layout are in :mod:`django_rlock.core._protocol.fairlock`.
-
-Handoff: the release that frees the lock grants it to the head inside the
-script and says so in its message, so a head waiting with the watchdog holds
-the lock when the message arrives, with no acquire call. Its deadline counts
-from its own last attempt's send time (the grant came after that attempt, and
-lives the watchdog timeout): never from the message's arrival. A head with a
-fixed lease, or whose last attempt is so old that the watchdog might not renew
-the grant before that deadline, confirms it with one acquire call instead.
-
-ReadWriteLock: many readers or one writer (Redisson's RReadWriteLock).
-
-Get one from :meth:`LockClient.read_write_lock`; ``.read`` and ``.write`` each
-have the :class:`~django_rlock.core.RLock` API::
-
-    report = client.read_write_lock("report:42")
-    with report.read:                 # many threads and processes at once
-        serve(cached_report())
-    with report.write:                # alone: waits for the readers to leave
-        rebuild_report(fence=report.write.token)
-
-Each side is reentrant per owner (thread), renewed by the watchdog
-(``lease=None``) or given a fixed lease, and waits by pub/sub as a lock does.
-The writer may also read (its read holds are granted while it writes); a
-reader asking to write gets :class:`LockUpgradeError` at once, since its own
-read hold would keep the write lock from it forever. Write grants carry a
-fencing token (strictly increasing, as a lock's); read holds carry token 0.
-The keys, scripts and wake-up rules are in :mod:`django_rlock.core._protocol.rwlock`.
-
-Semaphore: Redisson's RPermitExpirableSemaphore with watchdog permits, in Python.
-
-At most ``permits`` permits of one name are held at once, across every
-process. Each permit is held by an owner (the calling thread; for
-:class:`~django_rlock.core.aio.AsyncSemaphore`, the asyncio task) and kept
-alive like a lock: by the watchdog (``lease=None``) for as long as its holder
-lives, or for a fixed ``lease``. A holder that dies stops renewing, so its
-permits come back within the watchdog timeout::
-
-    client = LockClient("redis://127.0.0.1:6379/0")
-    partner_api = client.semaphore("partner-api:tenant-7", permits=3)
-    with partner_api:                 # one of 3 permits, waits as long as it takes
-        call_partner()
-
-    if partner_api.acquire(timeout=5):
-        try: ...
-        finally: partner_api.release()
-
-A semaphore is an :class:`~django_rlock.core.RLock` with other scripts: the
-waiting (pub/sub wake-ups, never a poll), the watchdog, loss reporting
-(``lost``, ``on_lost``), lost-reply latches and holder metadata are the
-lock's. A thread that takes a second permit holds two (``hold_count() == 2``)
-and must release twice, as with ``threading.Semaphore``. The Redis layout and
-the rules of the scripts are in :mod:`django_rlock.core._protocol.semaphore`.
-
-Every call counts against the ``permits`` of the object it is made on: use one
-number per name (objects with different numbers each stop at their own).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from redis.exceptions import (
     NoPermissionError,
@@ -128,32 +56,20 @@ from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
     ScriptCall,
     acquire_call,
-    acquire_template,
     extend_call,
     hold_count_reply,
+    kept_templates,
     release_call,
-    release_template,
     sleep_ms,
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
     LOCK,
-    READ,
-    SEMAPHORE,
-    WRITE,
     Cycle,
     DeadlockScripts,
     Detector,
     Wait,
     deadlock_error,
-)
-from django_rlock.core._protocol.fairlock import (
-    FairKeys,
-    FairScripts,
-    fair_abandon_call,
-    fair_acquire_call,
-    fair_keys,
-    fair_release_call,
 )
 from django_rlock.core._protocol.holds import registries
 from django_rlock.core._protocol.lock import (
@@ -161,55 +77,20 @@ from django_rlock.core._protocol.lock import (
     STARVING_AFTER,
     UNANSWERED,
     KindScripts,
-    LockBase,
-    LockEngine,
     LockOptions,
     LockScripts,
-    ScriptRegistry,
-    WaitingShell,
-    gave_up_after,
-    handoff_min_life,
 )
-from django_rlock.core._protocol.names import (
-    LockKeys,
-    milliseconds,
-)
+from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
 from django_rlock.core._protocol.resp import Template
-from django_rlock.core._protocol.rwlock import (
-    UPGRADE_REFUSED,
-    RWKeys,
-    RWScripts,
-    read_acquire_call,
-    read_force_release_call,
-    read_release_call,
-    readers_call,
-    rw_abandon_call,
-    write_acquire_call,
-    write_force_release_call,
-    write_release_call,
-)
-from django_rlock.core._protocol.semaphore import (
-    SemaphoreScripts,
-    check_permits,
-    permit_key,
-    semaphore_abandon_call,
-    semaphore_acquire_call,
-    semaphore_force_release_call,
-    semaphore_keys,
-    semaphore_release_call,
-    semaphore_state_call,
-)
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
+from django_rlock.core._sync.shell import Client, SyncShell
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
-    LockLostError,
-    LockTimeout,
     LockUnavailableError,
-    LockUpgradeError,
 )
 
 if TYPE_CHECKING:
@@ -217,68 +98,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     import redis
-    from redis import Redis
 
-    from django_rlock.core._protocol.channels import CarriesHandoff
     from django_rlock.core._protocol.holds import Hold
-    from django_rlock.core._protocol.names import LockKeys
-    from django_rlock.core._sync.waiting import Listener, Waiting
+    from django_rlock.core._sync.waiting import Waiting
 
 logger = logging.getLogger("django_rlock.lock")
 
 
-class Client(LockEngine, Protocol):
-    """What the threaded shells need of their :class:`~django_rlock.core.LockClient`.
-
-    A lock reads its client through this and nothing else, so a kind never
-    depends on the concrete client (which builds every kind).
-    """
-
-    redis: Redis
-    scripts: ScriptRegistry
-    #: Wakes waiters when a lock they wait for is released.
-    listener: Listener
-    #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
-    send_acquire: Callable[..., Any]
-
-    def held(self) -> Redis | None:
-        """The calling thread's held connection, or None (see ``LockClient.held``)."""
-        ...
-
-    def bounded(self, timeout: float) -> Redis | None:
-        """A client whose calls give up after ``timeout`` seconds, or None."""
-        ...
-
-    def declare_lost(self, hold: Hold, reason: str, *, by_owner: bool = False) -> None:
-        """Mark ``hold`` lost (once), stop renewing it, and run its callbacks."""
-        ...
-
-
-class SyncShell(WaitingShell, Protocol):
-    """A threaded shell of an acquire plan: its attempts are plain calls."""
-
-    def attempt(self, waiter: bool, sleep: float) -> float | None:
-        """One acquire call: None when granted, else the seconds to wait at most."""
-        ...
-
-
-def _plain_calls(kind: type[RLock]) -> bool:
-    """Whether ``kind`` sends the plain lock's calls, whose encoding :meth:`RLock._templates` keeps.
-
-    Worked out once per class (the Django face makes a lock object per block).
-    """
-    plain = _plain_kinds.get(kind)
-    if plain is None:
-        plain = _plain_kinds[kind] = (
-            kind._acquire_call is LockBase._acquire_call
-            and kind._release_call is LockBase._release_call
-            and kind.hold_keys is LockBase.hold_keys
-            and kind._kind_scripts is RLock._kind_scripts
-        )
-    return plain
-
-
-# Lock class -> whether it sends the plain lock's calls (see _plain_calls).
+# Lock class -> whether it sends the plain lock's calls (see RLock._plain_calls).
 _plain_kinds: dict[type[RLock], bool] = {}
 
 
@@ -288,7 +115,20 @@ class RLock(LockBase):
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
         super().__init__(client, name, **options)
         self.client = client
-        self._packs_calls = client.min_replicas == 0 and _plain_calls(type(self))
+        self._packs_calls = client.min_replicas == 0 and self._plain_calls()
+
+    def _plain_calls(self) -> bool:
+        """Whether this class sends the plain lock's calls, whose encoding :meth:`_templates` keeps.
+
+        Worked out once per class (the Django face makes a lock object per block).
+        """
+        kind = type(self)
+        plain = _plain_kinds.get(kind)
+        if plain is None:
+            plain = _plain_kinds[kind] = (
+                self._sends_plain_calls() and kind._kind_scripts is RLock._kind_scripts
+            )
+        return plain
 
     def __repr__(self) -> str:
         return f"<RLock {self.name!r}>"
@@ -495,23 +335,8 @@ class RLock(LockBase):
     _packs_calls = False
 
     def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
-        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock.
-
-        Kept per lock name, not per lock object: the Django face makes a lock
-        object per ``with rlock(...)``.
-        """
-        publish = self._engine.publish_command
-        ttl = self._ttl_of(lease)
-        key = (self.keys.hash, owner, ttl, publish)
-        made = _templates.get(key)
-        if made is None:
-            if len(_templates) >= _TEMPLATES_KEPT:
-                _templates.clear()  # many names or threads came and went: keep the current ones
-            made = _templates[key] = (
-                acquire_template(self.keys, owner, ttl),
-                release_template(self.keys, owner, publish),
-            )
-        return made
+        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
+        return kept_templates(self.keys, owner, self._ttl_of(lease), self._engine.publish_command)
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[LockScripts]
@@ -596,43 +421,36 @@ class RLock(LockBase):
         """Write or renew the caller's wait edge, then look for a cycle through it.
 
         Raises :class:`DeadlockError` when a confirmed cycle names the caller
-        its victim. A failed Redis call skips this check (the wait goes on,
-        and the next check tries again): detection never fails an acquire.
+        its victim (:meth:`Detector.check` decides). A failed Redis call skips
+        this check (the wait goes on, and the next check tries again):
+        detection never fails an acquire.
         """
         redis_client = self.client.redis
-        try:
-            if not detector.written or not redis_client.pexpire(detector.key, detector.life_ms):
-                value = detector.edge_value()
-                detector.written = True  # before the call: a lost reply may have written it
-                redis_client.set(detector.key, value, px=detector.life_ms)
-            cycle = self._walk(detector)
-            if cycle is None:
-                return
-            again = self._walk(detector)
-        except NoPermissionError:
-            raise  # as for every call of the engine: the ACL must be fixed, not worked around
-        except (RedisError, RedisClusterException) as error:
-            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
-            return
-        if again is not None and again.readings == cycle.readings and detector.is_victim(cycle):
-            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
-
-    def _walk(self, detector: Detector) -> Cycle | None:
-        """One search of the wait-for graph from the caller (``_protocol.deadlocks.walk``)."""
-        redis_client = self.client.redis
         scripts = self.client.scripts[DeadlockScripts]
-        steps = detector.walk()
+        steps = detector.check()
+        reply: Any
         try:
             read = next(steps)
             while True:
                 if read[0] == "edge":
                     reply = redis_client.get(read[1])
+                elif read[0] == "renew":
+                    reply = redis_client.pexpire(read[1], read[2])
+                elif read[0] == "write":
+                    reply = redis_client.set(read[1], read[2], px=read[3])
                 else:
                     call = read[1]
                     reply = getattr(scripts, read[0])(keys=call.keys, args=call.args)
                 read = steps.send(reply)
         except StopIteration as done:
-            return cast("Cycle | None", done.value)
+            cycle = cast("Cycle | None", done.value)
+        except NoPermissionError:
+            raise  # as for every call of the engine: the ACL must be fixed, not worked around
+        except (RedisError, RedisClusterException) as error:
+            logger.debug("deadlock check on %r skipped: %s", self.name, type(error).__name__)
+            return
+        if cycle is not None:
+            raise deadlock_error(self._engine.key_prefix, self.name, cycle, started)
 
     def _forget_edge(self, detector: Detector) -> None:
         """Delete the caller's wait edge as its wait ends (a failure leaves it to expire)."""
@@ -852,12 +670,46 @@ class RLock(LockBase):
         self.lost_callbacks.append(callback)
 
 
-class _Waiting:
+class WaitingShellBase:
+    """What every threaded waiting shell (the plain lock's, the fair lock's) shares.
+
+    Its deadlock checks, and telling its lock whether a wake-up handed it the
+    lock (:class:`HandOverSubscription`).
+    """
+
+    __slots__ = ("detector",)
+
+    lock: RLock
+    owner: str
+    #: When the acquire call began (monotonic).
+    started: float
+    #: Made by the first deadlock check (most calls never wait that long).
+    detector: Detector | None
+
+    def check_deadlock(self) -> None:
+        detector = self.detector
+        if detector is None:
+            detector = self.detector = self.lock._detector(self.owner, self.started)
+        self.lock._check_deadlock(detector, self.started)
+
+    def forget_edge(self) -> None:
+        """Before the call returns: the owner must not run on with an edge saying it waits.
+
+        (See ``_protocol/deadlocks.py``.)
+        """
+        if self.detector is not None and self.detector.written:
+            self.lock._forget_edge(self.detector)
+
+    def handed(self, subscription: Waiting) -> bool:
+        """Whether the wake-up just read handed the caller the lock (taken, if so)."""
+        raise NotImplementedError
+
+
+class _Waiting(WaitingShellBase):
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
 
     __slots__ = (
         "_listening",
-        "detector",
         "lease",
         "lock",
         "owner",
@@ -871,7 +723,7 @@ class _Waiting:
         self.lock, self.owner, self.lease, self.started = lock, owner, lease, plan.started
         # A refused attempt is resent within the caller's wait; blocking=False: never.
         self.until = plan.deadline if plan.blocking else 0.0
-        self.subscription: _HandOverSubscription | None = None
+        self.subscription: HandOverSubscription | None = None
         #: When the last attempt was sent (at the latest): a grant handed over
         #: to the caller came after it, so its deadline counts from it.
         self.sent_at = plan.started
@@ -879,12 +731,6 @@ class _Waiting:
         self._listening: AbstractContextManager[Waiting] | None = None
         # Made by the first deadlock check (most calls never wait that long).
         self.detector: Detector | None = None
-
-    def check_deadlock(self) -> None:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.started)
-        self.lock._check_deadlock(detector, self.started)
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         subscription = self.subscription
@@ -904,30 +750,35 @@ class _Waiting:
 
     def listen(self) -> None:
         listening = self.lock.client.listener.listen(self.lock.keys.channel)
-        self.subscription = _HandOverSubscription(self, listening.__enter__())
+        self.subscription = HandOverSubscription(self, listening.__enter__())
         self._listening = listening
+
+    def handed(self, subscription: Waiting) -> bool:
+        return self.lock._handed_over(self, subscription)
 
     def close(self, *, registered: bool) -> None:
         listening = self._listening
         if listening is None:
             return
         try:
-            if self.detector is not None and self.detector.written:
-                # Before the call returns: the owner must not run on with an edge
-                # saying it waits (see _protocol/deadlocks.py).
-                self.lock._forget_edge(self.detector)
+            self.forget_edge()
             if registered and self.subscription is not None:
                 self.lock._abandon(self.subscription.waiter_id)
         finally:
             listening.__exit__(None, None, None)
 
 
-class _HandOverSubscription:
-    """A plain lock waiter's subscription: a release that hands it the lock ends its plan."""
+class HandOverSubscription:
+    """A waiter's subscription: a wake-up that hands it the lock ends its plan.
+
+    The plain lock's waiter is handed the lock by a release (hand-over), the
+    fair lock's head by a release that grants it (handoff); its shell says
+    which (:meth:`WaitingShellBase.handed`).
+    """
 
     __slots__ = ("inner", "shell", "waiter_id")
 
-    def __init__(self, shell: _Waiting, subscription: Waiting) -> None:
+    def __init__(self, shell: WaitingShellBase, subscription: Waiting) -> None:
         self.shell, self.inner = shell, subscription
         self.waiter_id = subscription.waiter_id
 
@@ -940,722 +791,4 @@ class _HandOverSubscription:
     def wait(self, since: int, timeout: float) -> object:
         """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
         woken = self.inner.wait(since, timeout)
-        return HANDED if self.shell.lock._handed_over(self.shell, self.inner) else woken
-
-
-#: How many templates (lock, owner, life) the process keeps before it starts afresh.
-_TEMPLATES_KEPT = 4096
-
-
-# (lock hash key, owner, life, publish command) -> acquire and release templates.
-_templates: dict[tuple[str, str, float, str], tuple[Template, Template]] = {}
-
-
-#: The shortest sleep a queued waiter announces, in seconds (its deadline is near).
-_MIN_SLEEP = 0.001
-
-
-def sleep_cap(plan: AcquirePlan) -> float:
-    """The longest a queued waiter of ``plan`` sleeps before its next attempt, in seconds.
-
-    The fair script makes the waiter's entry outlive this sleep, so it must be
-    short enough that a waiter that dies stalls the queue for no longer than
-    the watchdog timeout, and no longer than the caller's own wait.
-    """
-    remaining = plan.deadline - clock.monotonic()
-    return max(min(plan.watchdog_timeout, remaining), _MIN_SLEEP)
-
-
-class FairBase(LockBase):
-    """What :class:`FairLock` and the asyncio ``AsyncFairLock`` share: keys and script calls.
-
-    Put before the RLock class it extends (``class FairLock(FairBase, RLock)``),
-    it turns the plain calls into the fair scripts' (see :func:`with_queue`).
-    """
-
-    kind = "fair_lock"  # its factory, named when a client's layout refuses it
-
-    #: The fair lock's keys (also :attr:`keys`), with its queue.
-    fair_keys: FairKeys
-
-    def _fair_setup(self) -> None:
-        """Point the lock at the fair keys; refuse what a fair lock cannot do."""
-        engine = self._engine
-        if engine.min_replicas:
-            raise ValueError(
-                f"fair_lock({self.name!r}) does not support min_replicas "
-                f"(the client has min_replicas={engine.min_replicas}): a fair grant "
-                "undone for want of replicas would have to give the head its turn back; "
-                "use a client with min_replicas=0 for fair locks"
-            )
-        self.fair_keys = fair_keys(engine.key_prefix, self.name)
-        self.keys = self.fair_keys
-        #: Queue id -> request id of that waiter's last attempt, which a
-        #: handoff message names (one entry per waiting acquire call).
-        self._last_requests: dict[str, str] = {}
-
-    def _acquire_call(
-        self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> ScriptCall:
-        """The plain acquire call on the fair keys, plus the queue (``waiter_id``: queue id)."""
-        call = fair_acquire_call(
-            super()._acquire_call(owner, lease, waiter_id, sleep),
-            self.fair_keys,
-            self._engine.watchdog_timeout,
-        )
-        if waiter_id:
-            self._last_requests[waiter_id] = call.rid
-        return call
-
-    def _release_call(self, owner: str) -> ScriptCall:
-        """The plain release call on the fair keys, plus what a handoff needs."""
-        return fair_release_call(super()._release_call(owner), self.fair_keys)
-
-    def _abandon_call(self, queue_id: str) -> ScriptCall:
-        return fair_abandon_call(self.fair_keys, queue_id, self._engine.publish_command)
-
-    @staticmethod
-    def _fair_row(fair: Any, plain: Any) -> KindScripts:
-        """The fair scripts' row (see :class:`KindScripts`) from the fair and plain script sets.
-
-        FAIR_ABANDON leaves the queue, waking the next head if the lock is
-        free. Force-release is the plain lock's: deleting the hash frees the
-        lock, and its message wakes the queue's head, which keeps its turn.
-        """
-        return KindScripts(fair.acquire, fair.release, fair.abandon, plain.force_release)
-
-    def _take_handoff(
-        self,
-        waiting: _FairShell,
-        subscription: CarriesHandoff,
-    ) -> bool:
-        """Record the grant a handoff message brought ``waiting``'s caller; False: none taken.
-
-        Taken only when the message names the caller's last attempt (so the
-        grant came after that attempt was sent, and its send time bounds the
-        deadline from below), the caller waits with the watchdog, and that
-        deadline leaves the watchdog time to renew. Otherwise the caller's
-        next attempt confirms the grant (FAIR_ACQUIRE), or finds it gone.
-        """
-        grant, subscription.handoff = subscription.handoff, b""
-        if not grant or waiting.lease is not None:
-            return False
-        token, _, rid = grant.partition(b" ")
-        last = self._last_requests.get(waiting.queue_id)
-        # Anything else on the channel (a stale or foreign message) is only a wake-up.
-        if last is None or rid != last.encode() or not token.isdigit():
-            return False
-        watchdog = self._engine.watchdog_timeout
-        if waiting.sent_at + watchdog - clock.monotonic() <= handoff_min_life(watchdog):
-            return False
-        self._registry.grant(
-            self,
-            waiting.owner,
-            token=int(token),
-            holds=1,
-            lease=None,
-            sent_at=waiting.sent_at,
-            pttl_ms=milliseconds(watchdog),
-            requested_at=waiting.plan.started,
-        )
-        waiting.queued = False  # the handoff took the caller out of the queue
-        return True
-
-    def _end_waiting(self, queue_id: str) -> None:
-        self._last_requests.pop(queue_id, None)
-
-    def _queue_id(self, plan: AcquirePlan, new_waiter_id: Callable[[], str]) -> str:
-        """The caller's place in the queue for one acquire call ('' when it will not wait).
-
-        The plan's first attempt is sent before the caller subscribes, yet it
-        is the one that must take the caller's place (arrival order is the
-        order of first busy attempts). So the id is a waiter id taken from the
-        listener before that attempt, and the subscription is then made under
-        the same id: a release that names the head wakes that very waiter.
-        An id per acquire call (not the owner id) also keeps owner ids, the
-        holders' credentials, off the release channel.
-        """
-        return new_waiter_id() if plan.blocking and not plan.zero_wait else ""
-
-
-class FairLock(FairBase, RLock):
-    """A reentrant lock granted in arrival order; get one from :meth:`LockClient.fair_lock`."""
-
-    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
-        super().__init__(client, name, **options)
-        self._fair_setup()
-
-    def __repr__(self) -> str:
-        return f"<FairLock {self.name!r}>"
-
-    def __enter__(self) -> FairLock:
-        super().__enter__()
-        return self
-
-    def _waiting_shell(self, owner: str, lease: float | None, plan: AcquirePlan) -> SyncShell:
-        # The caller queues: every attempt of a blocking call carries its queue id.
-        queue_id = self._queue_id(plan, self.client.listener.new_waiter_id)
-        return _FairWaiting(self, owner, lease, plan, queue_id)
-
-    def _queued_attempt(
-        self,
-        owner: str,
-        lease: float | None,
-        queue_id: str,
-        sleep: float,
-        started: float,
-        *,
-        until: float = 0.0,
-    ) -> float | None:
-        """One fair acquire call: None when granted, else the seconds to wait at most."""
-        return self._attempt(owner, lease, queue_id, sleep, requested_at=started, until=until)
-
-    def _kind_scripts(self) -> KindScripts:
-        return self._fair_row(self.client.scripts[FairScripts], self.client.scripts[LockScripts])
-
-    def _handed(self, waiting: _FairWaiting, subscription: Waiting) -> bool:
-        """Take the grant a handoff message brought, if any (see :meth:`_take_handoff`)."""
-        if not self._take_handoff(waiting, subscription):
-            return False
-        self._clear_lost()
-        return True
-
-    def _leave_queue(self, queue_id: str, *, abandon: bool) -> None:
-        """An acquire call's way out: forget its last request, leave the queue if it may be in."""
-        self._end_waiting(queue_id)
-        if abandon:
-            self._abandon(queue_id)
-
-
-class _FairWaiting:
-    """The sync shell of an :class:`AcquirePlan` for a fair lock: queued attempts.
-
-    As the plain lock's shell, except that every attempt of a blocking call
-    carries the caller's queue id, the first one too, and announces its own
-    sleep (:func:`sleep_cap`, not the plan's: the fair script bounds the wait it
-    replies by it, so the entry outlives the sleep that follows).
-    """
-
-    def __init__(
-        self, lock: FairLock, owner: str, lease: float | None, plan: AcquirePlan, queue_id: str
-    ) -> None:
-        self.lock, self.owner, self.lease, self.plan = lock, owner, lease, plan
-        self.queue_id = queue_id
-        self.subscription: _HandoffSubscription | None = None
-        #: An attempt that may have queued the caller was sent, and no grant
-        #: came back: the queue must be left on the way out.
-        self.queued = False
-        #: When the last attempt was sent (at the latest): a handed grant's
-        #: deadline counts from it.
-        self.sent_at = plan.started
-        self._stack = ExitStack()
-        # Made by the first deadlock check (most calls never wait that long).
-        self.detector: Detector | None = None
-
-    def check_deadlock(self) -> None:
-        detector = self.detector
-        if detector is None:
-            detector = self.detector = self.lock._detector(self.owner, self.plan.started)
-        self.lock._check_deadlock(detector, self.plan.started)
-
-    def attempt(self, waiter: bool, sleep: float) -> float | None:
-        # Before sending: a call whose reply is lost may have queued the caller.
-        self.queued = self.queued or bool(self.queue_id)
-        self.sent_at = clock.monotonic()
-        plan = self.plan
-        wait = self.lock._queued_attempt(
-            self.owner,
-            self.lease,
-            self.queue_id,
-            sleep_cap(plan),
-            plan.started,
-            until=plan.deadline if plan.blocking else 0.0,
-        )
-        if wait is None:
-            self.queued = False  # the grant took the caller out of the queue
-        return wait
-
-    def listen(self) -> None:
-        listener = self.lock.client.listener
-        subscription = self._stack.enter_context(
-            listener.listen(self.lock.keys.channel, self.queue_id)
-        )
-        self.subscription = _HandoffSubscription(self, subscription)
-
-    def close(self, *, registered: bool) -> None:
-        with self._stack:
-            if self.detector is not None and self.detector.written:
-                # Before the call returns, as the plain lock's shell does.
-                self.lock._forget_edge(self.detector)
-            abandon = self.queued or (registered and bool(self.queue_id))
-            self.lock._leave_queue(self.queue_id, abandon=abandon)
-
-
-class _HandoffSubscription:
-    """A fair waiter's subscription: a wake-up that hands it the lock ends its plan."""
-
-    def __init__(self, shell: _FairWaiting, subscription: Waiting) -> None:
-        self.shell, self.inner = shell, subscription
-        self.waiter_id = subscription.waiter_id
-
-    def wait_subscribed(self, timeout: float) -> bool:
-        return self.inner.wait_subscribed(timeout)
-
-    def mark(self) -> int:
-        return self.inner.mark()
-
-    def wait(self, since: int, timeout: float) -> object:
-        """As :meth:`Subscription.wait`, or :data:`HANDED` when the lock was handed to us."""
-        woken = self.inner.wait(since, timeout)
-        shell = self.shell
-        return HANDED if shell.lock._handed(shell, self.inner) else woken
-
-
-class _FairShell(Protocol):
-    """What :meth:`FairBase._take_handoff` reads of a waiting shell (sync or asyncio)."""
-
-    owner: str
-    lease: float | None
-    plan: AcquirePlan
-    queue_id: str
-    queued: bool
-    sent_at: float
-
-
-def check_rw_client(min_replicas: int, name: str) -> None:
-    """Refuse (ValueError) a read-write lock on a client that syncs grants to replicas."""
-    if min_replicas:
-        raise ValueError(
-            f"read_write_lock({name!r}): a read-write lock cannot wait for replicas "
-            f"(this client has min_replicas={min_replicas}); use a client "
-            "built without min_replicas"
-        )
-
-
-class _Side(LockBase):
-    """What both sides of both engines share, without I/O: the keys, scripts and calls.
-
-    Put before the engine's lock class (``class WriteLock(WriteSide, RLock)``):
-    that class's acquire, release, waiting, ``force_release`` and ``with`` then
-    send this side's scripts through the sender hooks.
-    """
-
-    kind = "read_write_lock"  # its factory, named when a client's layout refuses it
-
-    def _description_key(self) -> str | None:
-        return None  # busy by readers or by a writer: no one hold says which
-
-    rw_keys: RWKeys
-
-    def __init__(
-        self, client: Any, keys: RWKeys, scripts: RWScripts, **options: Unpack[LockOptions]
-    ) -> None:
-        # `client` is the engine's (LockClient or AsyncLockClient): the lock
-        # class after this one in the MRO takes it and finds the engine.
-        super().__init__(client, keys.name, **options)
-        self.rw_keys = keys
-        self.keys = self._side_keys(keys)
-        self._scripts = scripts
-        self._side_scripts = self._pick_scripts(scripts)
-
-    def __repr__(self) -> str:
-        # The class names the side and the engine: WriteLock, AsyncReadLock...
-        return f"<{type(self).__name__} {self.name!r}>"
-
-    def _side_keys(self, keys: RWKeys) -> LockKeys:
-        """The keys this side's holds are counted and waited on under."""
-        raise NotImplementedError
-
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        """The side's row of scripts (see :class:`~.lock.KindScripts`)."""
-        raise NotImplementedError
-
-    def _kind_scripts(self) -> KindScripts:
-        return self._side_scripts
-
-    def _abandon_call(self, waiter_id: str) -> ScriptCall:
-        return rw_abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
-
-
-class WriteSide(_Side):
-    """The write side's keys, calls and scripts (:class:`WriteLock`, ``AsyncWriteLock``)."""
-
-    def _side_keys(self, keys: RWKeys) -> LockKeys:
-        return keys.for_write()
-
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        return KindScripts(
-            acquire=scripts.write_acquire,
-            release=scripts.write_release,
-            abandon=scripts.abandon,
-            force_release=scripts.write_force_release,
-        )
-
-    def _acquire_call(
-        self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> ScriptCall:
-        return write_acquire_call(
-            self.rw_keys,
-            owner,
-            ttl=self._ttl_of(lease),
-            waiter_id=waiter_id,
-            sleep=sleep,
-            rid=self._request_id("acquire", owner),
-            latch=self.keys.latch(owner),
-            lost=lostholds.lost_on_server(self.keys.hash, owner),
-            holder=describe(lease),
-            read_lost=lostholds.lost_on_server(self.rw_keys.reader(owner), owner) is not None,
-        )
-
-    def _acquire_reply(
-        self,
-        reply: Any,
-        owner: str,
-        lease: float | None,
-        sent_at: float,
-        requested_at: float | None = None,
-    ) -> float | None:
-        if isinstance(reply, bytes):
-            reply = reply.decode()
-        if reply == UPGRADE_REFUSED:
-            raise LockUpgradeError(
-                f"cannot take the write lock of {self.name!r}: the caller holds its read "
-                "lock, and waiting would never end (its own read hold keeps the write "
-                "lock from it); release every read hold first, or take the write lock "
-                "before reading (the writer may also read)",
-                name=self.name,
-            )
-        return super()._acquire_reply(reply, owner, lease, sent_at, requested_at)
-
-    def _release_call(self, owner: str) -> ScriptCall:
-        rid = self._request_id("release", owner)
-        publish = self._engine.publish_command
-        return write_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
-
-    def _force_release_call(self) -> ScriptCall:
-        return write_force_release_call(self.rw_keys, self._engine.publish_command)
-
-    def _deadlock_wait(self) -> Wait:
-        return Wait(WRITE, self.rw_keys.base)
-
-
-class ReadSide(_Side):
-    """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
-
-    def _side_keys(self, keys: RWKeys) -> LockKeys:
-        return keys.for_read()
-
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        return KindScripts(
-            acquire=scripts.read_acquire,
-            release=scripts.read_release,
-            abandon=scripts.abandon,
-            force_release=scripts.read_force_release,
-        )
-
-    def hold_keys(self, owner: str) -> tuple[str, str]:
-        """The owner's own read key, and a key never written (a read has no fencing counter)."""
-        return self.rw_keys.reader(owner), self.rw_keys.no_fence
-
-    def _acquire_call(
-        self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> ScriptCall:
-        key = self.rw_keys.reader(owner)
-        return read_acquire_call(
-            self.rw_keys,
-            owner,
-            ttl=self._ttl_of(lease),
-            waiter_id=waiter_id,
-            sleep=sleep,
-            rid=self._request_id("acquire", owner),
-            latch=self.keys.latch(owner),
-            lost=lostholds.lost_on_server(key, owner) is not None,
-            holder=describe(),
-        )
-
-    def _release_call(self, owner: str) -> ScriptCall:
-        rid = self._request_id("release", owner)
-        publish = self._engine.publish_command
-        return read_release_call(self.rw_keys, owner, publish, rid, self.keys.latch(owner))
-
-    def _force_release_call(self) -> ScriptCall:
-        return read_force_release_call(self.rw_keys, self._engine.publish_command)
-
-    def _deadlock_wait(self) -> Wait:
-        return Wait(READ, self.rw_keys.base)
-
-    def _readers_call(self) -> ScriptCall:
-        return readers_call(self.rw_keys)
-
-
-class ReadWriteBase:
-    """What :class:`ReadWriteLock` and the asyncio ``AsyncReadWriteLock`` share: keys and name."""
-
-    keys: RWKeys
-
-    def _build_keys(self, min_replicas: int, key_prefix: str, name: str) -> RWKeys:
-        """The pair's keys, once the client is known to suit a read-write lock."""
-        check_rw_client(min_replicas, name)
-        self.keys = RWKeys.build(key_prefix, name)
-        return self.keys
-
-    @property
-    def name(self) -> str:
-        """The lock's name, as the caller gave it."""
-        return self.keys.name
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r}>"
-
-
-class WriteLock(WriteSide, RLock):
-    """The write side of a :class:`ReadWriteLock`: one owner at a time, and no reader.
-
-    Get it as ``client.read_write_lock(name).write``.
-    """
-
-
-class ReadLock(ReadSide, RLock):
-    """The read side of a :class:`ReadWriteLock`: many owners at once, while nobody else writes.
-
-    Get it as ``client.read_write_lock(name).read``. ``locked()`` and ``ttl()``
-    are about every reader: whether any reader holds it, and when the
-    longest-lived one's hold ends. A read hold's ``token`` is 0 (fencing
-    tokens order writers).
-    """
-
-    def _readers(self) -> tuple[int, int]:
-        call = self._readers_call()
-        with self._reachable("inspect"):
-            live, longest = self._scripts.readers(keys=call.keys, args=call.args)
-        return int(live), int(longest)
-
-    def locked(self) -> bool:
-        """True when any owner holds a read."""
-        return self._readers()[0] > 0
-
-    def ttl(self) -> float | None:
-        """Seconds until the longest-lived read hold expires, None when nobody reads."""
-        return ttl_reply(self._readers()[1])
-
-    def owned(self) -> bool:
-        """True when the calling thread holds a read (asks Redis)."""
-        owner = self._owner()
-        with self._reachable("inspect"):
-            return bool(self.client.redis.hexists(self.rw_keys.reader(owner), owner))
-
-    def hold_count(self) -> int:
-        """How many read holds the calling thread has (0 when none; asks Redis)."""
-        owner = self._owner()
-        with self._reachable("inspect"):
-            return hold_count_reply(self.client.redis.hget(self.rw_keys.reader(owner), owner))
-
-
-class ReadWriteLock(ReadWriteBase):
-    """Many readers or one writer; get one from :meth:`LockClient.read_write_lock`.
-
-    ``read`` and ``write`` are locks with the :class:`~django_rlock.core.RLock`
-    API (see :mod:`django_rlock.core._protocol.rwlock`). One object may be shared by
-    many threads, each its own owner.
-    """
-
-    def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
-        keys = self._build_keys(client.min_replicas, client.key_prefix, name)
-        scripts = client.scripts[RWScripts]
-        #: The shared side: many owners at once while nobody else writes.
-        self.read = ReadLock(client, keys, scripts, **options)
-        #: The exclusive side: one owner, and no reader but that owner.
-        self.write = WriteLock(client, keys, scripts, **options)
-
-
-def available_reply(permits: int, state: Any) -> int:
-    """Free permits, from a state script reply ``{used, soonest}`` (never below 0)."""
-    return max(permits - int(state[0]), 0)
-
-
-def first_return_reply(state: Any) -> float | None:
-    """Seconds until the first held permit may come back (None: none held; inf: no expiry)."""
-    soonest = int(state[1])
-    if soonest == -2:
-        return None
-    if soonest == -1:
-        return float("inf")
-    return soonest / 1000
-
-
-class SemaphoreBase(LockBase):
-    """What :class:`Semaphore` and the asyncio ``AsyncSemaphore`` share (no I/O).
-
-    The keys (``keys.hash`` is the index of owners holding permits), each
-    owner's permit hash as the key its holds are counted and renewed in, and
-    the script calls.
-    """
-
-    kind = "semaphore"  # its factory, named when a client's layout refuses it
-
-    def _description_key(self) -> str | None:
-        return None  # busy by every permit's holder at once
-
-    def __init__(
-        self, client: Any, name: str, permits: int, **options: Unpack[LockOptions]
-    ) -> None:
-        # `client` is the shell's (LockClient or AsyncLockClient): the shell
-        # class after this one in the MRO takes it and finds the engine.
-        self.permits = check_permits(permits)
-        super().__init__(client, name, **options)
-        self.keys = semaphore_keys(self._engine.key_prefix, name)
-
-    def hold_keys(self, owner: str) -> tuple[str, str]:
-        """The owner's permit hash, and the never-written fence renewed with it (a no-op)."""
-        return permit_key(self.keys, owner), self.keys.fence
-
-    def _acquire_call(
-        self, owner: str, lease: float | None, waiter_id: str, sleep: float
-    ) -> ScriptCall:
-        rid = self._request_id("acquire", owner)
-        lost = lostholds.lost_on_server(self.hold_keys(owner)[0], owner) is not None
-        return semaphore_acquire_call(
-            self.keys,
-            owner,
-            permits=self.permits,
-            ttl=self._ttl_of(lease),
-            waiter_id=waiter_id,
-            sleep=sleep,
-            rid=rid,
-            lost=lost,
-            holder=describe(lease),
-        )
-
-    def _release_call(self, owner: str) -> ScriptCall:
-        rid = self._request_id("release", owner)
-        return semaphore_release_call(self.keys, owner, self._engine.publish_command, rid)
-
-    def _abandon_call(self, waiter_id: str) -> ScriptCall:
-        return semaphore_abandon_call(
-            self.keys, waiter_id, self._engine.publish_command, self.permits
-        )
-
-    def _state_call(self) -> ScriptCall:
-        return semaphore_state_call(self.keys)
-
-    def _force_release_call(self) -> ScriptCall:
-        return semaphore_force_release_call(self.keys, self._engine.publish_command)
-
-    def _deadlock_wait(self) -> Wait:
-        """A permit: the waiter is stuck only while stuck owners hold them all."""
-        return Wait(SEMAPHORE, self.keys.hash, self.permits)
-
-    def _timeout_error(
-        self, remaining: float | None, holder: Mapping[str, Any] | None = None
-    ) -> LockTimeout:
-        return LockTimeout(
-            f"could not acquire a permit of semaphore {self.name!r} (permits={self.permits}) "
-            f"{gave_up_after(self.blocking, self.timeout)}"
-            + ("" if remaining is None else f" (the first may come back in {remaining:.3f}s)"),
-            name=self.name,
-            retry_after=remaining,
-        )
-
-    def _lost_error(self) -> LockLostError:
-        return LockLostError(
-            f"a permit of semaphore {self.name!r} was lost: it expired before release",
-            name=self.name,
-        )
-
-    @property
-    def token(self) -> None:
-        """Always None: permits carry no fencing token (several holders run at once)."""
-        return None
-
-
-class Semaphore(SemaphoreBase, RLock):
-    """A distributed semaphore with watchdog permits; get one from :meth:`LockClient.semaphore`.
-
-    ``acquire``/``release``/``with`` take and give back one permit of the
-    calling thread; ``lost``, ``on_lost``, ``extend`` and ``hold_count`` are
-    the lock's, about the thread's permits.
-    """
-
-    def __init__(
-        self, client: Client, name: str, permits: int, **options: Unpack[LockOptions]
-    ) -> None:
-        if client.min_replicas:
-            raise ValueError(
-                "semaphores do not support min_replicas yet: build the semaphore's client "
-                f"without it (this one waits for {client.min_replicas} replicas)"
-            )
-        super().__init__(client, name, permits, **options)
-
-    def __repr__(self) -> str:
-        return f"<Semaphore {self.name!r} permits={self.permits}>"
-
-    def acquire(
-        self, blocking: bool = True, timeout: float | None = None, lease: float | None = None
-    ) -> bool:
-        """Take one permit; True when taken.
-
-        ``blocking=False`` makes one attempt. Otherwise wait up to ``timeout``
-        seconds (None: as long as it takes), woken when a permit is released
-        or when the first holder's permits may expire, whichever comes first.
-        ``lease`` is a fixed expiry in seconds; None means the watchdog renews
-        the permit until it is released.
-        """
-        return super().acquire(blocking, timeout, lease)
-
-    def release(self) -> None:
-        """Give back one permit of the calling thread, waking one waiter.
-
-        Raises :class:`~django_rlock.core.LockNotOwnedError` (changing
-        nothing) when the thread holds no permit, and
-        :class:`~django_rlock.core.LockLostError` when its permits expired
-        before this release.
-        """
-        super().release()
-
-    def _kind_scripts(self) -> KindScripts:
-        return KindScripts.of(self.client.scripts[SemaphoreScripts])
-
-    def __enter__(self) -> Semaphore:
-        if not self.acquire(self.blocking, self.timeout, self.lease):
-            raise self._timeout_error(self._first_return())
-        return self
-
-    # -- inspecting ---------------------------------------------------------------
-
-    def available(self) -> int:
-        """How many permits are free now (``permits`` minus those held by live holders)."""
-        return available_reply(self.permits, self._state())
-
-    def locked(self) -> bool:
-        """True when no permit is free (as ``asyncio.Semaphore.locked``)."""
-        return self.available() == 0
-
-    def owned(self) -> bool:
-        """True when the calling thread holds a permit (asks Redis)."""
-        return self.hold_count() > 0
-
-    def hold_count(self) -> int:
-        """How many permits the calling thread holds (0 when none; asks Redis)."""
-        owner = self._owner()
-        with self._reachable("inspect"):
-            return hold_count_reply(self.client.redis.hget(permit_key(self.keys, owner), owner))
-
-    def ttl(self) -> float | None:
-        """Seconds until the first held permit may come back; None when none is held."""
-        return self._first_return()
-
-    def force_release(self) -> bool:
-        """Take back every permit, whoever holds it, and wake every waiter; True if any was held.
-
-        For operators and recovery code: each holder learns of it at its next
-        renewal or release (as a lost permit).
-        """
-        return super().force_release()
-
-    def _state(self) -> Any:
-        call = self._state_call()
-        with self._reachable("inspect"):
-            return self.client.scripts[SemaphoreScripts].state(keys=call.keys, args=call.args)
-
-    def _first_return(self) -> float | None:
-        return first_return_reply(self._state())
+        return HANDED if self.shell.handed(self.inner) else woken

@@ -52,20 +52,18 @@ import redis
 
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.channels import (
+    RECONNECT_BACKOFF,
     Channel,
     ChannelTable,
     ReadError,
     WakeCount,
     listen_channels,
+    log_refusal,
     new_wake_name,
 )
 from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
-
-
-#: Seconds between reconnect attempts of a listener (the last one repeats).
-RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 @dataclass(eq=False)
@@ -363,9 +361,3 @@ class ReleaseListener:
     def _dispatch(self, reply: Any) -> None:
         with self._lock:
             self._table.deliver(reply)
-
-
-def log_refusal(verdict: ReadError, error: BaseException) -> None:
-    """Log a refused pub/sub command: a warning the first time, then at debug level."""
-    level = logging.WARNING if verdict is ReadError.REFUSED else logging.DEBUG
-    logger.log(level, "pub/sub subscription refused, waiters fall back to TTL waits: %s", error)
