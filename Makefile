@@ -44,7 +44,7 @@ postgresql:
 
 # The suite against what we ship (noxfile.py): build and check the sdist and the
 # wheel, install the wheel in a fresh virtualenv, run pytest from a copy of the
-# test tree. PYTEST_ARGS="tests/core -x" narrows it.
+# test tree. PYTEST_ARGS="tests/sync -x" narrows it.
 test: $(STAMP) postgresql
 	$(BIN)/nox -s tests -- $(PYTEST_ARGS)
 
@@ -70,7 +70,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # docs/lua: every Lua script as a client sends it, rendered from django_rlock/core/_protocol
-# (catalog.py); tests/core/test_lua_files.py fails when a file is stale, missing or extra.
+# (catalog.py); tests/sync/test_lua_files.py fails when a file is stale, missing or extra.
 lua: $(STAMP)
 	$(BIN)/python -m django_rlock.core._protocol.catalog docs/lua
 

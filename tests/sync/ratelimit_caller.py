@@ -1,6 +1,6 @@
-"""A process of callers of one rate limiter, for the accuracy test (tests/core/test_ratelimiter.py).
+"""A process of callers of one rate limiter, for the accuracy test (tests/sync/test_ratelimiter.py).
 
-``python -m tests.core.ratelimit_caller URL NAME RATE BURST SECONDS`` connects,
+``python -m tests.sync.ratelimit_caller URL NAME RATE BURST SECONDS`` connects,
 prints ``ready``, reads the start (a ``time.monotonic()`` reading: the clock is
 the machine's, shared by every process) from its input, then runs two threads
 until start + SECONDS: one calling ``acquire(timeout=<what is left>)`` (it

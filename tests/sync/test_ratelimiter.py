@@ -68,7 +68,7 @@ def test_many_processes_share_one_rate_within_two_percent_and_never_over(
         processes = [
             stack.enter_context(
                 python_module(
-                    "tests.core.ratelimit_caller",
+                    "tests.sync.ratelimit_caller",
                     *(redis_url, "partner", RATE, str(BURST), str(SECONDS)),
                     stdin=True,
                 )

@@ -31,8 +31,8 @@ pytestmark = pytest.mark.slow
 def holder_process(
     url: str, name: str, watchdog_timeout: float
 ) -> AbstractContextManager[subprocess.Popen[str]]:
-    """A ``tests.core.holder`` process holding ``name``, driven over its stdin."""
-    return python_module("tests.core.holder", url, name, str(watchdog_timeout), stdin=True)
+    """A ``tests.sync.holder`` process holding ``name``, driven over its stdin."""
+    return python_module("tests.sync.holder", url, name, str(watchdog_timeout), stdin=True)
 
 
 def test_watchdog_keeps_a_busy_holders_key_alive(redis_url: str, r: redis.Redis) -> None:
