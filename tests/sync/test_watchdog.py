@@ -196,8 +196,8 @@ def test_script_flush_while_held_does_not_break_renewal_or_release(
 def renewal_calls(r: redis.Redis) -> int:
     """The scripts the server ran since its statistics were reset (each renewal is one)."""
     stats = r.info("commandstats")
-    evals: int = stats.get("cmdstat_evalsha", {}).get("calls", 0)
-    return evals + stats.get("cmdstat_eval", {}).get("calls", 0)
+    calls = (stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+    return sum(int(count) for count in calls)
 
 
 def test_two_thousand_locks_share_one_thread_and_batched_renewals(
