@@ -153,18 +153,61 @@ def test_many_processes_share_one_rate_within_two_percent_and_never_over(
     assert start - 0.05 <= first and last <= end + 0.5 + late
 
 
+class StallWatch:
+    """How late this process ran while it was open: the longest overshoot of a 5 ms sleep.
+
+    A grant is recorded when its thread runs again: the first one recorded
+    that late makes a run look that much shorter, so faster than it was.
+    """
+
+    TICK = 0.005
+
+    def __init__(self) -> None:
+        self.late = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            before = time.monotonic()
+            time.sleep(self.TICK)
+            self.late = max(self.late, time.monotonic() - before - self.TICK)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
 def test_acquire_paces_a_steady_caller_at_the_rate(client: LockClient) -> None:
-    limiter = client.rate_limiter("paced", "20/s", burst=1)
-    grants = []
-    for _ in range(15):
-        assert limiter.acquire(timeout=5)
-        grants.append(time.monotonic())
+    # Measured again (at most RUNS times) while the machine ran the caller late.
+    runs: list[tuple[list[float], float]] = []
+    for run in range(RUNS):
+        limiter = client.rate_limiter(f"paced-{run}", "20/s", burst=1)
+        grants = []
+        with StallWatch() as watch:
+            for _ in range(15):
+                assert limiter.acquire(timeout=5)
+                grants.append(time.monotonic())
+        runs.append((grants, watch.late))
+        if watch.late <= DISTURBED:
+            break
+    grants, late = min(runs, key=lambda one: one[1])
     measured = (len(grants) - 1) / (grants[-1] - grants[0])
-    print(f"\nacquire() paced at {measured:.2f}/s for 20/s ({measured / 20 - 1:+.2%})")
+    # The first grant may have been made up to `late` before it was recorded.
+    fastest = (len(grants) - 1) / (grants[-1] - grants[0] + late)
+    print(
+        f"\nacquire() paced at {measured:.2f}/s for 20/s ({measured / 20 - 1:+.2%}); "
+        f"runs {len(runs)}, late by {late * 1000:.0f} ms at most"
+    )
     # Never faster than the rate (the limiter's promise). Slower only by what a
     # loaded machine adds to each caller's wake-up and round trip: 15.3/s was
     # seen beside 8 busy test runs on 2 cores; 10/s would be a pacing bug.
-    assert 0.5 * 20 <= measured <= 1.15 * 20
+    assert measured >= 0.5 * 20
+    assert fastest <= 1.15 * 20
 
 
 # -- semantics ---------------------------------------------------------------------
