@@ -52,7 +52,8 @@ test: $(STAMP) postgresql
 # import graph, the public API, names, scripts' text, settings checks...), from the
 # source tree in the dev virtualenv, in seconds. No Redis or PostgreSQL needed:
 # RLOCK_TEST_NO_SERVERS fails any test that starts one (tests/servers.py).
-# PYTEST_ARGS="-k names" narrows it.
+# Under -m pure, tests/conftest.py skips the modules without "mark.pure" in their
+# text, unimported: it collects what it runs, or nearly. PYTEST_ARGS="-k names" narrows it.
 test-fast: $(STAMP)
 	RLOCK_TEST_NO_SERVERS=1 $(BIN)/python -m pytest -m pure -q -p no:cacheprovider tests $(PYTEST_ARGS)
 
