@@ -44,7 +44,7 @@ postgresql:
 
 # The suite against what we ship (noxfile.py): build and check the sdist and the
 # wheel, install the wheel in a fresh virtualenv, run pytest from a copy of the
-# test tree. PYTEST_ARGS="tests/core -x" narrows it.
+# test tree. PYTEST_ARGS="tests/sync -x" narrows it.
 test: $(STAMP) postgresql
 	$(BIN)/nox -s tests -- $(PYTEST_ARGS)
 
@@ -52,7 +52,8 @@ test: $(STAMP) postgresql
 # import graph, the public API, names, scripts' text, settings checks...), from the
 # source tree in the dev virtualenv, in seconds. No Redis or PostgreSQL needed:
 # RLOCK_TEST_NO_SERVERS fails any test that starts one (tests/servers.py).
-# PYTEST_ARGS="-k names" narrows it.
+# Under -m pure, tests/conftest.py skips the modules without "mark.pure" in their
+# text, unimported: it collects what it runs, or nearly. PYTEST_ARGS="-k names" narrows it.
 test-fast: $(STAMP)
 	RLOCK_TEST_NO_SERVERS=1 $(BIN)/python -m pytest -m pure -q -p no:cacheprovider tests $(PYTEST_ARGS)
 
@@ -70,7 +71,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # docs/lua: every Lua script as a client sends it, rendered from django_rlock/core/_protocol
-# (catalog.py); tests/core/test_lua_files.py fails when a file is stale, missing or extra.
+# (catalog.py); tests/sync/test_lua_files.py fails when a file is stale, missing or extra.
 lua: $(STAMP)
 	$(BIN)/python -m django_rlock.core._protocol.catalog docs/lua
 

@@ -129,7 +129,7 @@ def server_binary(session: nox.Session, server: str) -> str:
     return binary
 
 
-#: The release a rolling upgrade starts from (tests/core/test_rolling_upgrade.py):
+#: The release a rolling upgrade starts from (tests/sync/test_rolling_upgrade.py):
 #: the last commit before the wake channels changed what a release publishes.
 #: Move it forward at each release that changes the protocol.
 PREVIOUS_RELEASE = "13e8a09"
@@ -253,7 +253,7 @@ def pyenv_interpreters() -> None:
 
 pyenv_interpreters()
 
-CORE = ("tests/core", "tests/django", "tests/celery")
+CORE = ("tests/sync", "tests/aio", "tests/process", "tests/django", "tests/celery")
 CELERY_ONLY = ("tests/celery", "tests/django")
 
 #: The supported lines: every Python, Django, Celery, redis-py (floor and newest)

@@ -4,7 +4,7 @@ Run with ``python -m benchmarks.wakeups`` (``--rounds 20 --waiters 16
 --watchdog 3``). Loopback only: it starts its own redis-server
 (tests/servers.py). Each round, ``--waiters`` threads of one ``LockClient``
 (then asyncio tasks of one ``AsyncLockClient``) each wait for their own lock,
-held by another process (tests/core/many_holder.py), which releases them all
+held by another process (tests/sync/many_holder.py), which releases them all
 at once. A waiter's delay runs from its lock's release to its grant; one whose
 wake-up is lost waits out the holder's PTTL (up to ``--watchdog`` seconds).
 The goal: every waiter within 50 ms, every round. Prints a markdown table.
@@ -21,8 +21,8 @@ import redis
 
 from django_rlock.core import LockClient
 from django_rlock.core.aio import AsyncLockClient
-from tests.core.shared_listener import holder, task_round, thread_round
 from tests.servers import RedisServer
+from tests.sync.shared_listener import holder, task_round, thread_round
 
 #: Per round, each waiter's delay in seconds.
 Rounds = list[list[float]]

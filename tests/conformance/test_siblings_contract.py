@@ -7,7 +7,7 @@ asyncio clients), once with the driver's locks made by ``fair_lock`` and once
 by ``read_write_lock(name).write`` instead of ``lock``. The rules are the very
 functions of those modules (copied with new parameters), so a rule added there
 is run on the siblings too, and a sibling that drifts from the contract fails.
-(A read side shares by design, so it has rules of its own in tests/core.)
+(A read side shares by design, so it has rules of its own in tests/sync.)
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_inspect_shows_a_deadlock_whose_victim_stopped(
         **rlocks,
         "default": {**rlocks["default"], "KEY_PREFIX": "test", "DEADLOCK_TIMEOUT": 4.0},
     }
-    module = "tests.core.deadlock_member"
+    module = "tests.sync.deadlock_member"
     x_held = threading.Event()
     outcome: list[str] = []
 

@@ -4,7 +4,7 @@ With the setting on, locks taken through ``@locked`` and
 ``rlock(template, **fields)`` are ordered by their key templates, so
 ``order:1`` then ``customer:7`` in one view and ``customer:8`` then
 ``order:2`` in another is the inversion it is, although the ids differ and no
-deadlock happened. The engine's check is tested in tests/core/test_lock_order.py.
+deadlock happened. The engine's check is tested in tests/process/test_lock_order.py.
 """
 
 # ruff: noqa: SIM117 -- nested on purpose: each lock's own line is the call site a warning names

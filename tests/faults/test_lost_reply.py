@@ -153,7 +153,7 @@ def test_a_retried_call_whose_first_reply_timed_out_applies_once(
 ) -> None:
     """A timeout is not resent by the engine; the caller's own retry reuses its request id."""
     direct = private_server.client()
-    with LockClient(f"{proxy.url}?socket_timeout=0.5", key_prefix="f") as client:
+    with LockClient(f"{proxy.url}?socket_timeout=1.0", key_prefix="f") as client:
         lock = client.lock("quiet")
         lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
         lock.release()
@@ -191,7 +191,7 @@ def test_a_hold_given_up_after_an_unanswered_release_is_not_re_entered(
     the owner's next release. That acquire now takes the hold off first.
     """
     direct = private_server.client()
-    url = f"{proxy.url}?socket_timeout=0.25"
+    url = f"{proxy.url}?socket_timeout=1.0"
     if engine == "sync":
         with LockClient(url, key_prefix="f") as client:
             lock = client.lock("unanswered")
@@ -242,7 +242,7 @@ def test_the_release_after_a_timed_out_partial_release_is_a_release_of_its_own(
     still counted one (the lock outlived the owner's last release).
     """
     direct = private_server.client()
-    with LockClient(f"{proxy.url}?socket_timeout=0.25", key_prefix="f") as client:
+    with LockClient(f"{proxy.url}?socket_timeout=1.0", key_prefix="f") as client:
         lock = client.lock("partial")
         lock.acquire()  # loads the scripts: from now on each call is one EVALSHA
         lock.release()

@@ -3,7 +3,7 @@
 Each test runs pytest in a subprocess on one interop test that needs the
 emulator, with the locator pointed at a folder that does not exist
 (``REDISSON_EMULATOR_DIR``) and no server allowed to start: the answer must
-come before any server is needed.
+come before any server is needed. The three runs are started together.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,42 +25,77 @@ ROOT = Path(__file__).resolve().parents[2]
 NEEDS_EMULATOR = "tests/interop/test_lock.py::test_a_java_hold_keeps_python_out_and_python_sees_it"
 
 
-def run_without_emulator(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
+#: The ``CI`` values the tests run under (``None``: unset).
+CI_VALUES = (None, "false", "true")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pytest run without the emulator: what it printed and how it ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    missing: Path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str | None, Run]:
+    """The runs under every ``CI`` value, started together (each is a pytest start-up)."""
+    started: dict[str | None, tuple[subprocess.Popen[str], Path]] = {}
+    try:
+        for ci in CI_VALUES:
+            missing = tmp_path_factory.mktemp("locator") / "not-here"
+            started[ci] = (start_without_emulator(missing, ci), missing)
+        done: dict[str | None, Run] = {}
+        for ci, (process, missing) in started.items():
+            stdout, stderr = process.communicate(timeout=120)
+            done[ci] = Run(process.returncode, stdout, stderr, missing)
+        return done
+    finally:
+        for process, _ in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def start_without_emulator(missing: Path, ci: str | None) -> subprocess.Popen[str]:
     env = dict(os.environ)
-    env["REDISSON_EMULATOR_DIR"] = str(tmp_path / "not-here")
+    env["REDISSON_EMULATOR_DIR"] = str(missing)
     env["RLOCK_TEST_NO_SERVERS"] = "1"  # tests/servers.py: starting one fails the test
     env.pop("CI", None)
     if ci is not None:
         env["CI"] = ci
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist"]
-    return subprocess.run(
+    return subprocess.Popen(
         [*command, NEEDS_EMULATOR],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
 
 
 @pytest.mark.parametrize("ci", [None, "false"])
-def test_outside_ci_the_tests_skip_saying_what_is_missing(tmp_path: Path, ci: str | None) -> None:
-    run = run_without_emulator(tmp_path, ci)
+def test_outside_ci_the_tests_skip_saying_what_is_missing(
+    runs: dict[str | None, Run], ci: str | None
+) -> None:
+    run = runs[ci]
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 skipped" in run.stdout
     # Said beside the skip (-ra) and again in a section of its own at the end.
     assert run.stdout.count("redisson_emulator.py") >= 2, run.stdout
     assert "Redisson interop tests skipped" in run.stdout
-    assert str(tmp_path / "not-here") in run.stdout
+    assert str(run.missing) in run.stdout
     assert "Set REDISSON_EMULATOR_DIR" in run.stdout
 
 
-def test_under_ci_a_missing_emulator_fails(tmp_path: Path) -> None:
-    run = run_without_emulator(tmp_path, "true")
+def test_under_ci_a_missing_emulator_fails(runs: dict[str | None, Run]) -> None:
+    run = runs["true"]
 
     assert run.returncode == 1, run.stdout + run.stderr
     assert "1 error" in run.stdout
     assert "CI must run the interop tests" in run.stdout
-    assert str(tmp_path / "not-here") in run.stdout
+    assert str(run.missing) in run.stdout

@@ -3,7 +3,7 @@
 Holds are recorded by a real :class:`HoldRegistry` with stand-in locks (the
 few attributes the registry reads), as the engines' grants record them; each
 test has a graph of its own. The engines and the Django face, on a real
-redis-server, are tested in tests/core/test_lock_order.py and
+redis-server, are tested in tests/process/test_lock_order.py and
 tests/django/test_lock_order.py.
 """
 

@@ -1,6 +1,6 @@
 """Names to keys and back, and the checks every argument goes through.
 
-(tests/core/test_names.py has the one-slot and escaping properties of a
+(tests/sync/test_names.py has the one-slot and escaping properties of a
 lock's own keys, and the refusals as a client raises them.)
 """
 

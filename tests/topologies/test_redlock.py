@@ -144,23 +144,29 @@ def test_a_hung_server_costs_one_short_call_timeout(
     raw.close()
 
 
-def test_survives_a_minority_lost_while_held(
-    servers: list[RedisServer], clients: list[LockClient]
-) -> None:
-    reported = threading.Event()
-    lock = red_lock(clients, 3)
-    lock.on_lost(lambda _lock: reported.set())
-    assert lock.acquire()  # watchdog-renewed members
-    servers[0].stop()
-    time.sleep(1.5)  # past the stopped member's deadline
-    assert not lock.lost
-    assert not reported.is_set()
-    servers[1].stop()
-    assert reported.wait(5), "on_lost did not run once a majority was gone"
-    assert lock.lost
-    with pytest.raises(LockLostError):
-        lock.release()
-    assert holders(servers[2:3]) == 0
+def test_survives_a_minority_lost_while_held(servers: list[RedisServer]) -> None:
+    # Renewed every second, each call given half a second: the clients fixture's
+    # watchdog_timeout=1 gave a renewal a sixth of a second, which a loaded
+    # machine's slow reply from a live member could miss (a second member lost).
+    watched = [LockClient(server.url, key_prefix="test", watchdog_timeout=3) for server in servers]
+    try:
+        reported = threading.Event()
+        lock = red_lock(watched, 3)
+        lock.on_lost(lambda _lock: reported.set())
+        assert lock.acquire()  # watchdog-renewed members
+        servers[0].stop()
+        time.sleep(3.5)  # past the stopped member's deadline (3 s after its last renewal)
+        assert not lock.lost
+        assert not reported.is_set()
+        servers[1].stop()
+        assert reported.wait(15), "on_lost did not run once a majority was gone"
+        assert lock.lost
+        with pytest.raises(LockLostError):
+            lock.release()
+        assert holders(servers[2:3]) == 0
+    finally:
+        for client in watched:
+            client.close()
 
 
 def test_each_member_needs_its_own_client(clients: list[LockClient]) -> None:

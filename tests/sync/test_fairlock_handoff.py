@@ -21,9 +21,9 @@ from django_rlock.core import FairLock, LockClient
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.fairlock import FairScripts
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
-from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
 from tests.owners import acquire_in_task
 from tests.servers import RedisServer
+from tests.sync.fairqueue import HANG, kill_once_queued, queued, wait_until
 
 #: Long: no watchdog renewal (an EVALSHA) falls inside a test's count.
 LONG_WATCHDOG = 60.0

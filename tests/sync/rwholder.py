@@ -1,6 +1,6 @@
 """A read-write lock holder in its own process, for the tests to kill.
 
-Usage: ``python -m tests.core.rwholder URL NAME WATCHDOG_TIMEOUT read|write``.
+Usage: ``python -m tests.sync.rwholder URL NAME WATCHDOG_TIMEOUT read|write``.
 It takes that side of the lock (watchdog-renewed), prints ``{"token": N}``,
 then waits on stdin until it is killed.
 """

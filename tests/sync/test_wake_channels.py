@@ -7,7 +7,7 @@ waiter also listens on for older versions' releases, gets nothing from ours
 (a raw subscriber counts what is published there). Waiters registered by an
 older version (an id with no wake name) are still told on the shared channel,
 and a release of an older version (a message naming a new waiter on the
-shared channel) still wakes it: tests/core/test_rolling_upgrade.py runs the
+shared channel) still wakes it: tests/sync/test_rolling_upgrade.py runs the
 previous release itself.
 """
 

@@ -14,7 +14,7 @@ import redis
 from django_rlock.core import LockClient, LockUpgradeError
 from django_rlock.core._protocol.rwlock import RWKeys
 from django_rlock.core.aio import AsyncLockClient, AsyncReadWriteLock
-from tests.core.test_rwlock import Held, overlaps
+from tests.sync.test_rwlock import Held, overlaps
 
 
 def run(url: str, scenario: Callable[[AsyncLockClient], Awaitable[Any]]) -> Any:

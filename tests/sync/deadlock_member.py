@@ -1,6 +1,6 @@
 """One member of a deadlock, in its own process, driven by the tests over stdin/stdout.
 
-Usage: ``python -m tests.core.deadlock_member URL FIRST SECOND DEADLOCK_TIMEOUT``.
+Usage: ``python -m tests.sync.deadlock_member URL FIRST SECOND DEADLOCK_TIMEOUT``.
 FIRST and SECOND are lock names, or ``KIND:name`` for another kind (``fair``,
 ``read``, ``write`` of a read-write lock, ``semN`` a semaphore of N permits).
 It takes FIRST, prints ``{"held": true}``, waits for a ``go`` line, then takes

@@ -307,7 +307,7 @@ def test_three_processes_through_a_read_write_lock_a_lock_and_a_semaphore(
         children = [
             stack.enter_context(
                 python_module(
-                    "tests.core.deadlock_member", redis_url, first, second, timeout, stdin=True
+                    "tests.sync.deadlock_member", redis_url, first, second, timeout, stdin=True
                 )
             )
             for first, second in members
@@ -459,7 +459,7 @@ def test_a_dead_semaphore_holder_is_waited_out_not_reported(r: redis.Redis, redi
         LockClient(
             redis_url, key_prefix="test", watchdog_timeout=2.0, deadlock_timeout=0.2
         ) as client,
-        python_module("tests.core.semaphore_holder", redis_url, "dead", "1", "1", "2.0") as child,
+        python_module("tests.sync.semaphore_holder", redis_url, "dead", "1", "1", "2.0") as child,
     ):
         assert read_answer(child) == {"held": 1}
         os.kill(child.pid, signal.SIGKILL)

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import pytest
 import redis
@@ -60,16 +61,31 @@ def test_most_in_a_window_counts_both_ends() -> None:
     assert most_in_a_window([], 1.0) == 0
 
 
-@pytest.mark.slow
-def test_many_processes_share_one_rate_within_two_percent_and_never_over(
-    r: redis.Redis, redis_url: str
-) -> None:
+#: A run whose callers were this late (seconds, the longest stall seen) is
+#: measured again: its grants were recorded that much after they were made.
+DISTURBED = 0.05
+
+#: How many runs at most: the least disturbed one is checked.
+RUNS = 3
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run of PROCESSES callers: every grant's time and how late the machine ran them."""
+
+    start: float
+    grants: list[float]
+    late: float  # the longest stall any caller process saw
+    stalled: float  # the longest time any caller process stalled past a full bucket, summed
+
+
+def measure(redis_url: str, name: str) -> Measured:
     with ExitStack() as stack:
         processes = [
             stack.enter_context(
                 python_module(
-                    "tests.core.ratelimit_caller",
-                    *(redis_url, "partner", RATE, str(BURST), str(SECONDS)),
+                    "tests.sync.ratelimit_caller",
+                    *(redis_url, name, RATE, str(BURST), str(SECONDS)),
                     stdin=True,
                 )
             )
@@ -85,40 +101,113 @@ def test_many_processes_share_one_rate_within_two_percent_and_never_over(
         for orders, _ in pipes:
             orders.write(f"{start!r}\n")
             orders.flush()
-        grants = sorted(at for _, answers in pipes for at in json.loads(answers.readline()))
+        outputs = [json.loads(answers.readline()) for _, answers in pipes]
+    return Measured(
+        start=start,
+        grants=sorted(at for output in outputs for at in output["grants"]),
+        late=max(output["late"] for output in outputs),
+        # A stall shorter than the burst's worth of time loses no permit: the
+        # bucket keeps them until the callers run again.
+        stalled=max(
+            sum(max(0.0, stall - BURST / PER_SECOND) for stall in output["stalls"])
+            for output in outputs
+        ),
+    )
+
+
+@pytest.mark.slow
+def test_many_processes_share_one_rate_within_two_percent_and_never_over(
+    r: redis.Redis, redis_url: str
+) -> None:
+    # A loaded machine records grants late (a grant's time is taken when its
+    # thread runs again) and starves the callers: the run is measured again
+    # while it was disturbed, and the bounds allow what its own stalls explain.
+    runs: list[Measured] = []
+    for run in range(RUNS):
+        runs.append(measure(redis_url, f"partner-{run}"))
+        if runs[-1].late <= DISTURBED:
+            break
+    measured = min(runs, key=lambda one: one.late)
+    start, grants, late = measured.start, measured.grants, measured.late
 
     first, last, end = grants[0], grants[-1], start + SECONDS
-    # Over the run after the first grant: never over, and within 2% under.
-    bound = BURST + PER_SECOND * (last - first) + 1
+    # Over the run after the first grant: never over, and within 2% under. The
+    # first grant may be recorded up to `late` after it was made.
+    bound = BURST + PER_SECOND * (last - first + late) + 1
     steady = BURST + PER_SECOND * (end - first)
     worst_second = most_in_a_window(grants, 1.0)
     print(
         f"\n{len(grants)} grants in {end - first:.3f}s after the first "
         f"(bound {bound:.1f} to the last grant, {steady:.1f} to the end: "
         f"{len(grants) / steady:.2%}); most in a sliding 1 s window: {worst_second} "
-        f"(bound {BURST + PER_SECOND + 1})"
+        f"(bound {BURST + PER_SECOND + 1}); runs {len(runs)}, callers late by "
+        f"{late * 1000:.0f} ms at most, {measured.stalled * 1000:.0f} ms in all"
     )
     assert len(grants) <= bound
-    assert len(grants) >= 0.98 * steady
-    # In every sliding window of 1 s, too.
-    assert worst_second <= BURST + PER_SECOND * 1 + 1
+    # Permits a stalled machine let go unasked (the bucket full) are not the limiter's.
+    assert len(grants) >= 0.98 * steady - PER_SECOND * measured.stalled
+    # In every sliding window of 1 s, too (grants recorded late crowd a window).
+    assert worst_second <= BURST + PER_SECOND * (1 + late) + 1
     # Every grant falls inside the run (give or take a loaded machine's late
     # wake-up: a grant is recorded when its thread runs again; 0.13 s seen once).
-    assert start - 0.05 <= first and last <= end + 0.5
+    assert start - 0.05 <= first and last <= end + 0.5 + late
+
+
+class StallWatch:
+    """How late this process ran while it was open: the longest overshoot of a 5 ms sleep.
+
+    A grant is recorded when its thread runs again: the first one recorded
+    that late makes a run look that much shorter, so faster than it was.
+    """
+
+    TICK = 0.005
+
+    def __init__(self) -> None:
+        self.late = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            before = time.monotonic()
+            time.sleep(self.TICK)
+            self.late = max(self.late, time.monotonic() - before - self.TICK)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        self._thread.join(5)
 
 
 def test_acquire_paces_a_steady_caller_at_the_rate(client: LockClient) -> None:
-    limiter = client.rate_limiter("paced", "20/s", burst=1)
-    grants = []
-    for _ in range(15):
-        assert limiter.acquire(timeout=5)
-        grants.append(time.monotonic())
+    # Measured again (at most RUNS times) while the machine ran the caller late.
+    runs: list[tuple[list[float], float]] = []
+    for run in range(RUNS):
+        limiter = client.rate_limiter(f"paced-{run}", "20/s", burst=1)
+        grants = []
+        with StallWatch() as watch:
+            for _ in range(15):
+                assert limiter.acquire(timeout=5)
+                grants.append(time.monotonic())
+        runs.append((grants, watch.late))
+        if watch.late <= DISTURBED:
+            break
+    grants, late = min(runs, key=lambda one: one[1])
     measured = (len(grants) - 1) / (grants[-1] - grants[0])
-    print(f"\nacquire() paced at {measured:.2f}/s for 20/s ({measured / 20 - 1:+.2%})")
+    # The first grant may have been made up to `late` before it was recorded.
+    fastest = (len(grants) - 1) / (grants[-1] - grants[0] + late)
+    print(
+        f"\nacquire() paced at {measured:.2f}/s for 20/s ({measured / 20 - 1:+.2%}); "
+        f"runs {len(runs)}, late by {late * 1000:.0f} ms at most"
+    )
     # Never faster than the rate (the limiter's promise). Slower only by what a
     # loaded machine adds to each caller's wake-up and round trip: 15.3/s was
     # seen beside 8 busy test runs on 2 cores; 10/s would be a pacing bug.
-    assert 0.5 * 20 <= measured <= 1.15 * 20
+    assert measured >= 0.5 * 20
+    assert fastest <= 1.15 * 20
 
 
 # -- semantics ---------------------------------------------------------------------

@@ -227,7 +227,7 @@ def test_the_watchdog_keeps_read_and_write_holds_past_the_timeout(
 def holder(url: str, name: str, side: str, watchdog_timeout: float) -> Iterator[int]:
     """A process holding ``side`` of ``name``; yields its pid once it holds it."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.core.rwholder", url, name, str(watchdog_timeout), side],
+        [sys.executable, "-m", "tests.sync.rwholder", url, name, str(watchdog_timeout), side],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

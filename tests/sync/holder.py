@@ -1,6 +1,6 @@
 """A lock holder in its own process, driven by the tests over stdin/stdout.
 
-Usage: ``python -m tests.core.holder URL NAME WATCHDOG_TIMEOUT``. It takes the
+Usage: ``python -m tests.sync.holder URL NAME WATCHDOG_TIMEOUT``. It takes the
 lock, prints ``{"token": N}``, then answers each ``report`` line on stdin with
 what it saw: whether the lock is lost, whether ``on_lost`` ran, what release did.
 """

@@ -31,8 +31,8 @@ pytestmark = pytest.mark.slow
 def holder_process(
     url: str, name: str, watchdog_timeout: float
 ) -> AbstractContextManager[subprocess.Popen[str]]:
-    """A ``tests.core.holder`` process holding ``name``, driven over its stdin."""
-    return python_module("tests.core.holder", url, name, str(watchdog_timeout), stdin=True)
+    """A ``tests.sync.holder`` process holding ``name``, driven over its stdin."""
+    return python_module("tests.sync.holder", url, name, str(watchdog_timeout), stdin=True)
 
 
 def test_watchdog_keeps_a_busy_holders_key_alive(redis_url: str, r: redis.Redis) -> None:
@@ -193,11 +193,18 @@ def test_script_flush_while_held_does_not_break_renewal_or_release(
         assert not lock.locked()
 
 
+def renewal_calls(r: redis.Redis) -> int:
+    """The scripts the server ran since its statistics were reset (each renewal is one)."""
+    stats = r.info("commandstats")
+    calls = (stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+    return sum(int(count) for count in calls)
+
+
 def test_two_thousand_locks_share_one_thread_and_batched_renewals(
     redis_url: str, r: redis.Redis
 ) -> None:
-    # 3 s, not shorter: a loaded machine took 2,000 acquires and the renewal
-    # thread's turns long enough to let a lock of a 1.5 s watchdog expire.
+    # 3 s: a loaded machine that runs the watchdog thread late does not lose
+    # the holds (the claim is the batching, not the timeout's length).
     count, timeout = 2000, 3.0
     with LockClient(redis_url, key_prefix="test", watchdog_timeout=timeout) as client:
         locks = [client.lock(f"many:{index}") for index in range(count)]
@@ -205,17 +212,19 @@ def test_two_thousand_locks_share_one_thread_and_batched_renewals(
             lock.acquire()
         watchdog = get_watchdog()
         r.config_resetstat()
-        intervals = 3
-        time.sleep(intervals * timeout / 3)
-        stats = r.info("commandstats")
-        evals = stats.get("cmdstat_evalsha", {}).get("calls", 0)
-        evals += stats.get("cmdstat_eval", {}).get("calls", 0)
+        started = time.monotonic()
         per_interval = math.ceil(count / BATCH_SIZE)
-        # Batched: a tick costs count / BATCH_SIZE calls, never one per lock, and at
-        # most one extra tick falls inside the window's edges. At least one whole
-        # tick ran; how many more depends on how late a loaded machine wakes the
-        # thread (28 calls, under 2 ticks of 20, seen beside 8 busy test runs).
-        assert per_interval <= evals <= per_interval * (intervals + 1)
+        time.sleep(2 * timeout / 3)
+        # At least one whole tick ran: waited for, not assumed (a loaded machine
+        # wakes the thread late).
+        deadline = started + 60
+        while (evals := renewal_calls(r)) < per_interval:
+            assert time.monotonic() < deadline, f"{evals} renewal calls in 60 s"
+            time.sleep(0.05)
+        ticks = math.floor((time.monotonic() - started) / (timeout / 3))
+        # Batched: a tick costs count / BATCH_SIZE calls, never one per lock, and
+        # at most one extra tick falls inside the window's edges.
+        assert per_interval <= evals <= per_interval * (ticks + 2)
         renewal_threads = [t for t in threading.enumerate() if t.name == "rlock-watchdog"]
         assert renewal_threads == [watchdog.thread]
         assert all(r.pttl(f"test:{{many:{index}}}") > 0 for index in (0, 999, 1999))

@@ -2,7 +2,7 @@
 
 The previous release registers waiters with no wake name and publishes every
 release on the lock's shared channel; this one publishes on the woken waiter's
-wake channel (tests/core/test_wake_channels.py). Mixed, they must still
+wake channel (tests/sync/test_wake_channels.py). Mixed, they must still
 exclude each other and wake each other, in both directions, well before the
 holder's PTTL (the 30 s watchdog timeout) would wake a waiter anyway.
 
@@ -16,7 +16,7 @@ from a clone, at the previous release's commit::
     /tmp/previous/venv/bin/python -m build --wheel --outdir /tmp/previous/dist /tmp/previous
     /tmp/previous/venv/bin/pip install /tmp/previous/dist/*.whl
     export RLOCK_PREVIOUS_PYTHON=/tmp/previous/venv/bin/python
-    make test PYTEST_ARGS=tests/core/test_rolling_upgrade.py
+    make test PYTEST_ARGS=tests/sync/test_rolling_upgrade.py
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ REGISTER = 20.0
 def previous_release(
     url: str, cwd: Path, python: str = PREVIOUS
 ) -> Iterator[subprocess.Popen[str]]:
-    """tests/core/upgrade_peer.py run by the previous release's interpreter, isolated.
+    """tests/sync/upgrade_peer.py run by the previous release's interpreter, isolated.
 
     ``-I`` and a ``cwd`` outside the source tree: it imports its own installed
     package, never this tree's. ``python``: this release's, for a peer of ours.

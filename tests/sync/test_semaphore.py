@@ -33,9 +33,9 @@ PROMPT = 5.0
 def holder_process(
     url: str, name: str, permits: int, take: int, watchdog_timeout: float
 ) -> AbstractContextManager[subprocess.Popen[str]]:
-    """A ``tests.core.semaphore_holder`` process taking ``take`` permits of ``name``."""
+    """A ``tests.sync.semaphore_holder`` process taking ``take`` permits of ``name``."""
     args = [url, name, str(permits), str(take), str(watchdog_timeout)]
-    return python_module("tests.core.semaphore_holder", *args)
+    return python_module("tests.sync.semaphore_holder", *args)
 
 
 def read_held(process: subprocess.Popen[str]) -> int:

@@ -1,7 +1,7 @@
 """A lock user driven over stdin/stdout, run by another installed version of the package.
 
 Usage: ``PYTHON upgrade_peer.py URL``, where PYTHON may be another virtualenv's
-interpreter (tests/core/test_rolling_upgrade.py runs the previous release so):
+interpreter (tests/sync/test_rolling_upgrade.py runs the previous release so):
 it imports only the public API of ``django_rlock.core`` and nothing of the
 tests. Each line on stdin is a command, each answer one JSON line; times are
 ``time.monotonic()``, the machine's clock on Linux and macOS, so the test can

@@ -19,7 +19,7 @@ import redis
 
 from django_rlock.core import LockClient
 from django_rlock.core.aio import AsyncLockClient
-from tests.core.shared_listener import holder, task_round, thread_round
+from tests.sync.shared_listener import holder, task_round, thread_round
 
 pytestmark = pytest.mark.slow
 

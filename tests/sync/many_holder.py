@@ -1,6 +1,6 @@
 """Many locks held by one process and released together, driven over stdin/stdout.
 
-Usage: ``python -m tests.core.many_holder URL WATCHDOG_TIMEOUT``. Each line on
+Usage: ``python -m tests.sync.many_holder URL WATCHDOG_TIMEOUT``. Each line on
 stdin is a command, each answer one JSON line:
 
 * ``hold NAME...``: take every named lock (key prefix ``test``), answer

@@ -128,8 +128,8 @@ def test_three_threads_in_a_ring(client: LockClient, r: redis.Redis) -> None:
 def test_two_processes_in_opposite_order(redis_url: str, r: redis.Redis) -> None:
     args = (redis_url, str(DEADLOCK_TIMEOUT))
     with (
-        python_module("tests.core.deadlock_member", redis_url, "x", "y", args[1], stdin=True) as a,
-        python_module("tests.core.deadlock_member", redis_url, "y", "x", args[1], stdin=True) as b,
+        python_module("tests.sync.deadlock_member", redis_url, "x", "y", args[1], stdin=True) as a,
+        python_module("tests.sync.deadlock_member", redis_url, "y", "x", args[1], stdin=True) as b,
     ):
         assert read_answer(a) == {"held": True}
         assert read_answer(b) == {"held": True}
@@ -148,7 +148,7 @@ def test_two_processes_in_opposite_order(redis_url: str, r: redis.Redis) -> None
 
 def test_three_processes_in_a_ring(redis_url: str, r: redis.Redis) -> None:
     timeout = str(DEADLOCK_TIMEOUT)
-    module = "tests.core.deadlock_member"
+    module = "tests.sync.deadlock_member"
     with (
         python_module(module, redis_url, "p1", "p2", timeout, stdin=True) as a,
         python_module(module, redis_url, "p2", "p3", timeout, stdin=True) as b,

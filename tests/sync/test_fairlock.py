@@ -19,9 +19,9 @@ import redis
 
 from django_rlock.core import FairLock, LockClient, LockTimeout
 from django_rlock.core.aio import AsyncFairLock, AsyncLockClient
-from tests.core.fairqueue import HANG, kill_once_queued, queued, wait_until
 from tests.owners import acquire_in_task
 from tests.servers import RedisServer
+from tests.sync.fairqueue import HANG, kill_once_queued, queued, wait_until
 
 #: Short, so that a dead waiter's entry expires within a couple of seconds.
 WATCHDOG_TIMEOUT = 1.5

@@ -314,7 +314,7 @@ def test_a_release_cancelled_in_flight_never_undoes_the_tasks_next_grant(
     # task still believed it held the lock (a rival then got it too).
     seen: dict[str, object] = {}
     # The cancellation is meant for the release or the acquire after it; a
-    # later step count finds the task past both (tests/core/test_aio_cancellation.py
+    # later step count finds the task past both (tests/aio/test_aio_cancellation.py
     # cancels at every point of longer sequences).
     in_calls = True
 

@@ -1,6 +1,6 @@
 """A semaphore holder in its own process, for the tests to SIGKILL.
 
-Usage: ``python -m tests.core.semaphore_holder URL NAME PERMITS TAKE WATCHDOG_TIMEOUT``.
+Usage: ``python -m tests.sync.semaphore_holder URL NAME PERMITS TAKE WATCHDOG_TIMEOUT``.
 It takes TAKE permits (watchdog-renewed), prints ``{"held": TAKE}``, then
 sleeps until it is killed.
 """

@@ -8,7 +8,7 @@ together. Each round returns, per waiter, the seconds from its lock's release
 whose wake-up is lost is granted only when its sleep (the holder's PTTL, up to
 the watchdog timeout) ends, so one such round takes that long.
 
-Used by tests/core/test_waiting_shared_listener.py and benchmarks/wakeups.py.
+Used by tests/sync/test_waiting_shared_listener.py and benchmarks/wakeups.py.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ REGISTER = 30.0
 
 @contextmanager
 def holder(url: str, watchdog_timeout: float) -> Iterator[subprocess.Popen[str]]:
-    """A process that holds locks and releases them together (tests/core/many_holder.py)."""
-    with python_module("tests.core.many_holder", url, str(watchdog_timeout), stdin=True) as child:
+    """A process that holds locks and releases them together (tests/sync/many_holder.py)."""
+    with python_module("tests.sync.many_holder", url, str(watchdog_timeout), stdin=True) as child:
         yield child
 
 
