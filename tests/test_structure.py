@@ -18,6 +18,7 @@ together for a reader.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import re
 from collections.abc import Iterator
@@ -558,3 +559,43 @@ def test_the_engine_code_map_names_every_module() -> None:
         and path.name not in named.get(path.parent.name if path.parent != core else "", set())
     ]
     assert missing == [], "docs/engine.md's code map (Where the code is) must name them"
+
+
+# -- the map inside the repository -------------------------------------------------------
+
+#: The one file that may name the team's folder beside the clone: the interop
+#: tests' locator of Redisson's emulator (REDISSON_EMULATOR_DIR overrides it).
+SHARED_LOCATOR = "tests/interop/conftest.py"
+
+#: The team's folder as a relative path, spelt in pieces so that this file,
+#: which looks for it, does not cite it.
+TEAM_FOLDER = "/".join(("..", "shared"))
+
+#: What a clone's own tooling leaves beside the sources (not the repository's text).
+UNTRACKED_DIRS = {"build", "site", "node_modules", "__pycache__"}
+
+
+def repository_files(tree: pathlib.Path) -> Iterator[pathlib.Path]:
+    """The repository's text files under ``tree``: no hidden, build or virtualenv folder."""
+    for path in tree.rglob("*"):
+        parts = path.relative_to(tree).parts
+        if any(part.startswith(".") or part in UNTRACKED_DIRS for part in parts[:-1]):
+            continue
+        if any(part.endswith(".egg-info") for part in parts):
+            continue
+        if (
+            path.is_file()
+            and path.suffix in {".py", ".md", ".cfg", ".toml", ".yml", ".txt", ".lua"}
+        ) or (path.is_file() and path.name == "Makefile"):
+            yield path
+
+
+def test_no_file_but_the_emulator_locator_cites_the_team_folder() -> None:
+    """A user's clone has no team folder: the repository keeps its own map (docs/engine.md)."""
+    tree = pathlib.Path(os.environ.get("RLOCK_SOURCE_TREE") or ROOT)
+    citing = sorted(
+        path.relative_to(tree).as_posix()
+        for path in repository_files(tree)
+        if TEAM_FOLDER in path.read_text(encoding="utf-8", errors="replace")
+    )
+    assert citing == [SHARED_LOCATOR]
