@@ -27,7 +27,7 @@ from django_rlock.core._protocol.deadlocks import (
     edge_life,
     walk,
 )
-from django_rlock.core._protocol.plan import AcquirePlan, drive
+from django_rlock.core._protocol.plan import AcquirePlan, drive, second_look
 from django_rlock.core.exceptions import DeadlockError, LockError
 
 pytestmark = pytest.mark.pure
@@ -267,7 +267,7 @@ class Shell:
             raise DeadlockError("cycle", name="x")
 
 
-def test_a_waiter_checks_after_deadlock_timeout_then_every_deadlock_timeout_never_polling(
+def test_a_waiter_checks_after_deadlock_timeout_a_second_look_then_every_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shell = Shell(pttl=30.0)
@@ -275,14 +275,24 @@ def test_a_waiter_checks_after_deadlock_timeout_then_every_deadlock_timeout_neve
     made = AcquirePlan(blocking=True, wait=3.2, watchdog_timeout=30.0, deadlock_timeout=1.0)
     assert drive(made, shell) is False
     # One attempt before waiting and one as a registered waiter: the checks
-    # cut the sleep and resume it, with no attempt between them.
+    # cut the sleep and resume it, with no attempt between them. The second
+    # check comes a tenth of the interval after the first (plan.second_look):
+    # the victim of a cycle whose first checks ran the other way round finds
+    # it then, not a whole interval later.
     assert shell.steps == [
         ("attempt", 0.0),
         ("attempt", 0.0),
         ("check", 1.0),
-        ("check", 2.0),
-        ("check", 3.0),
+        ("check", 1.1),
+        ("check", 2.1),
+        ("check", 3.1),
     ]
+
+
+def test_the_second_look_is_a_tenth_of_the_interval_at_least_20_ms() -> None:
+    assert second_look(1.0) == pytest.approx(0.1)
+    assert second_look(0.1) == pytest.approx(0.02)
+    assert second_look(0.01) == pytest.approx(0.01)  # never later than the interval
 
 
 def test_without_deadlock_timeout_a_sleep_is_one_wait(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,13 +304,13 @@ def test_without_deadlock_timeout_a_sleep_is_one_wait(monkeypatch: pytest.Monkey
 
 
 def test_short_sleeps_check_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A holder whose PTTL is short makes the waiter retry often: checks stay 1 s apart."""
+    """A holder whose PTTL is short makes the waiter retry often: checks stay on schedule."""
     shell = Shell(pttl=0.4)
     monkeypatch.setattr(clock, "monotonic", shell)
     made = AcquirePlan(blocking=True, wait=2.5, watchdog_timeout=30.0, deadlock_timeout=1.0)
     assert drive(made, shell) is False
     checks = [step[1] for step in shell.steps if step[0] == "check"]
-    assert checks == [1.0, 2.0]  # a sleep is cut at the due time, then resumed
+    assert checks == [1.0, 1.1, 2.1]  # a sleep is cut at the due time, then resumed
     attempts = [step[1] for step in shell.steps if step[0] == "attempt"]
     assert attempts == [0.0, 0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 2.4]  # one per PTTL, as before
 

@@ -27,7 +27,12 @@ retries (so no release can slip between), and then sleeps until woken or the
 holder's PTTL ends, whichever is first: never a fixed poll.
 
 Deadlock checks (``deadlock_timeout``, None: none). A caller that has waited
-that long checks, then again every ``deadlock_timeout`` while it waits. A sleep
+that long checks, then once more soon after (:func:`second_look`), then again
+every ``deadlock_timeout`` while it waits. The second look is for two members
+of a cycle whose first checks ran the other way round (the later caller's
+first, a loaded machine running the earlier one late): the victim's first
+check found no cycle, as the other's edge was not written yet; without it, the
+victim would find the cycle a whole ``deadlock_timeout`` later. A sleep
 is cut short for a check only: after the check the caller sleeps on for what
 was left of it, with no acquire call in between (the lock is never polled),
 and a call that is granted or gives up sooner never checks at all.
@@ -81,6 +86,8 @@ class AcquirePlan:
         self.deadlock_timeout = deadlock_timeout
         #: When the next deadlock check is due (monotonic seconds).
         self.next_check = math.inf if deadlock_timeout is None else self.started + deadlock_timeout
+        #: Deadlock checks made so far.
+        self.checks = 0
 
     def steps(self, first: Any = NOT_SENT) -> Generator[Step, Any, bool]:
         """The plan; see the module's docstring for the steps and their results.
@@ -134,10 +141,21 @@ class AcquirePlan:
             if now >= self.next_check:
                 yield ("check_deadlock",)
                 now = clock.monotonic()
-                self.next_check = now + every
+                self.checks += 1
+                self.next_check = now + (second_look(every) if self.checks == 1 else every)
             woken = yield ("wait", since, max(min(end, self.next_check) - now, 0.0))
             if woken or clock.monotonic() >= end:
                 return woken
+
+
+def second_look(deadlock_timeout: float) -> float:
+    """Seconds from a caller's first deadlock check to its second: a tenth, at least 20 ms.
+
+    Short enough that the victim of a cycle whose first checks ran in the
+    other order finds it well within ``deadlock_timeout`` more; one extra
+    check per long wait costs a waiter a few round trips, once.
+    """
+    return min(max(deadlock_timeout / 10, 0.02), deadlock_timeout)
 
 
 def _target(shell: Any, step: Step) -> Callable[..., Any]:
