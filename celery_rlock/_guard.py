@@ -55,7 +55,7 @@ from celery_rlock._once import OnceMarker
 from django_rlock._celeryface import (
     MIN_RETRY_AFTER,
     UNAVAILABLE_RETRY_AFTER,
-    AnyAliasLock,
+    AliasAttached,
     KeyTemplate,
     build_key,
     check_template,
@@ -274,7 +274,7 @@ def run_locked(
         permits=options.permits,
         max_hold=options.max_hold,
     )
-    if isinstance(lock, AnyAliasLock):
+    if isinstance(lock, AliasAttached):
         lock.key_template = template_label(options.key)  # the metrics' bounded lock label
     # The top of the request stack is this run's own request (the task's
     # fallback request, used when nothing is pushed, is shared: never touch it).
@@ -599,7 +599,7 @@ def _report_lost(
     )
     # The core reports a loss it has seen itself; this one only the release
     # saw, so Django's lock_lost signal is sent from here.
-    reporter = reporter_of(held.lock.backend) if isinstance(held.lock, AnyAliasLock) else None
+    reporter = reporter_of(held.lock.backend) if isinstance(held.lock, AliasAttached) else None
     if not known and reporter is not None:
         reporter.report_lost(held.lock)
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
-from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
+from django_rlock._aliaslocks import AsyncWithTwin
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import FairLock, LockClient, ReadLock, ReadWriteLock, WriteLock
 from django_rlock.core._faces import LockOptions, RWKeys, RWScripts
 from django_rlock.core.aio import (
@@ -43,7 +44,7 @@ from django_rlock.core.aio import (
 )
 
 if TYPE_CHECKING:
-    from django_rlock._handles import AsyncLock
+    from django_rlock.backends._types import AsyncLock
 
 
 class AliasFairLock(AsyncWithTwin, FairLock):

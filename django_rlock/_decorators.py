@@ -112,9 +112,7 @@ from django.http.response import HttpResponseBase
 
 from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AsyncWithTwin
-from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._handler import locks
-from django_rlock._handles import AsyncLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._responses import (
     FAILED,
@@ -128,6 +126,7 @@ from django_rlock._responses import (
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock._transactions import open_transactions, when_released
+from django_rlock.backends._types import AliasAttached, AsyncLock
 from django_rlock.core import RLock
 from django_rlock.core._faces import (
     LockOptions,
@@ -323,7 +322,7 @@ def _described(lock: L, where: _Where) -> L:
     """``lock``, told where it is taken, its key template and its transaction binding."""
     # An alias with no native asyncio lock runs its sync lock on a thread.
     inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
-    if isinstance(inner, AnyAliasLock):
+    if isinstance(inner, AliasAttached):
         inner.location = where.location
         inner.key_template = where.label
     if where.transaction is not None and isinstance(inner, AsyncWithTwin):

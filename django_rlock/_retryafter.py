@@ -14,10 +14,9 @@ import logging
 import time
 from typing import Protocol
 
-from django_rlock._aliaslocks import AliasAttached
-from django_rlock._handles import LockInfo
 from django_rlock._holdtimes import HoldTimes, back_off
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached, LockInfo
 from django_rlock.core import RLock
 from django_rlock.core._faces import SINCE_FIELD, LockKeys
 from django_rlock.core.aio import AsyncRLock

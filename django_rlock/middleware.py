@@ -65,7 +65,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AliasAttached
 from django_rlock._ratelimits import limited_answer
 from django_rlock._responses import (
     busy_status_response,
@@ -75,6 +74,7 @@ from django_rlock._responses import (
 )
 from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     DeadlockError,

@@ -113,8 +113,8 @@ from django_rlock._aliaslimiters import AliasRateLimiter
 from django_rlock._aliaslocks import AliasLock
 from django_rlock._aliassemaphores import AliasSemaphore
 from django_rlock._handler import locks
-from django_rlock._handles import LockInfo
 from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
+from django_rlock.backends._types import LockInfo
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core._faces import LimiterState, lock_order
 from django_rlock.core.exceptions import LockNotOwnedError, LockTimeout
