@@ -527,7 +527,7 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     How long this lock (or its key template) is really held, as this process
     saw recently, else how long its current holder has held it so far, bounded
     by the holder's lease left and at least 1 s: the rule of a busy view's
-    Retry-After (:mod:`django_rlock._holdtimes`); the lease left for a lock of
+    Retry-After (:mod:`django_rlock._observers.holdtimes`); the lease left for a lock of
     no alias. A task with Celery's ``retry_backoff`` waits at least the
     exponential back-off Celery itself would use (``retry_backoff_max``,
     ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.

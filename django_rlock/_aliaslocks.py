@@ -4,13 +4,13 @@
 state to a hold and overrides no acquire or release) plus what only the
 Django face knows:
 
-* ``backend``, the alias's backend, whose :class:`~django_rlock._reporting.Reporter`
+* ``backend``, the alias's backend, whose :class:`~django_rlock._observers.reporting.Reporter`
   turns the engine's hold events into signals and slow-lock log lines;
 * ``location``, the code that takes the lock, for the slow-lock log (``@locked``
   sets the decorated function's; otherwise it is read from the call stack);
 * ``key_template``, the template the name was built from (``"order:{order_id}"``,
   set by ``@locked`` and Celery's locked tasks; None for a name given as it
-  is), the ``lock`` label of the metrics (:mod:`django_rlock._metrics`);
+  is), the ``lock`` label of the metrics (:mod:`django_rlock._observers.metrics`);
 * ``transaction``, ``"auto"`` or ``"ignore"`` (the alias's ``TRANSACTION``
   unless ``rlock()`` or ``@locked`` says otherwise): whether the end of a
   ``with`` block inside an atomic block waits for the transaction's end

@@ -25,15 +25,15 @@ from django_rlock._keys import KeyTemplate, build_key, check_template, template_
 # To tell a lock or rate limiter of ``locks[alias]`` (reported, metered) from a bare
 # engine one, and to report its outcomes as the Django face does.
 from django_rlock._aliaslimiters import AliasRateLimiter
-from django_rlock._reporting import reporter_of
+from django_rlock._observers.reporting import reporter_of
 from django_rlock.backends._types import AliasAttached
 
 # isort: split
 # --- When to try again ----------------------------------------------------------------
 # A busy task's retry countdown follows the rule a busy view's Retry-After does.
-from django_rlock._holdtimes import MIN_RETRY_AFTER
+from django_rlock._observers.holdtimes import MIN_RETRY_AFTER
+from django_rlock._observers.retryafter import lock_retry_after
 from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
-from django_rlock._retryafter import lock_retry_after
 
 # isort: split
 # --- Task runs as units of work --------------------------------------------------------

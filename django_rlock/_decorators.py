@@ -29,7 +29,7 @@ When the lock is still busy after ``timeout`` seconds, a view (a function
 whose first argument, or second after ``self``, is an ``HttpRequest`` or
 Django REST framework's ``Request``) answers ``409 Conflict`` with a
 ``Retry-After`` header (how long the lock is really held, recently: see
-:mod:`django_rlock._holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
+:mod:`django_rlock._observers.holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
@@ -114,6 +114,7 @@ from django_rlock import _conf as conf
 from django_rlock._aliaslocks import AsyncWithTwin
 from django_rlock._handler import locks
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock._observers.retryafter import lock_retry_after
 from django_rlock._responses import (
     FAILED,
     LOST,
@@ -123,7 +124,6 @@ from django_rlock._responses import (
     rolled_back_response,
     unavailable_response,
 )
-from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock._transactions import open_transactions, when_released
 from django_rlock.backends._types import AliasAttached, AsyncLock

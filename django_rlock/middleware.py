@@ -15,7 +15,7 @@ For any view, sync or async, that lets one of these escape:
 
 * :class:`~django_rlock.exceptions.LockTimeout` (``with rlock(...)`` could not
   acquire within its ``timeout``): ``409 Conflict`` with a ``Retry-After`` of
-  how long the lock is really held (:mod:`django_rlock._holdtimes`: the recent
+  how long the lock is really held (:mod:`django_rlock._observers.holdtimes`: the recent
   holds of the name, else how long its holder has held it so far, bounded by
   its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
   applies: another status, a callable ``(request, error) -> HttpResponse``, or
@@ -65,6 +65,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
+from django_rlock._observers.retryafter import lock_retry_after
 from django_rlock._ratelimits import limited_answer
 from django_rlock._responses import (
     busy_status_response,
@@ -72,7 +73,6 @@ from django_rlock._responses import (
     lost_response,
     unavailable_response,
 )
-from django_rlock._retryafter import lock_retry_after
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS

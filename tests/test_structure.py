@@ -143,7 +143,9 @@ def test_the_graph_is_read() -> None:
     assert ("celery_rlock._decorators", "django_rlock._celeryface") in edges
     assert ("django_rlock._celeryface", "django_rlock._decorators") in edges
     assert ("django_rlock._aliaslocks", "django_rlock.core._faces") in edges
-    assert ("django_rlock._aliaslocks", "django_rlock.backends._types") in edges  # type-only
+    assert ("django_rlock._aliaslocks", "django_rlock.backends._types") in edges
+    # A type-only edge:
+    assert ("django_rlock.backends._types", "django_rlock._observers.holdtimes") in edges
     assert len(MODULES) > 40
 
 
@@ -515,6 +517,53 @@ def test_the_twins_have_the_same_file_names() -> None:
     assert kinds <= names(AIO)
     protocol_kinds = {"lock", "fairlock", "rwlock", "semaphore", "redisson", "leader", "ratelimit"}
     assert protocol_kinds <= names(PROTOCOL)
+
+
+#: The Django face's ground floor: what its locks and their observers share.
+DJANGO_GROUND = (
+    "django_rlock.exceptions",
+    "django_rlock.signals",
+    "django_rlock._conf",
+    "django_rlock._keys",
+    "django_rlock._callsite",
+    "django_rlock.backends._types",
+)
+#: Beside the ground floor, what an observer may import, and why.
+OBSERVERS_ALSO = {
+    # Retry-After unwraps a thread-run lock; the wrapper imports only the engine.
+    "django_rlock._threadowned": "unwraps a thread-owned lock",
+}
+
+
+def test_the_django_ground_floor_imports_no_other_room() -> None:
+    # Type-only imports aside (the hold times' type in AliasBackend).
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in DJANGO_GROUND
+        and _layer_of(found.target) == "django_rlock"
+        and not _inside(found.target, "django_rlock.core")
+        and found.target not in DJANGO_GROUND
+        and not found.type_only
+    ]
+    assert wrong == []
+
+
+def test_the_observers_import_neither_the_alias_locks_nor_the_backends() -> None:
+    # They tell an alias's lock by AliasAttached (django_rlock.backends._types),
+    # so the locks may import them and never the other way around.
+    observers = [m for m in MODULES if _inside(m, "django_rlock._observers")]
+    assert len(observers) >= 6
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in observers
+        and _layer_of(found.target) == "django_rlock"
+        and not _inside(found.target, "django_rlock._observers")
+        and not _inside(found.target, "django_rlock.core")
+        and found.target not in (*DJANGO_GROUND, *OBSERVERS_ALSO)
+    ]
+    assert wrong == []
 
 
 def test_no_module_is_over_the_line_cap() -> None:

@@ -54,7 +54,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
   :data:`NO_TEMPLATE`, ``"-"``.
 
 The counting hangs on the same hold events as the signals and the slow-lock
-log (:mod:`django_rlock._reporting`): each backend's :class:`LockMetrics` is
+log (:mod:`django_rlock._observers.reporting`): each backend's :class:`LockMetrics` is
 subscribed beside its reporter, and renewals come from the watchdog's
 :func:`~django_rlock.core._sync.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
 nothing is subscribed and prometheus_client is not imported.
@@ -228,7 +228,7 @@ class _LockChildren(NamedTuple):
 class LockMetrics:
     """Counts the hold events of one backend's locks into the Prometheus series.
 
-    Subscribed beside the backend's :class:`~django_rlock._reporting.Reporter`
+    Subscribed beside the backend's :class:`~django_rlock._observers.reporting.Reporter`
     to every lock client it builds, and like it counting only the holds taken
     through locks of its own backend (a client may also serve other aliases).
     """

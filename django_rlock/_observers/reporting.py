@@ -20,7 +20,7 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   :mod:`django_rlock._requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
-:class:`~django_rlock._metrics.LockMetrics` wherever it is attached itself.
+:class:`~django_rlock._observers.metrics.LockMetrics` wherever it is attached itself.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import logging
 import weakref
 
 from django_rlock._callsite import caller_location
-from django_rlock._metrics import LockMetrics, for_backend
+from django_rlock._observers.metrics import LockMetrics, for_backend
 from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, lock_order
 from django_rlock.signals import (

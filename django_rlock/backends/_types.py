@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack
 from django_rlock.core._faces import LockOptions, holder_line
 
 if TYPE_CHECKING:
-    from django_rlock._holdtimes import HoldTimes
+    from django_rlock._observers.holdtimes import HoldTimes
 
 
 class AsyncLock(Protocol):

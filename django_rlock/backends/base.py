@@ -18,8 +18,8 @@ from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadO
 from django_rlock._aliaslimiters import AliasRateLimiter, AsyncLimiter, ThreadRateLimiter
 from django_rlock._aliaslocks import AliasLock
 from django_rlock._aliassemaphores import AliasSemaphore
-from django_rlock._holdtimes import HoldTimes
-from django_rlock._reporting import Reporter
+from django_rlock._observers.holdtimes import HoldTimes
+from django_rlock._observers.reporting import Reporter
 from django_rlock._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AsyncLock, AsyncReadWriteLock, LockInfo, display_owner
 from django_rlock.core._faces import LimiterState, LockOptions, forking

@@ -45,10 +45,10 @@ from django_rlock._aliaslocks import (
     RedissonAliasLock,
 )
 from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
-from django_rlock._eviction import maxmemory_policy as read_maxmemory_policy
-from django_rlock._eviction import report_eviction_policy
 from django_rlock._keys import warn_unformatted_from_user
 from django_rlock._loopclients import LoopClients
+from django_rlock._observers.eviction import maxmemory_policy as read_maxmemory_policy
+from django_rlock._observers.eviction import report_eviction_policy
 from django_rlock.backends.base import (
     AsyncLock,
     AsyncReadWriteLock,
@@ -460,7 +460,8 @@ class RedisLockBackend(BaseLockBackend):
         """The server's ``maxmemory-policy`` (5 s at most): CONFIG GET, else INFO memory.
 
         INFO is the fallback where CONFIG is refused (an ACL user without
-        ``+config``, managed services); see :func:`django_rlock._eviction.maxmemory_policy`.
+        ``+config``, managed services); see
+        :func:`django_rlock._observers.eviction.maxmemory_policy`.
         """
         # Its own short-timeout connection: a deploy check must not hang on a
         # server that does not answer, whatever timeouts the alias's OPTIONS set.
