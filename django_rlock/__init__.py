@@ -117,14 +117,14 @@ def __dir__() -> list[str]:
 def _wire_celery() -> None:
     # A Celery app that uses the locks (the engine alone, or the Django face,
     # with or without celery_rlock) has imported Celery before them: each task
-    # run is a scope whose holds end with it (django_rlock._celery). The Django
+    # run is a scope whose holds end with it (django_rlock._scopes.taskruns). The Django
     # app wires it too, for a project that imports Celery later.
     import sys  # noqa: PLC0415
 
     if "celery" in sys.modules:
-        from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
+        from django_rlock._scopes import taskruns  # noqa: PLC0415 -- only where Celery is
 
-        _celery.wire_task_runs()
+        taskruns.wire_task_runs()
 
 
 _wire_celery()

@@ -14,7 +14,7 @@ Django face knows:
 * ``transaction``, ``"auto"`` or ``"ignore"`` (the alias's ``TRANSACTION``
   unless ``rlock()`` or ``@locked`` says otherwise): whether the end of a
   ``with`` block inside an atomic block waits for the transaction's end
-  (:mod:`django_rlock._transactions`);
+  (:mod:`django_rlock._scopes.transactions`);
 * ``max_hold``, when the lock was made without one: the alias's ``MAX_HOLD``;
 * ``async with``, which takes the backend's asyncio twin of the lock, owned by
   the current task, and yields that.
@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from django_rlock._callsite import caller_location
-from django_rlock._transactions import end_block
+from django_rlock._scopes.transactions import end_block
 from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import LockClient, RLock
 from django_rlock.core._faces import AsyncRedissonRLock, LockOptions, RedissonRLock

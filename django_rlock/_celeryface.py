@@ -38,4 +38,4 @@ from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
 # isort: split
 # --- Task runs as units of work --------------------------------------------------------
 # What a task run kept is given back when it ends (wired from either side).
-from django_rlock._celery import wire_task_runs
+from django_rlock._scopes.taskruns import wire_task_runs

@@ -82,7 +82,7 @@ release's error, as a ``with`` block does.
 Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
 ``transaction.atomic()``), the lock is kept until the transaction commits or
 rolls back, so the next holder reads what this call wrote
-(``transaction="auto"``, the default; see :mod:`django_rlock._transactions`).
+(``transaction="auto"``, the default; see :mod:`django_rlock._scopes.transactions`).
 
 ``fair=True`` takes the fair lock of the name (granted in arrival order),
 ``mode="read"`` or ``mode="write"`` a side of its read-write lock (many
@@ -124,8 +124,8 @@ from django_rlock._responses import (
     rolled_back_response,
     unavailable_response,
 )
+from django_rlock._scopes.transactions import open_transactions, when_released
 from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock._transactions import open_transactions, when_released
 from django_rlock.backends._types import AliasAttached, AsyncLock
 from django_rlock.core import RLock
 from django_rlock.core._faces import (
@@ -466,12 +466,12 @@ def _mark_if_lost_at_commit(lock: RLock, response: object) -> None:
     """Mark ``response`` ``X-Lock-Release: lost`` if the release after COMMIT finds the hold lost.
 
     Django commits (and runs its on-commit hooks, then the release the
-    transaction owes, :mod:`django_rlock._transactions`) before the response
+    transaction owes, :mod:`django_rlock._scopes.transactions`) before the response
     leaves its handler, so the header can still tell what the deferred
     release found. A rollback's release marks nothing: the view's changes
     are undone, and the response says whatever the view said about them. A
     release that fails for want of the server is logged by
-    :mod:`django_rlock._transactions` but not marked: the lock was not lost,
+    :mod:`django_rlock._scopes.transactions` but not marked: the lock was not lost,
     and expires by itself.
     """
     if not isinstance(response, HttpResponseBase):
@@ -514,7 +514,7 @@ async def _run_async_view(
 def _bound_to_a_transaction(lock: object) -> bool:
     """Whether ending ``lock``'s block now waits for an open transaction's end.
 
-    Then its changes are not committed yet (see :mod:`django_rlock._transactions`).
+    Then its changes are not committed yet (see :mod:`django_rlock._scopes.transactions`).
     """
     return getattr(lock, "transaction", None) == "auto" and bool(open_transactions())
 

@@ -68,7 +68,7 @@ def rlock(
     ``transaction="auto"`` keeps a hold whose block ends inside
     ``transaction.atomic()`` until that transaction commits or rolls back,
     ``"ignore"`` releases it as the block ends (None: the alias's
-    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock._transactions`).
+    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock._scopes.transactions`).
     ``max_hold`` bounds the hold in seconds: past it the watchdog stops
     renewing it and it is declared lost (None: the alias's ``MAX_HOLD``).
     """

@@ -41,9 +41,15 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
     ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
-    ("django_rlock._celery", "celery.signals"): "Celery is optional for django_rlock",
-    ("django_rlock.apps", "django_rlock._celery"): "wired in AppConfig.ready(), where Celery is",
-    ("django_rlock", "django_rlock._celery"): "wired as the package loads, where Celery is",
+    ("django_rlock._scopes.taskruns", "celery.signals"): "Celery is optional for django_rlock",
+    (
+        "django_rlock.apps",
+        "django_rlock._scopes.taskruns",
+    ): "wired in AppConfig.ready(), where Celery is",
+    (
+        "django_rlock",
+        "django_rlock._scopes.taskruns",
+    ): "wired as the package loads, where Celery is",
     ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
     ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
     (
@@ -528,10 +534,14 @@ DJANGO_GROUND = (
     "django_rlock._callsite",
     "django_rlock.backends._types",
 )
-#: Beside the ground floor, what an observer may import, and why.
-OBSERVERS_ALSO = {
+#: The Django face's first rooms above its ground floor: each imports the engine,
+#: the ground floor and itself only (so no two rooms import each other), and
+#: never the alias locks or the backends: those import them.
+DJANGO_ROOMS = ("django_rlock._observers", "django_rlock._scopes")
+#: Beside the ground floor, what a room may import, and why.
+ROOMS_ALSO = {
     # Retry-After unwraps a thread-run lock; the wrapper imports only the engine.
-    "django_rlock._threadowned": "unwraps a thread-owned lock",
+    ("django_rlock._observers", "django_rlock._threadowned"): "unwraps a thread-owned lock",
 }
 
 
@@ -549,19 +559,21 @@ def test_the_django_ground_floor_imports_no_other_room() -> None:
     assert wrong == []
 
 
-def test_the_observers_import_neither_the_alias_locks_nor_the_backends() -> None:
-    # They tell an alias's lock by AliasAttached (django_rlock.backends._types),
+@pytest.mark.parametrize("room", DJANGO_ROOMS)
+def test_a_django_room_imports_only_the_ground_floor_and_itself(room: str) -> None:
+    # The observers tell an alias's lock by AliasAttached (backends/_types.py),
     # so the locks may import them and never the other way around.
-    observers = [m for m in MODULES if _inside(m, "django_rlock._observers")]
-    assert len(observers) >= 6
+    members = [module for module in MODULES if _inside(module, room)]
+    assert len(members) >= 3
     wrong = [
         _where(found)
         for found in IMPORTS
-        if found.module in observers
+        if found.module in members
         and _layer_of(found.target) == "django_rlock"
-        and not _inside(found.target, "django_rlock._observers")
+        and not _inside(found.target, room)
         and not _inside(found.target, "django_rlock.core")
-        and found.target not in (*DJANGO_GROUND, *OBSERVERS_ALSO)
+        and found.target not in DJANGO_GROUND
+        and (room, found.target) not in ROOMS_ALSO
     ]
     assert wrong == []
 

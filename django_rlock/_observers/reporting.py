@@ -17,7 +17,7 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   break a deadlock;
 * an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
   when a hold outlived its thread, task or request (:mod:`django_rlock.core._process.leaks`,
-  :mod:`django_rlock._requests`), naming the code that took it.
+  :mod:`django_rlock._scopes.requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
 :class:`~django_rlock._observers.metrics.LockMetrics` wherever it is attached itself.
