@@ -24,8 +24,8 @@ from django_rlock._keys import KeyTemplate, build_key, check_template, template_
 # --- What an alias hands out ----------------------------------------------------------
 # To tell a lock or rate limiter of ``locks[alias]`` (reported, metered) from a bare
 # engine one, and to report its outcomes as the Django face does.
-from django_rlock._aliaslimiters import AliasRateLimiter
 from django_rlock._observers.reporting import reporter_of
+from django_rlock.backends._ratelimiters import AliasRateLimiter
 from django_rlock.backends._types import AliasAttached
 
 # isort: split

@@ -111,7 +111,6 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AsyncWithTwin
 from django_rlock._handler import locks
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._observers.retryafter import lock_retry_after
@@ -125,7 +124,8 @@ from django_rlock._responses import (
     unavailable_response,
 )
 from django_rlock._scopes.transactions import open_transactions, when_released
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._locks import AsyncWithTwin
+from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached, AsyncLock
 from django_rlock.core import RLock
 from django_rlock.core._faces import (

@@ -73,7 +73,7 @@ from django_rlock._responses import (
     lost_response,
     unavailable_response,
 )
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (

@@ -148,8 +148,8 @@ def test_the_graph_is_read() -> None:
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
     assert ("celery_rlock._decorators", "django_rlock._celeryface") in edges
     assert ("django_rlock._celeryface", "django_rlock._decorators") in edges
-    assert ("django_rlock._aliaslocks", "django_rlock.core._faces") in edges
-    assert ("django_rlock._aliaslocks", "django_rlock.backends._types") in edges
+    assert ("django_rlock.backends._locks", "django_rlock.core._faces") in edges
+    assert ("django_rlock.backends._locks", "django_rlock.backends._types") in edges
     # A type-only edge:
     assert ("django_rlock.backends._types", "django_rlock._observers.holdtimes") in edges
     assert len(MODULES) > 40
@@ -541,7 +541,10 @@ DJANGO_ROOMS = ("django_rlock._observers", "django_rlock._scopes")
 #: Beside the ground floor, what a room may import, and why.
 ROOMS_ALSO = {
     # Retry-After unwraps a thread-run lock; the wrapper imports only the engine.
-    ("django_rlock._observers", "django_rlock._threadowned"): "unwraps a thread-owned lock",
+    (
+        "django_rlock._observers",
+        "django_rlock.backends._threadowned",
+    ): "unwraps a thread-owned lock",
 }
 
 

@@ -15,7 +15,7 @@ import time
 from typing import Protocol
 
 from django_rlock._observers.holdtimes import HoldTimes, back_off
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached, LockInfo
 from django_rlock.core import RLock
 from django_rlock.core._faces import SINCE_FIELD, LockKeys

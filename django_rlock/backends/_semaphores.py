@@ -1,6 +1,6 @@
 """The semaphores a backend hands out: the engine's own, with an alias attached.
 
-As :mod:`django_rlock._aliaslocks` is for locks: :class:`AliasSemaphore` is the
+As :mod:`django_rlock.backends._locks` is for locks: :class:`AliasSemaphore` is the
 engine's :class:`~django_rlock.core.Semaphore` plus ``backend`` (whose
 reporter turns its hold events into signals, metrics and slow-lock log lines),
 ``location``, ``key_template`` and ``async with``, which takes the backend's
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
-from django_rlock._aliaslocks import AsyncWithTwin
+from django_rlock.backends._locks import AsyncWithTwin
 from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import LockClient, Semaphore
 from django_rlock.core._faces import LockOptions
