@@ -494,7 +494,7 @@ def unavailable_countdown(task: Any) -> float:
 
     Celery's exponential back-off when the task asks for it (``retry_backoff``,
     ``retry_backoff_max``, ``retry_jitter``), else
-    :data:`~django_rlock._responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
+    :data:`~django_rlock._web.responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
     of a view in the same outage (``default_retry_delay``, three minutes
     unless set, would leave the work waiting long after a short outage).
     """

@@ -17,8 +17,8 @@ grouped by what the Celery face does with them.
 # celery_rlock registers its task runner with the Django face's decorator (the
 # Django face never imports the Celery face) and builds lock names from a task's
 # arguments with the same key templates.
-from django_rlock._decorators import LockedSpec, register_task_runner
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
+from django_rlock._web.decorators import LockedSpec, register_task_runner
 
 # isort: split
 # --- What an alias hands out ----------------------------------------------------------
@@ -33,7 +33,7 @@ from django_rlock.backends._types import AliasAttached
 # A busy task's retry countdown follows the rule a busy view's Retry-After does.
 from django_rlock._observers.holdtimes import MIN_RETRY_AFTER
 from django_rlock._observers.retryafter import lock_retry_after
-from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
+from django_rlock._web.responses import UNAVAILABLE_RETRY_AFTER
 
 # isort: split
 # --- Task runs as units of work --------------------------------------------------------

@@ -51,7 +51,7 @@ No response body or header names the lock or the server. Other exceptions
 pass through untouched, :class:`~django_rlock.exceptions.LockNotOwnedError`
 too (a release of a lock the view does not hold: a mistake in the code).
 ``@locked`` views need none of this: they answer their own lock's errors
-(see :mod:`django_rlock._decorators`). Like Django's own middleware it works
+(see :mod:`django_rlock._web.decorators`). Like Django's own middleware it works
 in sync and async stacks (``process_exception`` runs where Django runs it,
 on a thread for async views).
 """
@@ -66,8 +66,8 @@ from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
 from django_rlock._observers.retryafter import lock_retry_after
-from django_rlock._ratelimits import limited_answer
-from django_rlock._responses import (
+from django_rlock._web.ratelimited import limited_answer
+from django_rlock._web.responses import (
     busy_status_response,
     invalid_name_response,
     lost_response,

@@ -40,7 +40,7 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: with the reason it is deferred. A new one must say here why it cannot be
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
-    ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
+    ("django_rlock._web.decorators", "celery.local"): "Celery is optional for django_rlock",
     ("django_rlock._scopes.taskruns", "celery.signals"): "Celery is optional for django_rlock",
     (
         "django_rlock.apps",
@@ -147,7 +147,7 @@ def test_the_graph_is_read() -> None:
     assert ("celery_rlock._task", "celery_rlock._worker") in edges
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
     assert ("celery_rlock._decorators", "django_rlock._celeryface") in edges
-    assert ("django_rlock._celeryface", "django_rlock._decorators") in edges
+    assert ("django_rlock._celeryface", "django_rlock._web.decorators") in edges
     assert ("django_rlock.backends._locks", "django_rlock.core._faces") in edges
     assert ("django_rlock.backends._locks", "django_rlock.backends._types") in edges
     # A type-only edge:
@@ -577,6 +577,25 @@ def test_a_django_room_imports_only_the_ground_floor_and_itself(room: str) -> No
         and not _inside(found.target, "django_rlock.core")
         and found.target not in DJANGO_GROUND
         and (room, found.target) not in ROOMS_ALSO
+    ]
+    assert wrong == []
+
+
+def test_nothing_beneath_the_web_room_imports_it() -> None:
+    # The entry points (decorators, shortcuts, leader, ratelimited, responses)
+    # stand on the backends, the lock handler and the rooms; only the package,
+    # the middleware, the checks and the Celery door import them.
+    beneath = [
+        module
+        for module in MODULES
+        if module in (*DJANGO_GROUND, "django_rlock._handler")
+        or any(_inside(module, room) for room in (*DJANGO_ROOMS, "django_rlock.backends"))
+    ]
+    assert len(beneath) > 20
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in beneath and _inside(found.target, "django_rlock._web")
     ]
     assert wrong == []
 

@@ -114,7 +114,8 @@ from django_rlock import _conf as conf
 from django_rlock._handler import locks
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
 from django_rlock._observers.retryafter import lock_retry_after
-from django_rlock._responses import (
+from django_rlock._scopes.transactions import open_transactions, when_released
+from django_rlock._web.responses import (
     FAILED,
     LOST,
     busy_status_response,
@@ -123,7 +124,6 @@ from django_rlock._responses import (
     rolled_back_response,
     unavailable_response,
 )
-from django_rlock._scopes.transactions import open_transactions, when_released
 from django_rlock.backends._locks import AsyncWithTwin
 from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached, AsyncLock
