@@ -79,7 +79,7 @@ from kombu.transport.redis import Channel as RedisChannel
 from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
-from django_rlock._celeryface import AnyAliasLock, reporter_of
+from django_rlock._celeryface import AliasAttached, reporter_of
 from django_rlock.core._faces import UNREACHABLE, SemaphoreBase, escape, permit_prefix, thread_owner
 
 if TYPE_CHECKING:
@@ -288,7 +288,7 @@ class Delivery:
             found=found,
             request=self.request,
         )
-        reporter = reporter_of(self.lock.backend) if isinstance(self.lock, AnyAliasLock) else None
+        reporter = reporter_of(self.lock.backend) if isinstance(self.lock, AliasAttached) else None
         if reporter is not None and reporter.metrics is not None:
             reporter.metrics.count_duplicate(self.lock, found)
         return Ignore(f"duplicate delivery of task {self.task_id}: its run {_FOUND_SAYS[found]}")

@@ -55,7 +55,7 @@ from celery_rlock._once import OnceMarker
 from django_rlock._celeryface import (
     MIN_RETRY_AFTER,
     UNAVAILABLE_RETRY_AFTER,
-    AnyAliasLock,
+    AliasAttached,
     KeyTemplate,
     build_key,
     check_template,
@@ -274,7 +274,7 @@ def run_locked(
         permits=options.permits,
         max_hold=options.max_hold,
     )
-    if isinstance(lock, AnyAliasLock):
+    if isinstance(lock, AliasAttached):
         lock.key_template = template_label(options.key)  # the metrics' bounded lock label
     # The top of the request stack is this run's own request (the task's
     # fallback request, used when nothing is pushed, is shared: never touch it).
@@ -494,7 +494,7 @@ def unavailable_countdown(task: Any) -> float:
 
     Celery's exponential back-off when the task asks for it (``retry_backoff``,
     ``retry_backoff_max``, ``retry_jitter``), else
-    :data:`~django_rlock._responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
+    :data:`~django_rlock._web.responses.UNAVAILABLE_RETRY_AFTER`, the Retry-After
     of a view in the same outage (``default_retry_delay``, three minutes
     unless set, would leave the work waiting long after a short outage).
     """
@@ -527,7 +527,7 @@ def retry_countdown(task: Any, lock: RLock, lease_left: float | None) -> float:
     How long this lock (or its key template) is really held, as this process
     saw recently, else how long its current holder has held it so far, bounded
     by the holder's lease left and at least 1 s: the rule of a busy view's
-    Retry-After (:mod:`django_rlock._holdtimes`); the lease left for a lock of
+    Retry-After (:mod:`django_rlock._observers.holdtimes`); the lease left for a lock of
     no alias. A task with Celery's ``retry_backoff`` waits at least the
     exponential back-off Celery itself would use (``retry_backoff_max``,
     ``retry_jitter``); ``max_retries`` is applied by ``task.retry()``.
@@ -599,7 +599,7 @@ def _report_lost(
     )
     # The core reports a loss it has seen itself; this one only the release
     # saw, so Django's lock_lost signal is sent from here.
-    reporter = reporter_of(held.lock.backend) if isinstance(held.lock, AnyAliasLock) else None
+    reporter = reporter_of(held.lock.backend) if isinstance(held.lock, AliasAttached) else None
     if not known and reporter is not None:
         reporter.report_lost(held.lock)
 

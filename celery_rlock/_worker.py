@@ -14,7 +14,7 @@
   simply stops renewing, so its locks expire within the watchdog timeout.
 * Warm shutdown waits for running tasks, whose ``finally`` releases their locks.
 * Every task run, locked or not, is a unit of work whose holds end with it
-  (:mod:`django_rlock._celery`, wired by the Django app too): a hold the
+  (:mod:`django_rlock._scopes.taskruns`, wired by the Django app too): a hold the
   body took and kept is reported and given back as the run ends, so the next
   task on the same child (same thread, same owner id) cannot re-enter it.
 
@@ -107,5 +107,5 @@ def _on_worker_init(sender: Any = None, **kwargs: Any) -> None:
 worker_init.connect(_on_worker_init, weak=False)
 
 
-# Every task run is a unit of work whose holds end with it (django_rlock._celery).
+# Every task run is a unit of work whose holds end with it (django_rlock._scopes.taskruns).
 wire_task_runs()

@@ -23,12 +23,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_rlock._decorators import locked
     from django_rlock._handler import MissingAppWarning, locks
     from django_rlock._keys import UnformattedNameWarning
-    from django_rlock._leaders import leader
-    from django_rlock._ratelimits import rate_limited
-    from django_rlock._shortcuts import rlock, semaphore
+    from django_rlock._web.decorators import locked
+    from django_rlock._web.leader import leader
+    from django_rlock._web.ratelimited import rate_limited
+    from django_rlock._web.shortcuts import rlock, semaphore
     from django_rlock.exceptions import (
         DeadlockError,
         InvalidLockBackendError,
@@ -90,12 +90,12 @@ _LAZY = {
     "MissingAppWarning": "django_rlock._handler",
     "RateLimitExceeded": "django_rlock.exceptions",
     "UnformattedNameWarning": "django_rlock._keys",
-    "leader": "django_rlock._leaders",
-    "locked": "django_rlock._decorators",
+    "leader": "django_rlock._web.leader",
+    "locked": "django_rlock._web.decorators",
     "locks": "django_rlock._handler",
-    "rate_limited": "django_rlock._ratelimits",
-    "rlock": "django_rlock._shortcuts",
-    "semaphore": "django_rlock._shortcuts",
+    "rate_limited": "django_rlock._web.ratelimited",
+    "rlock": "django_rlock._web.shortcuts",
+    "semaphore": "django_rlock._web.shortcuts",
 }
 
 
@@ -117,14 +117,14 @@ def __dir__() -> list[str]:
 def _wire_celery() -> None:
     # A Celery app that uses the locks (the engine alone, or the Django face,
     # with or without celery_rlock) has imported Celery before them: each task
-    # run is a scope whose holds end with it (django_rlock._celery). The Django
+    # run is a scope whose holds end with it (django_rlock._scopes.taskruns). The Django
     # app wires it too, for a project that imports Celery later.
     import sys  # noqa: PLC0415
 
     if "celery" in sys.modules:
-        from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
+        from django_rlock._scopes import taskruns  # noqa: PLC0415 -- only where Celery is
 
-        _celery.wire_task_runs()
+        taskruns.wire_task_runs()
 
 
 _wire_celery()

@@ -16,7 +16,7 @@ keeps working when the cache backend becomes :class:`django_rlock.cache.RedisCac
   The price of the redis-py side: like redis-py's, these are also ``ValueError``.
 
 A busy ``with`` raises :class:`CacheLockTimeout` with ``retry_after`` set by
-``rlock()``'s rule (:mod:`django_rlock._holdtimes`: how long the holder has
+``rlock()``'s rule (:mod:`django_rlock._observers.holdtimes`: how long the holder has
 held the lock so far, bounded by its lease left), so a view that lets it
 reach :class:`~django_rlock.middleware.LockErrorMiddleware` answers 409 with
 the same honest ``Retry-After`` as ``rlock()``'s, not the lease left.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
-from django_rlock._retryafter import lock_retry_after
+from django_rlock._observers.retryafter import lock_retry_after
 from django_rlock.core import RLock
 from django_rlock.core.exceptions import (
     LockError,

@@ -56,7 +56,7 @@ from django.utils.module_loading import import_string
 
 from django_rlock import _conf as conf
 from django_rlock._handler import create_backend, locks
-from django_rlock._shortcuts import rlock, semaphore
+from django_rlock._web.shortcuts import rlock, semaphore
 from django_rlock.backends.locmem import LocMemLockBackend
 from django_rlock.exceptions import InvalidLockNameError, LockError, LockSettingError
 from django_rlock.middleware import LockErrorMiddleware

@@ -297,10 +297,11 @@ def seconds_or_none(name: str, alias: str = DEFAULT_LOCK_ALIAS) -> float | None:
 
 
 def transaction(alias: str = DEFAULT_LOCK_ALIAS, value: object = UNSET) -> str:
-    """``TRANSACTION``: ``"auto"`` (default) or ``"ignore"``; see :mod:`django_rlock._transactions`.
+    """``TRANSACTION``: ``"auto"`` (default) or ``"ignore"``.
 
     ``"auto"`` keeps a hold whose ``with`` block ends inside an atomic block
-    until the outermost transaction ends; ``"ignore"`` releases at the block's end.
+    until the outermost transaction ends; ``"ignore"`` releases at the block's end
+    (see :mod:`django_rlock._scopes.transactions`).
     """
     return _choice("TRANSACTION", alias, value, TRANSACTION_CHOICES, "django_rlock.E009")
 

@@ -20,6 +20,6 @@ class DjangoRlockConfig(AppConfig):
         if "celery" in sys.modules:
             # A Celery worker (or a project with a Celery app): its task runs
             # end their holds, whether or not celery_rlock is imported.
-            from django_rlock import _celery  # noqa: PLC0415 -- only where Celery is
+            from django_rlock._scopes import taskruns  # noqa: PLC0415 -- only where Celery is
 
-            _celery.wire_task_runs()
+            taskruns.wire_task_runs()

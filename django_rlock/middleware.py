@@ -15,7 +15,7 @@ For any view, sync or async, that lets one of these escape:
 
 * :class:`~django_rlock.exceptions.LockTimeout` (``with rlock(...)`` could not
   acquire within its ``timeout``): ``409 Conflict`` with a ``Retry-After`` of
-  how long the lock is really held (:mod:`django_rlock._holdtimes`: the recent
+  how long the lock is really held (:mod:`django_rlock._observers.holdtimes`: the recent
   holds of the name, else how long its holder has held it so far, bounded by
   its lease left), as ``@locked`` answers. The alias's ``RLOCK_BUSY_RESPONSE``
   applies: another status, a callable ``(request, error) -> HttpResponse``, or
@@ -51,7 +51,7 @@ No response body or header names the lock or the server. Other exceptions
 pass through untouched, :class:`~django_rlock.exceptions.LockNotOwnedError`
 too (a release of a lock the view does not hold: a mistake in the code).
 ``@locked`` views need none of this: they answer their own lock's errors
-(see :mod:`django_rlock._decorators`). Like Django's own middleware it works
+(see :mod:`django_rlock._web.decorators`). Like Django's own middleware it works
 in sync and async stacks (``process_exception`` runs where Django runs it,
 on a thread for async views).
 """
@@ -65,16 +65,16 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.deprecation import MiddlewareMixin
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AliasAttached
-from django_rlock._ratelimits import limited_answer
-from django_rlock._responses import (
+from django_rlock._observers.retryafter import lock_retry_after
+from django_rlock._web.ratelimited import limited_answer
+from django_rlock._web.responses import (
     busy_status_response,
     invalid_name_response,
     lost_response,
     unavailable_response,
 )
-from django_rlock._retryafter import lock_retry_after
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 from django_rlock.core.exceptions import (
     DeadlockError,

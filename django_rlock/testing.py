@@ -108,13 +108,13 @@ from django.test.runner import DiscoverRunner
 from django.test.utils import TestContextDecorator, override_settings
 
 from django_rlock import _conf as conf
-from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock
-from django_rlock._aliaslimiters import AliasRateLimiter
-from django_rlock._aliaslocks import AliasLock
-from django_rlock._aliassemaphores import AliasSemaphore
 from django_rlock._handler import locks
-from django_rlock._handles import LockInfo
 from django_rlock.backends._embedded_server import EmbeddedServer, EmbeddedServerError
+from django_rlock.backends._family import AliasFairLock, AliasReadWriteLock
+from django_rlock.backends._locks import AliasLock
+from django_rlock.backends._ratelimiters import AliasRateLimiter
+from django_rlock.backends._semaphores import AliasSemaphore
+from django_rlock.backends._types import LockInfo
 from django_rlock.backends.base import BaseLockBackend
 from django_rlock.core._faces import LimiterState, lock_order
 from django_rlock.core.exceptions import LockNotOwnedError, LockTimeout

@@ -139,7 +139,7 @@ def test_only_documented_modules_have_all_and_every_other_module_is_internal() -
 
 #: Classes the API reference renders though no public module exports them, with why.
 RENDERED_CLASSES = {
-    "django_rlock._aliaslocks.AliasLock": "what rlock() and locks[alias].lock() return",
+    "django_rlock.backends._locks.AliasLock": "what rlock() and locks[alias].lock() return",
 }
 
 

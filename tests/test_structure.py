@@ -40,10 +40,16 @@ LAYERS = ("django", "celery", *PACKAGES)
 #: with the reason it is deferred. A new one must say here why it cannot be
 #: at the top of its module.
 DEFERRED: dict[tuple[str, str], str] = {
-    ("django_rlock._decorators", "celery.local"): "Celery is optional for django_rlock",
-    ("django_rlock._celery", "celery.signals"): "Celery is optional for django_rlock",
-    ("django_rlock.apps", "django_rlock._celery"): "wired in AppConfig.ready(), where Celery is",
-    ("django_rlock", "django_rlock._celery"): "wired as the package loads, where Celery is",
+    ("django_rlock._web.decorators", "celery.local"): "Celery is optional for django_rlock",
+    ("django_rlock._scopes.taskruns", "celery.signals"): "Celery is optional for django_rlock",
+    (
+        "django_rlock.apps",
+        "django_rlock._scopes.taskruns",
+    ): "wired in AppConfig.ready(), where Celery is",
+    (
+        "django_rlock",
+        "django_rlock._scopes.taskruns",
+    ): "wired as the package loads, where Celery is",
     ("celery_rlock._conf", "django.conf"): "Django settings are optional for celery_rlock",
     ("django_rlock.apps", "django_rlock._checks"): "registered in AppConfig.ready(), per Django",
     (
@@ -141,9 +147,11 @@ def test_the_graph_is_read() -> None:
     assert ("celery_rlock._task", "celery_rlock._worker") in edges
     assert ("django_rlock.core._sync.client", "django_rlock.core._sync.watchdog") in edges
     assert ("celery_rlock._decorators", "django_rlock._celeryface") in edges
-    assert ("django_rlock._celeryface", "django_rlock._decorators") in edges
-    assert ("django_rlock._aliaslocks", "django_rlock.core._faces") in edges
-    assert ("django_rlock._aliaslocks", "django_rlock._handles") in edges  # type-only
+    assert ("django_rlock._celeryface", "django_rlock._web.decorators") in edges
+    assert ("django_rlock.backends._locks", "django_rlock.core._faces") in edges
+    assert ("django_rlock.backends._locks", "django_rlock.backends._types") in edges
+    # A type-only edge:
+    assert ("django_rlock.backends._types", "django_rlock._observers.holdtimes") in edges
     assert len(MODULES) > 40
 
 
@@ -515,6 +523,81 @@ def test_the_twins_have_the_same_file_names() -> None:
     assert kinds <= names(AIO)
     protocol_kinds = {"lock", "fairlock", "rwlock", "semaphore", "redisson", "leader", "ratelimit"}
     assert protocol_kinds <= names(PROTOCOL)
+
+
+#: The Django face's ground floor: what its locks and their observers share.
+DJANGO_GROUND = (
+    "django_rlock.exceptions",
+    "django_rlock.signals",
+    "django_rlock._conf",
+    "django_rlock._keys",
+    "django_rlock._callsite",
+    "django_rlock.backends._types",
+)
+#: The Django face's first rooms above its ground floor: each imports the engine,
+#: the ground floor and itself only (so no two rooms import each other), and
+#: never the alias locks or the backends: those import them.
+DJANGO_ROOMS = ("django_rlock._observers", "django_rlock._scopes")
+#: Beside the ground floor, what a room may import, and why.
+ROOMS_ALSO = {
+    # Retry-After unwraps a thread-run lock; the wrapper imports only the engine.
+    (
+        "django_rlock._observers",
+        "django_rlock.backends._threadowned",
+    ): "unwraps a thread-owned lock",
+}
+
+
+def test_the_django_ground_floor_imports_no_other_room() -> None:
+    # Type-only imports aside (the hold times' type in AliasBackend).
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in DJANGO_GROUND
+        and _layer_of(found.target) == "django_rlock"
+        and not _inside(found.target, "django_rlock.core")
+        and found.target not in DJANGO_GROUND
+        and not found.type_only
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("room", DJANGO_ROOMS)
+def test_a_django_room_imports_only_the_ground_floor_and_itself(room: str) -> None:
+    # The observers tell an alias's lock by AliasAttached (backends/_types.py),
+    # so the locks may import them and never the other way around.
+    members = [module for module in MODULES if _inside(module, room)]
+    assert len(members) >= 3
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in members
+        and _layer_of(found.target) == "django_rlock"
+        and not _inside(found.target, room)
+        and not _inside(found.target, "django_rlock.core")
+        and found.target not in DJANGO_GROUND
+        and (room, found.target) not in ROOMS_ALSO
+    ]
+    assert wrong == []
+
+
+def test_nothing_beneath_the_web_room_imports_it() -> None:
+    # The entry points (decorators, shortcuts, leader, ratelimited, responses)
+    # stand on the backends, the lock handler and the rooms; only the package,
+    # the middleware, the checks and the Celery door import them.
+    beneath = [
+        module
+        for module in MODULES
+        if module in (*DJANGO_GROUND, "django_rlock._handler")
+        or any(_inside(module, room) for room in (*DJANGO_ROOMS, "django_rlock.backends"))
+    ]
+    assert len(beneath) > 20
+    wrong = [
+        _where(found)
+        for found in IMPORTS
+        if found.module in beneath and _inside(found.target, "django_rlock._web")
+    ]
+    assert wrong == []
 
 
 def test_no_module_is_over_the_line_cap() -> None:

@@ -14,14 +14,18 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Unpack
 
 from django_rlock import _conf as conf
-from django_rlock._aliasfamily import AliasFairLock, AliasReadWriteLock, ThreadOwnedReadWriteLock
-from django_rlock._aliaslimiters import AliasRateLimiter, AsyncLimiter, ThreadRateLimiter
-from django_rlock._aliaslocks import AliasLock
-from django_rlock._aliassemaphores import AliasSemaphore
-from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo, display_owner
-from django_rlock._holdtimes import HoldTimes
-from django_rlock._reporting import Reporter
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock._observers.holdtimes import HoldTimes
+from django_rlock._observers.reporting import Reporter
+from django_rlock.backends._family import (
+    AliasFairLock,
+    AliasReadWriteLock,
+    ThreadOwnedReadWriteLock,
+)
+from django_rlock.backends._locks import AliasLock
+from django_rlock.backends._ratelimiters import AliasRateLimiter, AsyncLimiter, ThreadRateLimiter
+from django_rlock.backends._semaphores import AliasSemaphore
+from django_rlock.backends._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AsyncLock, AsyncReadWriteLock, LockInfo, display_owner
 from django_rlock.core._faces import LimiterState, LockOptions, forking
 from django_rlock.exceptions import InvalidLockBackendError, LockSettingError
 

@@ -33,8 +33,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from django_rlock._loopclients import LoopClients
 from django_rlock.backends._embedded_server import EmbeddedServer
+from django_rlock.backends._loopclients import LoopClients
 from django_rlock.backends.embedded import EmbeddedRedisLockBackend
 from django_rlock.core._faces import forking
 from django_rlock.exceptions import LockSettingError

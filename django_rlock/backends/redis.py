@@ -31,24 +31,28 @@ import redis
 import redis.asyncio
 
 from django_rlock import _conf as conf
-from django_rlock._aliasfamily import (
+from django_rlock._keys import warn_unformatted_from_user
+from django_rlock._observers.eviction import maxmemory_policy as read_maxmemory_policy
+from django_rlock._observers.eviction import report_eviction_policy
+from django_rlock.backends._family import (
     AliasFairLock,
     AliasReadWriteLock,
     AsyncAliasFairLock,
     AsyncAliasReadWriteLock,
 )
-from django_rlock._aliaslimiters import AliasRateLimiter, AsyncAliasRateLimiter, AsyncLimiter
-from django_rlock._aliaslocks import (
+from django_rlock.backends._locks import (
     AliasLock,
     AsyncAliasLock,
     AsyncRedissonAliasLock,
     RedissonAliasLock,
 )
-from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
-from django_rlock._eviction import maxmemory_policy as read_maxmemory_policy
-from django_rlock._eviction import report_eviction_policy
-from django_rlock._keys import warn_unformatted_from_user
-from django_rlock._loopclients import LoopClients
+from django_rlock.backends._loopclients import LoopClients
+from django_rlock.backends._ratelimiters import (
+    AliasRateLimiter,
+    AsyncAliasRateLimiter,
+    AsyncLimiter,
+)
+from django_rlock.backends._semaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock.backends.base import (
     AsyncLock,
     AsyncReadWriteLock,
@@ -460,7 +464,8 @@ class RedisLockBackend(BaseLockBackend):
         """The server's ``maxmemory-policy`` (5 s at most): CONFIG GET, else INFO memory.
 
         INFO is the fallback where CONFIG is refused (an ACL user without
-        ``+config``, managed services); see :func:`django_rlock._eviction.maxmemory_policy`.
+        ``+config``, managed services); see
+        :func:`django_rlock._observers.eviction.maxmemory_policy`.
         """
         # Its own short-timeout connection: a deploy check must not hang on a
         # server that does not answer, whatever timeouts the alias's OPTIONS set.

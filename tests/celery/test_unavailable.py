@@ -17,7 +17,7 @@ from celery.result import AsyncResult
 
 from celery_rlock import LockedTask
 from celery_rlock._guard import unavailable_countdown
-from django_rlock._responses import UNAVAILABLE_RETRY_AFTER
+from django_rlock._web.responses import UNAVAILABLE_RETRY_AFTER
 from django_rlock.core import LockUnavailableError
 from tests.celery import app as test_app
 from tests.celery.conftest import wait_for_state

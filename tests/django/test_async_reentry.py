@@ -17,7 +17,7 @@ import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks, rlock
-from django_rlock._threadowned import ThreadOwnedLock, _task_threads
+from django_rlock.backends._threadowned import ThreadOwnedLock, _task_threads
 from django_rlock.core.exceptions import LockTimeout
 from tests.django.conftest import HANG
 from tests.servers import RedisServer

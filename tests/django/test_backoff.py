@@ -15,8 +15,8 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from celery_rlock._guard import retry_countdown
 from django_rlock._handler import locks
-from django_rlock._holdtimes import MIN_SAMPLES, NAMES, HoldTimes
-from django_rlock._retryafter import holder_held_for, lock_retry_after, retry_after
+from django_rlock._observers.holdtimes import MIN_SAMPLES, NAMES, HoldTimes
+from django_rlock._observers.retryafter import holder_held_for, lock_retry_after, retry_after
 from django_rlock.core import LockClient
 from django_rlock.core._process.holder import SINCE_FIELD
 from django_rlock.core._protocol.names import LockKeys

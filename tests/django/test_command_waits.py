@@ -16,7 +16,7 @@ from django.core.management import call_command
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks, rlock
-from django_rlock._handles import display_owner
+from django_rlock.backends._types import display_owner
 from django_rlock.core._protocol.deadlocks import Edge
 from django_rlock.core._protocol.names import LockKeys
 from tests.children import python_module, read_answer

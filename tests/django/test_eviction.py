@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_rlock._eviction import maxmemory_policy, report_eviction_policy
+from django_rlock._observers.eviction import maxmemory_policy, report_eviction_policy
 from django_rlock.core import LockClient
 from tests.servers import RedisServer
 

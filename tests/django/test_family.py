@@ -18,7 +18,7 @@ import pytest
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
-from django_rlock._aliasfamily import (
+from django_rlock.backends._family import (
     AliasFairLock,
     AliasReadLock,
     AliasReadWriteLock,
@@ -29,7 +29,7 @@ from django_rlock._aliasfamily import (
     AsyncAliasWriteLock,
     ThreadOwnedReadWriteLock,
 )
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockTimeout

@@ -23,7 +23,7 @@ from django_rlock import (
     locks,
     rate_limited,
 )
-from django_rlock._aliaslimiters import ThreadRateLimiter
+from django_rlock.backends._ratelimiters import ThreadRateLimiter
 from django_rlock.backends.base import BaseLockBackend
 from tests.django import ratelimit_views
 from tests.servers import free_port

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
 
 from django_rlock import locked, locks, semaphore
-from django_rlock._aliassemaphores import AliasSemaphore, AsyncAliasSemaphore
+from django_rlock.backends._semaphores import AliasSemaphore, AsyncAliasSemaphore
 from django_rlock.core import LockTimeout
 from django_rlock.signals import lock_acquired
 from tests.django.conftest import HoldingThreads

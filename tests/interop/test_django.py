@@ -14,7 +14,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from celery_rlock import LockedTask
 from django_rlock import LockSettingError, LockTimeout, locked, locks, rlock
-from django_rlock._aliaslocks import RedissonAliasLock
+from django_rlock.backends._locks import RedissonAliasLock
 
 
 @pytest.fixture

@@ -20,12 +20,12 @@ import pytest
 
 import django_rlock
 from celery_rlock import _conf as celery_conf
-from django_rlock import _threadowned as threadowned
 from django_rlock import cache
 from django_rlock._handler import LockHandler
-from django_rlock._loopclients import LoopClients
+from django_rlock.backends import _threadowned as threadowned
 from django_rlock.backends import locmem
 from django_rlock.backends._embedded_server import EmbeddedServer
+from django_rlock.backends._loopclients import LoopClients
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core import LockClient
 from django_rlock.core._sync import watchdog

@@ -22,7 +22,7 @@ With ``release_leaked`` false the hold is only reported and left to expire
 (within the watchdog timeout, as if its process had died).
 
 A third finder is the end of a unit of work: a request
-(:mod:`django_rlock._requests`) or a Celery task run (:mod:`django_rlock._celery`)
+(:mod:`django_rlock._scopes.requests`) or a Celery task run (:mod:`django_rlock._scopes.taskruns`)
 calls :func:`work_started` and :func:`work_ended`, and the holds granted in
 between (:mod:`~django_rlock.core._process.scopes`: on whatever thread or task
 the unit's code ran, executor threads included) that are still held are

@@ -14,7 +14,7 @@ Holders are shown as ``<digest of the process id>:<thread id>``: the raw owner
 id is a credential and is never printed.
 
 ``inspect`` also shows who waits for whom around the lock, from the wait edges
-deadlock detection keeps (:mod:`django_rlock._waitgraph`): the owners that have
+deadlock detection keeps (:mod:`django_rlock._observers.waitgraph`): the owners that have
 waited for it longer than ``RLOCK_DEADLOCK_TIMEOUT``, and what its holder itself
 waits for, lock by lock, flagged when the path comes back to the lock (a deadlock).
 """
@@ -30,7 +30,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rlock._handler import locks
-from django_rlock._waitgraph import Waits, read_waits
+from django_rlock._observers.waitgraph import Waits, read_waits
 from django_rlock.backends.base import BaseLockBackend, LockInfo
 from django_rlock.backends.redis import RedisLockBackend
 from django_rlock.core._faces import LimiterState

@@ -1,6 +1,6 @@
 """The semaphores a backend hands out: the engine's own, with an alias attached.
 
-As :mod:`django_rlock._aliaslocks` is for locks: :class:`AliasSemaphore` is the
+As :mod:`django_rlock.backends._locks` is for locks: :class:`AliasSemaphore` is the
 engine's :class:`~django_rlock.core.Semaphore` plus ``backend`` (whose
 reporter turns its hold events into signals, metrics and slow-lock log lines),
 ``location``, ``key_template`` and ``async with``, which takes the backend's
@@ -12,27 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
-from django_rlock._aliasfamily import (
-    AliasFairLock,
-    AliasReadLock,
-    AliasWriteLock,
-    AsyncAliasFairLock,
-    AsyncAliasReadLock,
-    AsyncAliasWriteLock,
-)
-from django_rlock._aliaslocks import (
-    AliasAttached,
-    AliasBackend,
-    AliasLock,
-    AsyncAliasLock,
-    AsyncWithTwin,
-)
+from django_rlock.backends._locks import AsyncWithTwin
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import LockClient, Semaphore
 from django_rlock.core._faces import LockOptions
 from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
 
 if TYPE_CHECKING:
-    from django_rlock._handles import AsyncLock
+    from django_rlock.backends._types import AsyncLock
 
 
 class AliasSemaphore(AsyncWithTwin, Semaphore):
@@ -68,20 +55,3 @@ class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
     ) -> None:
         super().__init__(client, name, permits, **options)
         self._attach(backend)
-
-
-#: Whatever a backend hands out that reports its holds (signals, slow log,
-#: hold times, metrics): its locks, semaphores, fair locks and both sides of
-#: its read-write locks, sync and asyncio.
-AnyAliasLock = (
-    AliasLock
-    | AsyncAliasLock
-    | AliasSemaphore
-    | AsyncAliasSemaphore
-    | AliasFairLock
-    | AsyncAliasFairLock
-    | AliasReadLock
-    | AsyncAliasReadLock
-    | AliasWriteLock
-    | AsyncAliasWriteLock
-)

@@ -29,7 +29,7 @@ When the lock is still busy after ``timeout`` seconds, a view (a function
 whose first argument, or second after ``self``, is an ``HttpRequest`` or
 Django REST framework's ``Request``) answers ``409 Conflict`` with a
 ``Retry-After`` header (how long the lock is really held, recently: see
-:mod:`django_rlock._holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
+:mod:`django_rlock._observers.holdtimes`) instead of failing with a 500. ``RLOCK_BUSY_RESPONSE`` (or
 ``busy_response=``) changes the status, names a callable
 ``(request, error) -> HttpResponse``, or is ``"raise"`` to let
 :class:`~django_rlock.exceptions.LockTimeout` propagate. Anything that is not
@@ -82,7 +82,7 @@ release's error, as a ``with`` block does.
 Inside a transaction (``ATOMIC_REQUESTS = True``, or a call made inside
 ``transaction.atomic()``), the lock is kept until the transaction commits or
 rolls back, so the next holder reads what this call wrote
-(``transaction="auto"``, the default; see :mod:`django_rlock._transactions`).
+(``transaction="auto"``, the default; see :mod:`django_rlock._scopes.transactions`).
 
 ``fair=True`` takes the fair lock of the name (granted in arrival order),
 ``mode="read"`` or ``mode="write"`` a side of its read-write lock (many
@@ -111,12 +111,11 @@ from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AsyncWithTwin
-from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._handler import locks
-from django_rlock._handles import AsyncLock
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock._responses import (
+from django_rlock._observers.retryafter import lock_retry_after
+from django_rlock._scopes.transactions import open_transactions, when_released
+from django_rlock._web.responses import (
     FAILED,
     LOST,
     busy_status_response,
@@ -125,9 +124,9 @@ from django_rlock._responses import (
     rolled_back_response,
     unavailable_response,
 )
-from django_rlock._retryafter import lock_retry_after
-from django_rlock._threadowned import ThreadOwnedLock
-from django_rlock._transactions import open_transactions, when_released
+from django_rlock.backends._locks import AsyncWithTwin
+from django_rlock.backends._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached, AsyncLock
 from django_rlock.core import RLock
 from django_rlock.core._faces import (
     LockOptions,
@@ -323,7 +322,7 @@ def _described(lock: L, where: _Where) -> L:
     """``lock``, told where it is taken, its key template and its transaction binding."""
     # An alias with no native asyncio lock runs its sync lock on a thread.
     inner = lock.lock if isinstance(lock, ThreadOwnedLock) else lock
-    if isinstance(inner, AnyAliasLock):
+    if isinstance(inner, AliasAttached):
         inner.location = where.location
         inner.key_template = where.label
     if where.transaction is not None and isinstance(inner, AsyncWithTwin):
@@ -467,12 +466,12 @@ def _mark_if_lost_at_commit(lock: RLock, response: object) -> None:
     """Mark ``response`` ``X-Lock-Release: lost`` if the release after COMMIT finds the hold lost.
 
     Django commits (and runs its on-commit hooks, then the release the
-    transaction owes, :mod:`django_rlock._transactions`) before the response
+    transaction owes, :mod:`django_rlock._scopes.transactions`) before the response
     leaves its handler, so the header can still tell what the deferred
     release found. A rollback's release marks nothing: the view's changes
     are undone, and the response says whatever the view said about them. A
     release that fails for want of the server is logged by
-    :mod:`django_rlock._transactions` but not marked: the lock was not lost,
+    :mod:`django_rlock._scopes.transactions` but not marked: the lock was not lost,
     and expires by itself.
     """
     if not isinstance(response, HttpResponseBase):
@@ -515,7 +514,7 @@ async def _run_async_view(
 def _bound_to_a_transaction(lock: object) -> bool:
     """Whether ending ``lock``'s block now waits for an open transaction's end.
 
-    Then its changes are not committed yet (see :mod:`django_rlock._transactions`).
+    Then its changes are not committed yet (see :mod:`django_rlock._scopes.transactions`).
     """
     return getattr(lock, "transaction", None) == "auto" and bool(open_transactions())
 

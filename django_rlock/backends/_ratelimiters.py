@@ -5,7 +5,7 @@
 ``key_template`` (the template the name was built from, set by
 ``@rate_limited`` and Celery's ``lock_rate``; None for a name given as it is):
 every call it holds back is counted in ``django_rlock_throttled_total`` under
-that template (:mod:`django_rlock._metrics`). :class:`AsyncAliasRateLimiter` is
+that template (:mod:`django_rlock._observers.metrics`). :class:`AsyncAliasRateLimiter` is
 the same over the asyncio engine's limiter, and :class:`ThreadRateLimiter` runs
 a sync one on worker threads for an alias without the asyncio engine.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from django_rlock._reporting import reporter_of
+from django_rlock._observers.reporting import reporter_of
 from django_rlock.core import LockClient, RateLimiter
 from django_rlock.core._faces import Reservation
 from django_rlock.core.aio import AsyncLockClient, AsyncRateLimiter

@@ -1,6 +1,6 @@
 """The honest ``Retry-After`` of a busy lock, for a lock name or a lock object.
 
-:class:`~django_rlock._holdtimes.HoldTimes`' rule applied to a backend's lock
+:class:`~django_rlock._observers.holdtimes.HoldTimes`' rule applied to a backend's lock
 name (:func:`retry_after`) or to a lock object (:func:`lock_retry_after`, for
 the middleware, Celery's countdown and ``cache.lock()``'s busy error).
 
@@ -14,10 +14,9 @@ import logging
 import time
 from typing import Protocol
 
-from django_rlock._aliaslocks import AliasAttached
-from django_rlock._handles import LockInfo
-from django_rlock._holdtimes import HoldTimes, back_off
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock._observers.holdtimes import HoldTimes, back_off
+from django_rlock.backends._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached, LockInfo
 from django_rlock.core import RLock
 from django_rlock.core._faces import SINCE_FIELD, LockKeys
 from django_rlock.core.aio import AsyncRLock

@@ -4,17 +4,17 @@
 state to a hold and overrides no acquire or release) plus what only the
 Django face knows:
 
-* ``backend``, the alias's backend, whose :class:`~django_rlock._reporting.Reporter`
+* ``backend``, the alias's backend, whose :class:`~django_rlock._observers.reporting.Reporter`
   turns the engine's hold events into signals and slow-lock log lines;
 * ``location``, the code that takes the lock, for the slow-lock log (``@locked``
   sets the decorated function's; otherwise it is read from the call stack);
 * ``key_template``, the template the name was built from (``"order:{order_id}"``,
   set by ``@locked`` and Celery's locked tasks; None for a name given as it
-  is), the ``lock`` label of the metrics (:mod:`django_rlock._metrics`);
+  is), the ``lock`` label of the metrics (:mod:`django_rlock._observers.metrics`);
 * ``transaction``, ``"auto"`` or ``"ignore"`` (the alias's ``TRANSACTION``
   unless ``rlock()`` or ``@locked`` says otherwise): whether the end of a
   ``with`` block inside an atomic block waits for the transaction's end
-  (:mod:`django_rlock._transactions`);
+  (:mod:`django_rlock._scopes.transactions`);
 * ``max_hold``, when the lock was made without one: the alias's ``MAX_HOLD``;
 * ``async with``, which takes the backend's asyncio twin of the lock, owned by
   the current task, and yields that.
@@ -30,86 +30,17 @@ from __future__ import annotations
 import asyncio
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from django_rlock._callsite import caller_location
-from django_rlock._transactions import end_block
+from django_rlock._scopes.transactions import end_block
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import LockClient, RLock
 from django_rlock.core._faces import AsyncRedissonRLock, LockOptions, RedissonRLock
 from django_rlock.core.aio import AsyncLockClient, AsyncRLock
 
 if TYPE_CHECKING:
-    from django_rlock._handles import AsyncLock, AsyncReadWriteLock, LockInfo
-    from django_rlock._holdtimes import HoldTimes
-
-
-class AliasBackend(Protocol):
-    """What a lock a backend hands out needs of that backend (every backend has it).
-
-    The alias's settings that shape a hold, and the asyncio twins ``async with``
-    takes; the locks never import the backends that build them.
-    """
-
-    alias: str
-    #: ``"auto"`` or ``"ignore"``: the alias's ``TRANSACTION``.
-    transaction: str
-    #: The alias's ``MAX_HOLD`` (None: unbounded).
-    max_hold: float | None
-    #: What becomes of a hold that outlived its owner: ``"release"`` or ``"warn"``.
-    leaked: str
-    #: ``RLOCK_LOCK_ORDER_CHECK``: the lock order check watches the alias's holds.
-    lock_order_check: bool
-    slow_wait: float | None
-    slow_hold: float | None
-
-    @property
-    def hold_times(self) -> HoldTimes:
-        """Recent hold durations of the alias's locks (the honest ``Retry-After``)."""
-        ...
-
-    def inspect(self, name: str) -> LockInfo | None:
-        """Holders, TTL and fencing token of lock ``name``; None when nobody holds it."""
-        ...
-
-    def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
-        """The lock ``name`` for asyncio code, owned by the current task."""
-        ...
-
-    def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
-        """The fair lock ``name`` for asyncio code."""
-        ...
-
-    def async_read_write_lock(
-        self, name: str, **options: Unpack[LockOptions]
-    ) -> AsyncReadWriteLock:
-        """The read-write lock ``name`` for asyncio code: ``.read`` and ``.write``."""
-        ...
-
-    def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
-        """The semaphore ``name`` of ``permits`` for asyncio code."""
-        ...
-
-
-class AliasAttached:
-    """What every lock a backend hands out carries: ``backend``, ``location``, ``key_template``.
-
-    Put before the engine's class (``class AsyncAliasLock(AliasAttached, AsyncRLock)``)
-    and call :meth:`_attach` once the engine's ``__init__`` has run.
-    """
-
-    backend: AliasBackend
-    location: str | None
-    key_template: str | None
-    transaction: str
-    max_hold: float | None
-
-    def _attach(self, backend: AliasBackend) -> None:
-        self.backend = backend
-        self.location = None
-        self.key_template = None
-        self.transaction = backend.transaction
-        if self.max_hold is None:
-            self.max_hold = backend.max_hold
+    from django_rlock.backends._types import AsyncLock
 
 
 class AsyncWithTwin(AliasAttached):

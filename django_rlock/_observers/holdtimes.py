@@ -15,7 +15,7 @@ watchdog lease is 30 s however short the holds are), so both follow one rule,
 always bounded by the lease left (the lock is free by then at the latest) and
 at least :data:`MIN_RETRY_AFTER` second.
 
-:mod:`django_rlock._retryafter` applies the rule to a backend's lock name and
+:mod:`django_rlock._observers.retryafter` applies the rule to a backend's lock name and
 to a lock object (the middleware, Celery's countdown).
 
 Only this process's holds are seen (each process learns from its own); memory

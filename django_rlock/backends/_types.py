@@ -1,10 +1,17 @@
-"""What a backend hands out beside its locks, as their users see them.
+"""The types a backend's locks and their observers share, with no backend behind them.
 
 :class:`AsyncLock` and :class:`AsyncReadWriteLock` are what the asyncio
 entry points of every backend return (an engine lock or a thread-owned
-wrapper); :class:`LockInfo` is what ``inspect`` answers. Kept apart from
-:mod:`django_rlock.backends.base` so that the alias locks, the hold times and
-the admin can name them without importing the backends that build them.
+wrapper); :class:`LockInfo` is what ``inspect`` answers.
+:class:`AliasBackend` is what a lock a backend hands out needs of that
+backend, and :class:`AliasAttached` the one base of everything a backend
+hands out that reports its holds (locks, semaphores, fair locks, both sides
+of read-write locks, sync and asyncio): the observers (reporting, metrics,
+Retry-After) tell an alias's lock from a bare engine one by it.
+
+Kept apart from :mod:`django_rlock.backends.base` and from the alias locks
+so that the alias locks, their observers and the admin can name these
+without importing the backends that build them, or each other.
 """
 
 from __future__ import annotations
@@ -13,9 +20,12 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack
 
-from django_rlock.core._faces import holder_line
+from django_rlock.core._faces import LockOptions, holder_line
+
+if TYPE_CHECKING:
+    from django_rlock._observers.holdtimes import HoldTimes
 
 
 class AsyncLock(Protocol):
@@ -119,3 +129,84 @@ def display_owner(owner: str) -> str:
     process, _, thread = owner.rpartition(":")
     digest = hashlib.sha256(process.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"{digest}:{thread}"
+
+
+class AliasBackend(Protocol):
+    """What a lock a backend hands out needs of that backend (every backend has it).
+
+    The alias's settings that shape a hold, and the asyncio twins ``async with``
+    takes; the locks never import the backends that build them.
+    """
+
+    alias: str
+    #: ``"auto"`` or ``"ignore"``: the alias's ``TRANSACTION``.
+    transaction: str
+    #: The alias's ``MAX_HOLD`` (None: unbounded).
+    max_hold: float | None
+    #: What becomes of a hold that outlived its owner: ``"release"`` or ``"warn"``.
+    leaked: str
+    #: ``RLOCK_LOCK_ORDER_CHECK``: the lock order check watches the alias's holds.
+    lock_order_check: bool
+    slow_wait: float | None
+    slow_hold: float | None
+
+    @property
+    def hold_times(self) -> HoldTimes:
+        """Recent hold durations of the alias's locks (the honest ``Retry-After``)."""
+        ...
+
+    def inspect(self, name: str) -> LockInfo | None:
+        """Holders, TTL and fencing token of lock ``name``; None when nobody holds it."""
+        ...
+
+    def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The lock ``name`` for asyncio code, owned by the current task."""
+        ...
+
+    def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The fair lock ``name`` for asyncio code."""
+        ...
+
+    def async_read_write_lock(
+        self, name: str, **options: Unpack[LockOptions]
+    ) -> AsyncReadWriteLock:
+        """The read-write lock ``name`` for asyncio code: ``.read`` and ``.write``."""
+        ...
+
+    def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
+        """The semaphore ``name`` of ``permits`` for asyncio code."""
+        ...
+
+
+class AliasAttached:
+    """What every lock a backend hands out carries: ``backend``, ``location``, ``key_template``.
+
+    The one base of whatever a backend hands out that reports its holds
+    (signals, slow log, hold times, metrics): ``isinstance(lock, AliasAttached)``
+    tells an alias's lock from a bare engine one.
+
+    Put before the engine's class (``class AsyncAliasLock(AliasAttached, AsyncRLock)``)
+    and call :meth:`_attach` once the engine's ``__init__`` has run.
+    """
+
+    backend: AliasBackend
+    location: str | None
+    key_template: str | None
+    transaction: str
+    max_hold: float | None
+
+    if TYPE_CHECKING:
+        # The engine's class after this one in the MRO gives it (declared for
+        # the type checker only: defined here, it would shadow the engine's).
+        @property
+        def name(self) -> str:
+            """The lock's name."""
+            ...
+
+    def _attach(self, backend: AliasBackend) -> None:
+        self.backend = backend
+        self.location = None
+        self.key_template = None
+        self.transaction = backend.transaction
+        if self.max_hold is None:
+            self.max_hold = backend.max_hold

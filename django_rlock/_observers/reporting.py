@@ -17,10 +17,10 @@ lock taken through ``locks[alias]`` is reported however it is used (``with``,
   break a deadlock;
 * an ERROR on ``django_rlock.lock`` and :data:`~django_rlock.signals.lock_leaked`
   when a hold outlived its thread, task or request (:mod:`django_rlock.core._process.leaks`,
-  :mod:`django_rlock._requests`), naming the code that took it.
+  :mod:`django_rlock._scopes.requests`), naming the code that took it.
 
 With ``RLOCK_METRICS`` set, the reporter also subscribes the backend's
-:class:`~django_rlock._metrics.LockMetrics` wherever it is attached itself.
+:class:`~django_rlock._observers.metrics.LockMetrics` wherever it is attached itself.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from __future__ import annotations
 import logging
 import weakref
 
-from django_rlock._aliaslocks import AliasBackend
-from django_rlock._aliassemaphores import AnyAliasLock
 from django_rlock._callsite import caller_location
-from django_rlock._metrics import LockMetrics, for_backend
+from django_rlock._observers.metrics import LockMetrics, for_backend
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, lock_order
 from django_rlock.signals import (
     lock_acquired,
@@ -92,8 +91,8 @@ class Reporter:
         if self.metrics is not None:
             self.metrics.detach(registry)
 
-    def _ours(self, lock: object) -> AnyAliasLock | None:
-        if isinstance(lock, AnyAliasLock) and lock.backend is self.backend:
+    def _ours(self, lock: object) -> AliasAttached | None:
+        if isinstance(lock, AliasAttached) and lock.backend is self.backend:
             return lock
         return None
 
@@ -127,7 +126,7 @@ class Reporter:
             location = caller_location()
         self._log_slow_wait(lock.name, event.waited, location, acquired=False)
 
-    def _deadlocked(self, lock: AnyAliasLock, event: GaveUp) -> None:
+    def _deadlocked(self, lock: AliasAttached, event: GaveUp) -> None:
         error = event.deadlock
         assert error is not None  # only called for a deadlock's event
         backend = self.backend

@@ -32,10 +32,10 @@ twin of the lock instead, owned by the current task (on the Redis backend an
 from __future__ import annotations
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AliasLock
-from django_rlock._aliassemaphores import AliasSemaphore
 from django_rlock._handler import locks
 from django_rlock._keys import format_name, warn_unformatted
+from django_rlock.backends._locks import AliasLock
+from django_rlock.backends._semaphores import AliasSemaphore
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
 
 
@@ -68,7 +68,7 @@ def rlock(
     ``transaction="auto"`` keeps a hold whose block ends inside
     ``transaction.atomic()`` until that transaction commits or rolls back,
     ``"ignore"`` releases it as the block ends (None: the alias's
-    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock._transactions`).
+    ``TRANSACTION``, ``"auto"`` by default; see :mod:`django_rlock._scopes.transactions`).
     ``max_hold`` bounds the hold in seconds: past it the watchdog stops
     renewing it and it is declared lost (None: the alias's ``MAX_HOLD``).
     """

@@ -79,10 +79,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 
 from django_rlock._conf import imported_callable
-from django_rlock._decorators import _request_of, _signature_source
 from django_rlock._handler import locks
 from django_rlock._keys import KeyTemplate, build_key, check_template, template_label
-from django_rlock._responses import (
+from django_rlock._web.decorators import _request_of, _signature_source
+from django_rlock._web.responses import (
     invalid_name_response,
     rate_limited_response,
     unavailable_response,

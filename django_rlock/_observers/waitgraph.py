@@ -17,7 +17,7 @@ Around the lock ``NAME`` that gives:
 
 A snapshot, read key by key: not the exact two-walk check detection makes, so
 it may show an edge that has just ended. Owners are shown as digests
-(:func:`~django_rlock._handles.display_owner`): an owner id is a credential.
+(:func:`~django_rlock.backends._types.display_owner`): an owner id is a credential.
 Waits shorter than ``deadlock_timeout``, waits of the other kinds (fair,
 read-write, semaphore), the Redisson layout's and those of a client with
 detection off write no edge: they are counted in ``waiters`` only.
@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_rlock._handles import display_owner
+from django_rlock.backends._types import display_owner
 from django_rlock.core import LockClient
 from django_rlock.core._faces import (
     MAX_CYCLE,

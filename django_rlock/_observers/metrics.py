@@ -54,7 +54,7 @@ django-prometheus's ``/metrics`` view, ``start_http_server``...).
   :data:`NO_TEMPLATE`, ``"-"``.
 
 The counting hangs on the same hold events as the signals and the slow-lock
-log (:mod:`django_rlock._reporting`): each backend's :class:`LockMetrics` is
+log (:mod:`django_rlock._observers.reporting`): each backend's :class:`LockMetrics` is
 subscribed beside its reporter, and renewals come from the watchdog's
 :func:`~django_rlock.core._sync.watchdog.on_renewal`. With ``RLOCK_METRICS`` unset
 nothing is subscribed and prometheus_client is not imported.
@@ -75,8 +75,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from django_rlock import _conf as conf
-from django_rlock._aliaslocks import AliasBackend
-from django_rlock._aliassemaphores import AnyAliasLock
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, forking, watchdog
 
 if TYPE_CHECKING:
@@ -213,7 +212,7 @@ def for_backend(backend: AliasBackend) -> LockMetrics | None:
     return LockMetrics(backend)
 
 
-def _label(lock: AnyAliasLock) -> str:
+def _label(lock: AliasAttached) -> str:
     return lock.key_template or NO_TEMPLATE
 
 
@@ -229,7 +228,7 @@ class _LockChildren(NamedTuple):
 class LockMetrics:
     """Counts the hold events of one backend's locks into the Prometheus series.
 
-    Subscribed beside the backend's :class:`~django_rlock._reporting.Reporter`
+    Subscribed beside the backend's :class:`~django_rlock._observers.reporting.Reporter`
     to every lock client it builds, and like it counting only the holds taken
     through locks of its own backend (a client may also serve other aliases).
     """
@@ -270,8 +269,8 @@ class LockMetrics:
             self._acquired, self._released, self._lost, self._gave_up, self._leaked
         )
 
-    def _ours(self, lock: object) -> AnyAliasLock | None:
-        if isinstance(lock, AnyAliasLock) and lock.backend is self.backend:
+    def _ours(self, lock: object) -> AliasAttached | None:
+        if isinstance(lock, AliasAttached) and lock.backend is self.backend:
             return lock
         return None
 
@@ -330,7 +329,7 @@ def _count_renewal(hold: Hold, outcome: watchdog.RenewalOutcome) -> None:
     # Process-wide (the watchdog renews every client's holds): count the
     # renewals of the locks whose backend has metrics on.
     lock = hold.locks[0] if hold.locks else None
-    if isinstance(lock, AnyAliasLock) and lock.backend in _metered:
+    if isinstance(lock, AliasAttached) and lock.backend in _metered:
         series = _series
         if series is not None:
             series.renewals.labels(outcome).inc()

@@ -21,41 +21,9 @@ whole story (terms, fencing, stepping down) is in :mod:`django_rlock.core._sync.
 from __future__ import annotations
 
 from django_rlock._handler import locks
-from django_rlock.backends.base import BaseLockBackend
-from django_rlock.core import Leadership, RLock
+from django_rlock.backends._leadership import AliasLeadership
 from django_rlock.core._faces import check_name
-from django_rlock.core.aio import AsyncLeadership, AsyncRLock
 from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS
-
-
-class AliasLeadership(Leadership, AsyncLeadership):
-    """A leader election of one ``RLOCKS`` alias, for ``with`` and ``async with``."""
-
-    def __init__(self, name: str, backend: BaseLockBackend, timeout: float | None) -> None:
-        self.backend = backend
-        Leadership.__init__(self, name, self._election_lock, timeout=timeout)
-        AsyncLeadership.__init__(self, name, self._async_election_lock, timeout=timeout)
-
-    def __repr__(self) -> str:
-        return f"<AliasLeadership {self.name!r} using={self.backend.alias!r}>"
-
-    def _election_lock(self) -> RLock:
-        lock = self.backend.lock(self.name)
-        # The alias's MAX_HOLD bounds work, not office: a term lasts as long as its leader.
-        lock.max_hold = None
-        return lock
-
-    def _async_election_lock(self) -> AsyncRLock:
-        lock = self.backend.async_lock(self.name)
-        if not isinstance(lock, AsyncRLock):
-            raise NotImplementedError(
-                "async with leader() needs the asyncio engine, which "
-                f"RLOCKS[{self.backend.alias!r}] lacks (a cache alias, Sentinel, Cluster or "
-                "MIN_REPLICAS): use a sync `with leader(...)` on a thread that lives for "
-                "the whole term"
-            )
-        lock.max_hold = None  # as for the sync election
-        return lock
 
 
 def leader(

@@ -1,6 +1,6 @@
 """The fair locks and read-write locks a backend hands out, with an alias attached.
 
-As :mod:`django_rlock._aliaslocks` is for the plain lock, each class here is the
+As :mod:`django_rlock.backends._locks` is for the plain lock, each class here is the
 engine's own (it adds no state to a hold and overrides no acquire or release)
 plus ``backend`` (whose reporter turns its hold events into signals, metrics,
 hold times and slow-lock log lines), ``location``, ``key_template`` and, on
@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Unpack
 
-from django_rlock._aliaslocks import AliasAttached, AliasBackend, AsyncWithTwin
-from django_rlock._threadowned import ThreadOwnedLock
+from django_rlock.backends._locks import AsyncWithTwin
+from django_rlock.backends._threadowned import ThreadOwnedLock
+from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import FairLock, LockClient, ReadLock, ReadWriteLock, WriteLock
 from django_rlock.core._faces import LockOptions, RWKeys, RWScripts
 from django_rlock.core.aio import (
@@ -43,7 +44,7 @@ from django_rlock.core.aio import (
 )
 
 if TYPE_CHECKING:
-    from django_rlock._handles import AsyncLock
+    from django_rlock.backends._types import AsyncLock
 
 
 class AliasFairLock(AsyncWithTwin, FairLock):
@@ -196,7 +197,7 @@ class ThreadOwnedReadWriteLock:
     """``async with`` on both sides of a sync read-write lock, each run on the task's thread.
 
     What a backend with no native asyncio engine (a cache alias, Sentinel...)
-    returns from ``async_read_write_lock``: see :mod:`django_rlock._threadowned`.
+    returns from ``async_read_write_lock``: see :mod:`django_rlock.backends._threadowned`.
     One task's calls on either side run on the one thread that task is given,
     so the task is one owner: its write may read, its read may not write.
     """
