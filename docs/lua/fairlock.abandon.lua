@@ -55,14 +55,14 @@ end
         redis.call('zrem', KEYS[4], head)
         redis.call('zrem', KEYS[3], head)
         redis.call('hdel', KEYS[6], head)
-        local wake = string.match(head, '^(@[^:]*):')
+        local wake = string.match(head, '^([@&][^:]*):')
         if wake then
             redis.call(ARGV[2], KEYS[2] .. ':' .. wake, head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
         else
             redis.call(ARGV[2], KEYS[2], head .. ' ' .. string.format('%.0f', token) .. ' ' .. rid)
         end
     else
-        local wake = string.match(head, '^(@[^:]*):')
+        local wake = string.match(head, '^([@&][^:]*):')
         if wake then
             redis.call(ARGV[2], KEYS[2] .. ':' .. wake, head)
         else

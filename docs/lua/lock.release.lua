@@ -70,7 +70,7 @@ if starving then
         return 0
     end
 end
-local wake = string.match(first, '^(@[^:]*):')
+local wake = string.match(first, '^([@&][^:]*):')
 if wake then
     redis.call(ARGV[2], KEYS[2] .. ':' .. wake, first)
 else

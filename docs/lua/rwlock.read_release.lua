@@ -34,7 +34,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 redis.call('zremrangebyscore', KEYS[5], '-inf', now)
 local first = redis.call('zrange', KEYS[5], 0, 0)[1]
 if first then
-    local wake = string.match(first, '^(@[^:]*):')
+    local wake = string.match(first, '^([@&][^:]*):')
     if wake then
         redis.call(ARGV[2], KEYS[4] .. ':' .. wake, first)
     else

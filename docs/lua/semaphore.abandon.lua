@@ -35,7 +35,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     redis.call('zremrangebyscore', KEYS[2], '-inf', now)
     for _, waiter in ipairs(redis.call('zrange', KEYS[2], 0, free - 1)) do
         redis.call('zrem', KEYS[2], waiter)
-        local wake = string.match(waiter, '^(@[^:]*):')
+        local wake = string.match(waiter, '^([@&][^:]*):')
         if wake then
             redis.call(ARGV[2], KEYS[3] .. ':' .. wake, waiter)
         else

@@ -25,7 +25,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     redis.call('zremrangebyscore', KEYS[3], '-inf', now)
     for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, 1 - 1)) do
         redis.call('zrem', KEYS[3], waiter)
-        local wake = string.match(waiter, '^(@[^:]*):')
+        local wake = string.match(waiter, '^([@&][^:]*):')
         if wake then
             redis.call(ARGV[2], KEYS[4] .. ':' .. wake, waiter)
         else

@@ -8,6 +8,7 @@ import redis
 
 from django_rlock.core._protocol.channels import (
     WAKE_MARK,
+    WAKE_ONLY_MARK,
     ChannelTable,
     ReadError,
     listen_channels,
@@ -298,3 +299,10 @@ def test_any_other_refusal_leaves_the_pending_subscriptions_gone() -> None:
     table.subscribe_sent(channel)
     table.read_error(redis.ResponseError("NOPERM this user has no permissions"))
     assert table.gone(B) and not table.gone(A)
+
+
+def test_a_wake_only_name_listens_on_its_wake_channel_too() -> None:
+    """A cluster's waiters: woken on their wake channel, never handed a lock (lua._HAND_OVER)."""
+    name = new_wake_name(hand_over=False)
+    assert name.startswith(WAKE_ONLY_MARK) and not name.startswith(WAKE_MARK)
+    assert listen_channels(A, f"{name}:3") == (A, A + b":" + name.encode())

@@ -91,7 +91,7 @@ def test_a_waiter_uses_sharded_pubsub_on_the_slots_node(
             "the waiter's SSUBSCRIBE on the node owning the slot",
         )
         # Its wake channel too, on the same node: the lock's slot.
-        pattern = channel + b":@*"
+        pattern = channel + b":&*"  # a wake-only name: never handed a lock (channels.py)
         assert node_client.execute_command("PUBSUB", "SHARDCHANNELS", pattern)  # type: ignore[no-untyped-call]
         for node in raw.get_primaries():  # type: ignore[no-untyped-call]
             node_raw = raw.get_redis_connection(node)

@@ -24,7 +24,15 @@ process waiting on the lock. A wake name begins with :data:`WAKE_MARK`; the
 waiter ids of older versions (no mark) get their message on the shared
 channel, which every waiter still listens to, as do the messages of older
 versions' releases and the empty message that wakes everyone: old and new
-processes wake each other during a rolling upgrade. The wake channel follows
+processes wake each other during a rolling upgrade. A release may also hand
+the lock to a starving waiter whose wake name begins with :data:`WAKE_MARK`
+(``lua._HAND_OVER``), trusting its (S)PUBLISH's count of subscribers that
+heard it; a listener whose messages can reach a waiter the count leaves out
+(a cluster: a node counts its own subscribers, while a PUBLISH before Redis 7
+reaches every node and an SPUBLISH reaches the shard's replicas, where a
+waiter may still be subscribed while its slot fails over) names its waiters
+with :data:`WAKE_ONLY_MARK`: woken on their wake channel, never handed a
+lock. The wake channel follows
 the release channel's hash tag, so on a cluster both are in the lock's slot
 and one SSUBSCRIBE on the node owning it takes both.
 
@@ -60,9 +68,17 @@ from redis.exceptions import MovedError, ResponseError
 WAKE_MARK = "@"
 
 
-def new_wake_name() -> str:
-    """A new listener's wake name: the prefix of its waiter ids, and of its wake channels."""
-    return WAKE_MARK + secrets.token_hex(8)
+#: The first character of a wake name whose waiters are never handed a lock.
+WAKE_ONLY_MARK = "&"
+
+
+def new_wake_name(*, hand_over: bool = True) -> str:
+    """A new listener's wake name: the prefix of its waiter ids, and of its wake channels.
+
+    ``hand_over=False``: its waiters are woken on their wake channel but
+    never handed a lock (see the module's docstring).
+    """
+    return (WAKE_MARK if hand_over else WAKE_ONLY_MARK) + secrets.token_hex(8)
 
 
 def listen_channels(channel: bytes, waiter_id: str) -> tuple[bytes, ...]:
@@ -72,7 +88,7 @@ def listen_channels(channel: bytes, waiter_id: str) -> tuple[bytes, ...]:
     channel: ``<channel>:<wake name>``, which the release script derives from
     the waiting-set entry (the id) in the same way.
     """
-    if not waiter_id.startswith(WAKE_MARK):
+    if not waiter_id.startswith((WAKE_MARK, WAKE_ONLY_MARK)):
         return (channel,)
     wake_name = waiter_id.rpartition(":")[0]
     return (channel, channel + b":" + wake_name.encode())

@@ -365,7 +365,7 @@ return 0
 # first, so it is in the lock's slot (SPUBLISH on a cluster reaches the node
 # the waiter's SSUBSCRIBE is on). An id of an older version (no wake name) gets
 # it on the shared channel, which every waiter listens to.
-_PUBLISH_TO_WAITER = Template("""local wake = string.match($waiter, '^(@[^:]*):')
+_PUBLISH_TO_WAITER = Template("""local wake = string.match($waiter, '^([@&][^:]*):')
 if wake then
     redis.call($publish, $channel .. ':' .. wake, $message)
 else

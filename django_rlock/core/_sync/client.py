@@ -476,12 +476,10 @@ class LockClient:
             return ReleaseListener(self.redis, sharded=self.publish_command == "spublish")
         if self.publish_command == "spublish":
             return ShardedReleaseListener(cluster)
-        # Before Redis 7 a PUBLISH reaches every node: any one node will do. But
-        # its count is of the publishing node's subscribers alone, so a release
-        # cannot tell whether a waiter subscribed elsewhere heard a hand-over:
-        # these waiters have no wake name, are woken on the shared channel and
-        # are never handed a lock.
-        return ReleaseListener(any_node_client(cluster), wake_channels=False)
+        # Before Redis 7 a PUBLISH reaches every node: any one node will do. Its
+        # count is of the publishing node's subscribers alone, so these waiters
+        # are never handed a lock (channels.py).
+        return ReleaseListener(any_node_client(cluster), hand_over=False)
 
     # -- replica-synced acquisition (min_replicas) -----------------------------------
 

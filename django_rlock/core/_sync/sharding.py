@@ -107,7 +107,7 @@ class ShardedReleaseListener:
         # id): a prefix of this listener's own never meets a node listener's.
         # It is a wake name, so the node listener that subscribes the id
         # subscribes its wake channel too (in the lock's slot, on that node).
-        self._id = new_wake_name()
+        self._id = new_wake_name(hand_over=False)
         self._sequence = itertools.count()
         # Slot map refreshes made for moved subscriptions (see _refresh_slots).
         self._refresh_lock = threading.Lock()
@@ -218,7 +218,7 @@ class ShardedReleaseListener:
             listener = self._listeners.get(node.name)
             if listener is None:
                 node_client = self._cluster.get_redis_connection(node)
-                listener = ReleaseListener(node_client, sharded=True)
+                listener = ReleaseListener(node_client, sharded=True, hand_over=False)
                 self._listeners[node.name] = listener
             return listener
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import secrets
 import socket
 import threading
 import time
@@ -140,7 +139,7 @@ class ReleaseListener:
     """One pub/sub connection per client, read in turn by the threads that wait."""
 
     def __init__(
-        self, client: redis.Redis, *, sharded: bool = False, wake_channels: bool = True
+        self, client: redis.Redis, *, sharded: bool = False, hand_over: bool = True
     ) -> None:
         self._pool = derive_pool(client, health_check_interval=0)
         # Sharded pub/sub (Redis Cluster >= 7): the node owning the channel's
@@ -157,11 +156,9 @@ class ReleaseListener:
         self._socket: socket.socket | None = None
         self._connect_failures = 0
         self._closed = False
-        # A wake name makes its waiters' releases publish on their wake channel
-        # and lets a release hand them the lock (channels.py); without one
-        # (wake_channels=False) they are woken on the shared channel, as an
-        # older version's waiters are, and never handed a lock.
-        self._id = new_wake_name() if wake_channels else secrets.token_hex(8)
+        # Its waiters are woken on their wake channel; hand_over=False: never
+        # handed a lock (channels.py: where a publish's count cannot be trusted).
+        self._id = new_wake_name(hand_over=hand_over)
         self._sequence = itertools.count()
 
     @property
