@@ -159,6 +159,11 @@ def _failover(cluster: Cluster, slot: int, *, takeover: bool = False) -> RedisSe
 
     wait_until(replica_in_sync, 20, "a replica in sync")
     promoted = _replica_of(cluster, master)
+    if takeover:
+        # A takeover drops what the replica has not received yet: the grants
+        # and queue entries written so far must be there first (a loaded
+        # machine's replication lags).
+        _command(master, "WAIT", "1", "5000")
     # The replica sends its master a manual failover's request only over a live
     # cluster bus link, which a loaded machine may have just dropped (a ping
     # answered late): the request is lost, and the failover times out after
