@@ -191,9 +191,12 @@ class AsyncLockClient:
         task.add_done_callback(_forget_task(self._tasks))
         return task
 
-    def send(self, script: Any, call: ScriptCall) -> Flight:
-        """Send an acquire or release ``call`` of ``script`` now, with no await (see wire.py)."""
-        return self._wire.send(script, call)
+    def send(self, script: Any, call: ScriptCall, packed: bytes | None = None) -> Flight:
+        """Send an acquire or release ``call`` of ``script`` now, with no await (see wire.py).
+
+        ``packed``: the same call already packed with ``script.sha``, if the lock kept it.
+        """
+        return self._wire.send(script, call, packed)
 
     def finish_for(self, owner: str, coroutine: Coroutine[Any, Any, object]) -> None:
         """Run what ``owner``'s call leaves to do in a task; its next call waits for it.

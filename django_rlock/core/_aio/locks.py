@@ -167,8 +167,10 @@ class AsyncRLock(LockBase):
         if client.unfinished:
             await client.finished(owner)  # nothing is sent before: a cancellation leaves nothing
         call = self._acquire_call(owner, lease, waiter_id, sleep)
+        script: Any = self._acquire_sender()  # a WireScript: its SHA now
+        packed = self._packed_acquire(script.sha, owner, lease, call) if self._hands_over else None
         sent_at = clock.monotonic()
-        flight = client.send(self._acquire_sender(), call)
+        flight = client.send(script, call, packed)
         caller = asyncio.current_task()
         try:
             reply = await flight.waiter
@@ -393,7 +395,9 @@ class AsyncRLock(LockBase):
 
         hold = self._release_prepare(owner, remember_lost)
         call = self._release_call(owner)
-        flight = client.send(self._release_sender(), call)
+        script: Any = self._release_sender()
+        packed = self._packed_release(script.sha, owner, call) if self._hands_over else None
+        flight = client.send(script, call, packed)
         try:
             reply = await flight.waiter
         except asyncio.CancelledError:

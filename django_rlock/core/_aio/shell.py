@@ -41,7 +41,7 @@ class Client(Protocol):
         """Run ``coroutine`` as a task the client keeps until it is done."""
         ...
 
-    def send(self, script: Any, call: ScriptCall) -> Flight:
+    def send(self, script: Any, call: ScriptCall, packed: bytes | None = None) -> Flight:
         """Send an acquire or release ``call`` now, with no await (see ``_aio/wire.py``)."""
         ...
 

@@ -151,6 +151,9 @@ class _Call(NamedTuple):
     call: ScriptCall
     #: Sent before, on a connection that broke before the reply: not sent a third time.
     resent: bool = False
+    #: ``call`` already packed with the script's SHA (a lock's kept template), or
+    #: None: packed when written.
+    packed: bytes | None = None
 
 
 class Wire:
@@ -180,15 +183,19 @@ class Wire:
         forking.renew_after_fork(self, "_backlog", list)
         forking.renew_after_fork(self, "_connecting", bool)
 
-    def send(self, script: Any, call: ScriptCall) -> Flight:
-        """Send ``call`` of ``script`` (a :class:`WireScript`) now, with no await."""
+    def send(self, script: Any, call: ScriptCall, packed: bytes | None = None) -> Flight:
+        """Send ``call`` of ``script`` (a :class:`WireScript`) now, with no await.
+
+        ``packed``: the same call already packed with ``script.sha`` (see
+        :attr:`_Call.packed`); a NOSCRIPT refusal still goes by ``call``.
+        """
         loop = asyncio.get_running_loop()
         flight = Flight(loop)
         protocol = self._protocol
         if protocol is not None and protocol.loop is loop and protocol.open:
-            protocol.send(_Call(flight, script, call))
+            protocol.send(_Call(flight, script, call, False, packed))
         else:
-            self._send_later(loop, _Call(flight, script, call))
+            self._send_later(loop, _Call(flight, script, call, False, packed))
         return flight
 
     def close(self) -> None:
@@ -322,7 +329,9 @@ class Wire:
             else:
                 # It may or may not have run: sent once more, with its request id,
                 # on a new connection (a pooled one of redis-py may be as dead).
-                self._send_later(protocol.loop, _Call(call.flight, call.script, call.call, True))
+                self._send_later(
+                    protocol.loop, _Call(call.flight, call.script, call.call, True, call.packed)
+                )
 
 
 def _ended(call: _Call, *, sent: bool | None = None) -> RedisConnectionError:
@@ -382,8 +391,11 @@ class _WireProtocol(asyncio.Protocol):
         )
 
     def send(self, call: _Call) -> None:
-        sent = call.call
-        self._transport.write(resp.evalsha(call.script.sha, sent.keys, sent.args, sent.rid))
+        packed = call.packed
+        if packed is None:
+            sent = call.call
+            packed = resp.evalsha(call.script.sha, sent.keys, sent.args, sent.rid)
+        self._transport.write(packed)
         self._calls.append((call, self.loop.time()))
         if self._timeout is not None and self._timer is None:
             self._timer = self.loop.call_later(self._timeout, self._check_timeout)

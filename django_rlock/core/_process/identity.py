@@ -49,7 +49,18 @@ _process_id = str(uuid.uuid4())
 _thread_numbers = itertools.count(1)  # next() is atomic under the GIL
 
 
-_local = threading.local()
+class _ThreadIds(threading.local):
+    """Per thread: its owner id and its former ids (class attributes: the unset defaults).
+
+    Defaults on the class, not ``getattr(..., None)``: a missing attribute of a
+    thread-local costs an AttributeError raised and caught, on every lock call.
+    """
+
+    owner: str | None = None
+    former: list[str] | None = None
+
+
+_local = _ThreadIds()
 
 
 _task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
@@ -77,7 +88,7 @@ def process_id() -> str:
 
 def thread_owner() -> str:
     """The owner id of the calling thread in this process."""
-    owner: str | None = getattr(_local, "owner", None)
+    owner: str | None = _local.owner
     # After a fork the surviving thread keeps its local: rebuild it for the new id.
     if owner is None or not owner.startswith(_process_id) or (_retired and owner in _retired):
         if owner is not None and _retired.pop(owner, False):
@@ -98,7 +109,7 @@ def retire_thread_owner(*, keep: bool = False) -> None:
     (:func:`former_thread_owners`), under which the thread re-enters and
     releases those locks, and its owner stays alive for the watchdog.
     """
-    owner: str | None = getattr(_local, "owner", None)
+    owner: str | None = _local.owner
     if owner is not None:
         _local.owner = None
         if keep:
@@ -123,7 +134,7 @@ def retire_owner(owner: str, *, keep: bool = False) -> None:
 
 def former_thread_owners() -> list[str]:
     """The calling thread's former owner ids that may still hold locks, newest first."""
-    former: list[str] | None = getattr(_local, "former", None)
+    former: list[str] | None = _local.former
     if not former:
         return []
     if not former[0].startswith(_process_id):  # a forked child: the parent's ids
@@ -134,14 +145,14 @@ def former_thread_owners() -> list[str]:
 
 def forget_former_thread_owner(owner: str) -> None:
     """``owner``, a former id of the calling thread, holds nothing any more."""
-    former: list[str] | None = getattr(_local, "former", None)
+    former: list[str] | None = _local.former
     if former and owner in former:
         former.remove(owner)
         _subjects.pop(owner, None)
 
 
 def _keep_former(owner: str) -> None:
-    former: list[str] | None = getattr(_local, "former", None)
+    former: list[str] | None = _local.former
     if former is None:
         former = _local.former = []
     former.insert(0, owner)

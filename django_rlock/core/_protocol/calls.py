@@ -12,7 +12,7 @@ import math
 from typing import Any, NamedTuple
 
 from django_rlock.core._protocol.names import LockKeys, milliseconds
-from django_rlock.core._protocol.resp import Template
+from django_rlock.core._protocol.resp import Template, encoded
 
 
 class ScriptCall(NamedTuple):
@@ -124,6 +124,30 @@ def acquire_template(keys: LockKeys, owner: str, ttl: float) -> Template:
     count and token (str), the holder (see :func:`acquire_args`).
     """
     return Template([keys.hash, keys.waiters, keys.latches], [owner, milliseconds(ttl)], 6)
+
+
+#: ARGV[4] of an acquire that does not wait (no waiter id; its sleep is not read).
+NOT_WAITING_MS = sleep_ms(0.0)
+#: ARGV[3..4] of an acquire that does not wait, encoded: every uncontended
+#: acquire's (see :meth:`Template.pack_fresh`).
+NOT_WAITING = encoded("", NOT_WAITING_MS)
+
+# holder description -> ARGV[6..8] of an acquire with no lost holds, encoded.
+_no_lost_tails: dict[str, bytes] = {}
+
+
+def no_lost_tail(holder: str) -> bytes:
+    """ARGV[6..8] of an acquire by ``holder`` with no lost holds (0, '0', holder), encoded once.
+
+    A thread's description is the same from call to call, so the end of its
+    uncontended acquire is too; kept for the last :data:`_TEMPLATES_KEPT` holders.
+    """
+    tail = _no_lost_tails.get(holder)
+    if tail is None:
+        if len(_no_lost_tails) >= _TEMPLATES_KEPT:
+            _no_lost_tails.clear()
+        tail = _no_lost_tails[holder] = encoded(0, "0", holder)
+    return tail
 
 
 def release_template(keys: LockKeys, owner: str, publish: str) -> Template:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, NoReturn, Unpack
+from typing import Any, ClassVar, NoReturn, Unpack, cast
 
 from redis.exceptions import OutOfMemoryError
 
@@ -21,12 +21,16 @@ from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import busy_reason, describe
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
+    NOT_WAITING,
+    NOT_WAITING_MS,
     Grant,
     ScriptCall,
     abandon_call,
     acquire_call,
     acquire_reply,
     force_release_call,
+    kept_templates,
+    no_lost_tail,
     release_call,
 )
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
@@ -49,6 +53,7 @@ from django_rlock.core._protocol.names import (
     milliseconds,
 )
 from django_rlock.core._protocol.plan import AcquirePlan
+from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import reported_unavailable
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -250,6 +255,38 @@ class LockBase:
         """One release script call (see :func:`~django_rlock.core._protocol.calls.release_call`)."""
         rid = self._request_id("release", owner)
         return release_call(self.keys, owner, self._engine.publish_command, rid)
+
+    def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
+        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
+        last = self._last_templates  # one tuple read: threads sharing this object may race
+        if last is not None and last[0] == owner and last[1] == lease:
+            return last[2]
+        made = kept_templates(self.keys, owner, self._ttl_of(lease), self._engine.publish_command)
+        self._last_templates = (owner, lease, made)
+        return made
+
+    #: The last owner and lease :meth:`_templates` was asked for, and its answer:
+    #: a thread's acquire and release on one lock object ask for the same.
+    _last_templates: tuple[str, float | None, tuple[Template, Template]] | None = None
+
+    def _packed_acquire(
+        self, sha: str, owner: str, lease: float | None, call: ScriptCall
+    ) -> bytes | None:
+        """The plain lock's acquire ``call`` packed from the kept template, if it does not wait.
+
+        The same bytes as packing ``call`` whole (:func:`~._protocol.resp.evalsha`
+        with ``sha``), for the call every uncontended acquire makes (no waiter
+        id, no lost holds to take off); None for any other, packed whole then.
+        """
+        args = call.args  # ARGV as acquire_args orders them
+        if args[2] != "" or args[3] != NOT_WAITING_MS or args[5] != 0:
+            return None
+        template = self._templates(owner, lease)[0]
+        return template.pack_fresh(sha, NOT_WAITING, call.rid, no_lost_tail(cast(str, args[7])))
+
+    def _packed_release(self, sha: str, owner: str, call: ScriptCall) -> bytes:
+        """The plain lock's release ``call`` packed from the kept template (as acquire's is)."""
+        return self._templates(owner, None)[1].pack_fresh(sha, b"", call.rid, b"")
 
     def _abandon_call(self, waiter_id: str) -> ScriptCall:
         """One call leaving the waiting set (a sibling with its own waiters overrides it)."""

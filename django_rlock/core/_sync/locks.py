@@ -54,11 +54,12 @@ from django_rlock.core._process.identity import (
 )
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
+    NOT_WAITING,
     ScriptCall,
     acquire_call,
     extend_call,
     hold_count_reply,
-    kept_templates,
+    no_lost_tail,
     release_call,
     sleep_ms,
     ttl_reply,
@@ -82,7 +83,6 @@ from django_rlock.core._protocol.lock import (
 )
 from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
-from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
@@ -302,11 +302,16 @@ class RLock(LockBase):
         rid = self._request_id("acquire", owner)
         lost = lostholds.lost_on_server(self.keys.hash, owner)
         holder = describe(lease)
-        token, holds = lost or (0, 0)
         script = cast("LockScript", (self._row or self._scripts_row()).acquire)
-        packed = self._templates(owner, lease)[0].pack(
-            script.sha, waiter_id, sleep_ms(sleep), rid, holds, str(token), holder, fresh=rid
-        )
+        template = self._templates(owner, lease)[0]
+        if lost is None and not waiter_id and not sleep:
+            # Uncontended (the common call): all but the request id encoded already.
+            packed = template.pack_fresh(script.sha, NOT_WAITING, rid, no_lost_tail(holder))
+        else:
+            token, holds = lost or (0, 0)
+            packed = template.pack(
+                script.sha, waiter_id, sleep_ms(sleep), rid, holds, str(token), holder, fresh=rid
+            )
 
         def call() -> ScriptCall:
             ttl = self._ttl_of(lease)
@@ -333,10 +338,6 @@ class RLock(LockBase):
     #: (fair, read-write, semaphore, another layout) and a client whose acquire
     #: waits for replicas send theirs by :meth:`_acquire_call` and :meth:`_release_call`.
     _packs_calls = False
-
-    def _templates(self, owner: str, lease: float | None) -> tuple[Template, Template]:
-        """The acquire (for ``lease``) and release templates of ``owner``'s calls on this lock."""
-        return kept_templates(self.keys, owner, self._ttl_of(lease), self._engine.publish_command)
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[LockScripts]
@@ -541,7 +542,7 @@ class RLock(LockBase):
         """:meth:`_release_owned`'s call, packed from its template (as :meth:`_attempt_packed`)."""
         rid = self._request_id("release", owner)
         script = cast("OomSafeScript", (self._row or self._scripts_row()).release)
-        packed = self._templates(owner, None)[1].pack(script.sha, rid, fresh=rid)
+        packed = self._templates(owner, None)[1].pack_fresh(script.sha, b"", rid, b"")
 
         def call() -> ScriptCall:
             return release_call(self.keys, owner, self._engine.publish_command, rid)
