@@ -9,8 +9,10 @@ from redis.connection import Connection
 
 from django_rlock.core._protocol import resp
 from django_rlock.core._protocol.calls import (
+    NOT_WAITING,
     acquire_call,
     acquire_template,
+    no_lost_tail,
     release_call,
     release_template,
 )
@@ -103,3 +105,28 @@ def test_the_lock_templates_pack_what_the_calls_say(
         assert release_template(keys, owner, "spublish").pack(sha, rid) == resp.evalsha(
             sha, free.keys, free.args
         )
+
+
+@given(st.text(min_size=1), st.text(), st.text(), st.integers(1, 10**12))
+def test_an_uncontended_call_packed_fresh_is_the_call_packed_whole(
+    name: str, owner: str, holder: str, rid_number: int
+) -> None:
+    # The hot path packs what changes (the request id) between parts encoded
+    # once (Template.pack_fresh): the bytes must be the call's, every byte.
+    keys = LockKeys.build("shop", name)
+    sha = "c" * 40
+    rid = str(rid_number)
+    call = acquire_call(
+        keys, owner, ttl=30.0, waiter_id="", sleep=0.0, rid=rid, lost=None, holder=holder
+    )
+    fresh = acquire_template(keys, owner, 30.0).pack_fresh(
+        sha, NOT_WAITING, rid, no_lost_tail(holder)
+    )
+    assert (
+        fresh
+        == resp.evalsha(sha, call.keys, call.args)
+        == redis_py("EVALSHA", sha, 3, *call.keys, *call.args)
+    )
+    free = release_call(keys, owner, "publish", rid)
+    packed = release_template(keys, owner, "publish").pack_fresh(sha, b"", rid, b"")
+    assert packed == resp.evalsha(sha, free.keys, free.args)

@@ -172,6 +172,10 @@ def task_owner() -> str:
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("an async lock must be used from inside an asyncio task")
+    return _owner_of_task(task)
+
+
+def _owner_of_task(task: asyncio.Task[Any]) -> str:
     owner = _task_owners.get(task)
     if owner is None or not owner.startswith(_process_id):
         owner = f"{_process_id}:task-{next(_thread_numbers)}"
@@ -184,10 +188,11 @@ def task_owner() -> str:
 def current_task_owner() -> str | None:
     """The current task's owner id, or None outside a task (see :func:`task_owner`)."""
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return task_owner() if asyncio.current_task() is not None else None
+    task = asyncio.current_task(loop)  # looked up once: every async lock call asks
+    return _owner_of_task(task) if task is not None else None
 
 
 def owner_alive(owner: str) -> bool:

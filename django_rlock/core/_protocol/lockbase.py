@@ -144,6 +144,15 @@ class LockBase:
         self, blocking: bool, timeout: float | None, lease: float | None
     ) -> tuple[AcquirePlan, float | None]:
         """The checked arguments of one acquire call: its plan and its lease."""
+        if blocking is True and timeout is None and lease is None:
+            # The defaults, nothing to check (the common call: ``with lock:``).
+            plan = AcquirePlan(
+                blocking=True,
+                wait=None,
+                watchdog_timeout=self._engine.watchdog_timeout,
+                deadlock_timeout=self._deadlock_timeout,
+            )
+            return plan, None
         wait = check_timeout(timeout)
         lease_seconds = check_lease(lease)
         check_blocking(blocking, wait)

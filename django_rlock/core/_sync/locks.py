@@ -185,20 +185,7 @@ class RLock(LockBase):
         ``lease`` is a fixed expiry in seconds; None means the watchdog renews
         the lock until it is released.
         """
-        if blocking is True and timeout is None and lease is None and self.lease is None:
-            # The defaults, nothing to check (the common call: ``with lock:``).
-            watchdog = self._engine.watchdog_timeout
-            plan, lease_seconds = (
-                AcquirePlan(
-                    blocking=True,
-                    wait=None,
-                    watchdog_timeout=watchdog,
-                    deadlock_timeout=self._deadlock_timeout,
-                ),
-                None,
-            )
-        else:
-            plan, lease_seconds = self._plan(blocking, timeout, lease)
+        plan, lease_seconds = self._plan(blocking, timeout, lease)
         try:
             return self._acquire_waiting(plan, lease_seconds)
         except UNREACHABLE as error:  # what _reachable does, without a context object
