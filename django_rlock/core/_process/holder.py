@@ -28,6 +28,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from django_rlock.core._process import forking
+
 #: Hash fields beside the owners' hold counts. Owner ids are ``<hex>:<id>``, so
 #: a field starting with '~' is never one.
 HOLDER_FIELD = "~holder"
@@ -68,18 +70,18 @@ def describe(lease: float | None = None) -> str:
     holder releases it or dies). Every acquire sends it, so the common case
     costs a few attribute reads: a thread outside any event loop with no
     :func:`holder_details` gets the description its thread last got, made
-    again only when its name or the process changed.
+    again only when its name changed, or in a forked child (whose one thread
+    forgets it: the pid changed).
     """
     if lease is not None:
         return _leased(describe(), lease)
     if asyncio._get_running_loop() is None and _details.get() is None:
         name = threading.current_thread().name
         made = getattr(_made, "plain", None)
-        pid = os.getpid()
-        if made is not None and made[0] == name and made[1] == pid:
-            return made[2]  # type: ignore[no-any-return]
-        description = _encoded(pid, name, "", "", "")
-        _made.plain = (name, pid, description)
+        if made is not None and made[0] == name:
+            return made[1]  # type: ignore[no-any-return]
+        description = _encoded(os.getpid(), name, "", "", "")
+        _made.plain = (name, description)
         return description
     task = _current_task()
     name = task.get_name() if task is not None else threading.current_thread().name
@@ -93,8 +95,15 @@ def describe(lease: float | None = None) -> str:
     )
 
 
-# Per thread: (thread name, pid, description) of its last plain description.
+# Per thread: (thread name, description) of its last plain description, made
+# in this process (getpid is a system call: not asked on every acquire).
 _made = threading.local()
+
+
+@forking.after_fork_in_child
+def _forget_descriptions() -> None:
+    # The child's one thread, the one that forked, described itself with its parent's pid.
+    _made.plain = None
 
 
 @functools.lru_cache(maxsize=256)
