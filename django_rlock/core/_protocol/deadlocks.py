@@ -135,44 +135,52 @@ return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), redis.call('
 """
 
 
+# Defines `live_owners(index, prefix)`: {owner, {field, value, ...}, ...}, each
+# member of the set `index` (sorted) whose hash `prefix .. owner` still exists,
+# with that hash. The read-write lock's readers and the semaphore's holders
+# are kept alike: an index of owners, one hash each.
+_LIVE_OWNERS = """
+local function live_owners(index, prefix)
+    local live = {}
+    local members = redis.call('smembers', index)
+    table.sort(members)
+    for _, owner in ipairs(members) do
+        local fields = redis.call('hgetall', prefix .. owner)
+        if #fields > 0 then
+            table.insert(live, owner)
+            table.insert(live, fields)
+        end
+    end
+    return live
+end
+"""
+
+
 # KEYS[1] write hash, KEYS[2] write fencing counter, KEYS[3] readers index
 # ARGV[1] the read keys' common prefix
 # Returns {token or nil, {field, value, ...} of the write hash,
 #   {owner, {field, value, ...} of its read key, ...} of the live readers,
 #   sorted}: read at one instant.
-READ_RW = """
-local readers = {}
-local members = redis.call('smembers', KEYS[3])
-table.sort(members)
-for _, reader in ipairs(members) do
-    local fields = redis.call('hgetall', ARGV[1] .. reader)
-    if #fields > 0 then
-        table.insert(readers, reader)
-        table.insert(readers, fields)
-    end
-end
+READ_RW = (
+    _LIVE_OWNERS
+    + """
+local readers = live_owners(KEYS[3], ARGV[1])
 local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
 return {token, redis.call('hgetall', KEYS[1]), readers}
 """
+)
 
 
 # KEYS[1] the semaphore's index
 # ARGV[1] the permit hashes' common prefix
 # Returns {owner, {field, value, ...} of its permit hash, ...}: every live
 #   holder (sorted) with its permits and description, read at one instant.
-READ_SEMAPHORE = """
-local holders = {}
-local members = redis.call('smembers', KEYS[1])
-table.sort(members)
-for _, member in ipairs(members) do
-    local fields = redis.call('hgetall', ARGV[1] .. member)
-    if #fields > 0 then
-        table.insert(holders, member)
-        table.insert(holders, fields)
-    end
-end
-return holders
+READ_SEMAPHORE = (
+    _LIVE_OWNERS
+    + """
+return live_owners(KEYS[1], ARGV[1])
 """
+)
 
 
 class DeadlockScripts(ScriptSet):
