@@ -95,12 +95,12 @@ import secrets
 import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from django_rlock.core._process.holder import holder_line, is_holder_field, read_holder
-from django_rlock.core._protocol import clock
+from django_rlock.core._protocol import clock, layouts
 from django_rlock.core._protocol.calls import ScriptCall
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.lock import LockEngine, MakeScript, ScriptSet
 from django_rlock.core._protocol.names import LockKeys, milliseconds
 from django_rlock.core._protocol.redisson import redisson_keys
 from django_rlock.core.exceptions import DeadlockError
@@ -630,6 +630,36 @@ class Detector:
         if again is not None and again.readings == cycle.readings and self.is_victim(cycle):
             return cycle
         return None
+
+
+class DeadlockWaiter:
+    """A lock's side of detection, in both engines' locks (a base of ``RLock`` and ``AsyncRLock``).
+
+    Kept here rather than on :class:`~.lockbase.LockBase`: this module reads
+    Redisson's keys, whose module stands on ``LockBase``. A sibling kind's
+    ``_protocol`` base, before the engine's lock in the MRO, says what its
+    waiters wait for (:meth:`_deadlock_wait`).
+    """
+
+    layout: ClassVar[str]
+    keys: LockKeys
+    _engine: LockEngine
+    _deadlock_timeout: float | None
+
+    def _detector(self, owner: str, started: float) -> Detector:
+        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
+        every = self._deadlock_timeout
+        if every is None:
+            raise RuntimeError(f"{self!r} does not look for deadlocks")
+        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
+
+    def _deadlock_wait(self) -> Wait:
+        """What a waiter of this lock waits for, as its wait edge says (each kind its own).
+
+        A plain lock's hash; in Redisson's layout that hash is the name, and a
+        Java holder writes no edge (a search stops there).
+        """
+        return Wait(REDISSON if self.layout == layouts.REDISSON else LOCK, self.keys.hash)
 
 
 def describe_holder(holder: Mapping[str, Any] | None) -> str:
