@@ -61,16 +61,20 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     if starving then
         sleep = -sleep
     end
+    local function read_hand_over(entry)
+        local one = string.find(entry, '\n', 1, true)
+        local two = string.find(entry, '\n', one + 1, true)
+        local three = string.find(entry, '\n', two + 1, true)
+        return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+            tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
+    end
     local asked = '~w:' .. ARGV[3]
     local since = 0
     if not starving then
         since = now
         local before = redis.call('hget', KEYS[1], asked)
         if before then
-            local one = string.find(before, '\n', 1, true)
-            local two = string.find(before, '\n', one + 1, true)
-            local three = string.find(before, '\n', two + 1, true)
-            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+            since = select(3, read_hand_over(before)) or now
         end
     end
     redis.call('hset', KEYS[1], asked, ARGV[1] .. '\n' .. ARGV[2] .. '\n'

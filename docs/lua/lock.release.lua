@@ -26,6 +26,13 @@ end
 
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local function read_hand_over(entry)
+    local one = string.find(entry, '\n', 1, true)
+    local two = string.find(entry, '\n', one + 1, true)
+    local three = string.find(entry, '\n', two + 1, true)
+    return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+        tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
+end
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 local entry = first and redis.call('hget', KEYS[1], '~w:' .. first)
@@ -34,19 +41,14 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
-local one, two, three
+local owner, life, since, holder
 if starving then
-    one = string.find(entry, '\n', 1, true)
-    two = string.find(entry, '\n', one + 1, true)
-    three = string.find(entry, '\n', two + 1, true)
-    if now - tonumber(string.sub(entry, two + 1, three - 1)) < 5 then
+    owner, life, since, holder = read_hand_over(entry)
+    if now - since < 5 then
         starving = nil
     end
 end
 if starving then
-    local owner = string.sub(entry, 1, one - 1)
-    local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, three + 1)
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local last = tonumber(mine[3] or '0') or 0
     if token <= last then

@@ -251,6 +251,21 @@ return $wait
 STARVING_AFTER_MS = 5
 
 
+# Defines `read_hand_over(entry)`: the parts of a waiter's '~w:<waiter id>'
+# field (written by _ASK_HAND_OVER, read by HAND_OVER): its owner id, the
+# life it asks for (ms), since when it waits (server ms; nil when unreadable)
+# and its description ('' for none).
+_READ_HAND_OVER = """\
+local function read_hand_over(entry)
+    local one = string.find(entry, '\\n', 1, true)
+    local two = string.find(entry, '\\n', one + 1, true)
+    local three = string.find(entry, '\\n', two + 1, true)
+    return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+        tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
+end
+"""
+
+
 # The plain lock's request to be handed the lock (register_waiter's
 # $hand_over, in scripts.ACQUIRE: KEYS[1] the lock hash, held by another
 # owner; ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id, ARGV[8]
@@ -267,10 +282,7 @@ _ASK_HAND_OVER = """\
         since = now
         local before = redis.call('hget', KEYS[1], asked)
         if before then
-            local one = string.find(before, '\\n', 1, true)
-            local two = string.find(before, '\\n', one + 1, true)
-            local three = string.find(before, '\\n', two + 1, true)
-            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+            since = select(3, read_hand_over(before)) or now
         end
     end
     redis.call('hset', KEYS[1], asked, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n'
@@ -289,7 +301,7 @@ def register_waiter(
         waiters=waiters,
         wait=wait,
         margin_ms=WAITER_MARGIN_MS,
-        hand_over=_ASK_HAND_OVER if hand_over else "",
+        hand_over=textwrap.indent(_READ_HAND_OVER, "    ") + _ASK_HAND_OVER if hand_over else "",
     )
 
 
@@ -442,6 +454,7 @@ _HAND_OVER = Template(
 end
 """
     + NOW_MS_LUA
+    + _READ_HAND_OVER
     + """redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 local entry = first and redis.call('hget', KEYS[1], '~w:' .. first)
@@ -450,19 +463,14 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
-local one, two, three
+local owner, life, since, holder
 if starving then
-    one = string.find(entry, '\\n', 1, true)
-    two = string.find(entry, '\\n', one + 1, true)
-    three = string.find(entry, '\\n', two + 1, true)
-    if now - tonumber(string.sub(entry, two + 1, three - 1)) < $starving_after_ms then
+    owner, life, since, holder = read_hand_over(entry)
+    if now - since < $starving_after_ms then
         starving = nil
     end
 end
 if starving then
-    local owner = string.sub(entry, 1, one - 1)
-    local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, three + 1)
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local last = tonumber($last or '0') or 0
     if token <= last then
