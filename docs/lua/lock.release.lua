@@ -43,6 +43,16 @@ if starving then
         starving = nil
     end
 end
+if starving and redis.call('pubsub', ARGV[2] == 'spublish' and 'shardnumsub' or 'numsub',
+                          KEYS[2] .. ':' .. starving)[2] == 0 then
+    redis.call('zrem', KEYS[3], first)
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
+    first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not first then
+        return 0
+    end
+    starving = nil
+end
 if starving then
     local owner = string.sub(entry, 1, one - 1)
     local life = tonumber(string.sub(entry, one + 1, two - 1))
@@ -61,14 +71,8 @@ if starving then
     end
     redis.call('pexpire', KEYS[1], life)
     redis.call('zrem', KEYS[3], first)
-    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
-        return 0
-    end
-    redis.call('del', KEYS[1])
-    first = redis.call('zrange', KEYS[3], 0, 0)[1]
-    if not first then
-        return 0
-    end
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence)
+    return 0
 end
 local wake = string.match(first, '^([@&][^:]*):')
 if wake then
