@@ -43,8 +43,9 @@ if starving then
         starving = nil
     end
 end
-if starving and redis.call('pubsub', ARGV[2] == 'spublish' and 'shardnumsub' or 'numsub',
-                          KEYS[2] .. ':' .. starving)[2] == 0 then
+local heard = starving and ARGV[2] == 'publish'
+        and redis.pcall('pubsub', 'numsub', KEYS[2] .. ':' .. starving)
+if starving and (not heard or heard.err or heard[2] == 0) then
     redis.call('zrem', KEYS[3], first)
     redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
     first = redis.call('zrange', KEYS[3], 0, 0)[1]

@@ -93,7 +93,7 @@ STARVING_AFTER = STARVING_AFTER_MS / 1000
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget", "pubsub|numsub",
 )  # fmt: skip
 
 

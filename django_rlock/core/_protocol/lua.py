@@ -436,8 +436,10 @@ def wake_after_release(*, waiters: str, channel: str, everyone: bool = False) ->
 # of the set. The message on its wake channel is "<waiter id> <token>"; its
 # waiter holds when it reads it, with no acquire call (or, when it does not
 # take it, its next attempt confirms it: scripts.ACQUIRE). The grant is made
-# only if this server has a subscriber on that wake channel (PUBSUB NUMSUB,
-# SHARDNUMSUB with SPUBLISH), asked *before* anything is published: a waiter
+# only if this server has a subscriber on that wake channel (PUBSUB NUMSUB;
+# never with SPUBLISH: a cluster's waiters are wake-only), asked *before*
+# anything is published (an ACL user without +pubsub|numsub, as the minimal
+# ACL was before it, gets no hand-over, only wake-ups): a waiter
 # whose process is gone (its connection, hence its subscription, closed with
 # it) is not handed the lock; it leaves the set, and the next waiter is woken
 # instead. A message naming a token is never published for a grant that does
@@ -471,8 +473,9 @@ if starving then
         starving = nil
     end
 end
-if starving and redis.call('pubsub', ARGV[2] == 'spublish' and 'shardnumsub' or 'numsub',
-                          KEYS[2] .. ':' .. starving)[2] == 0 then
+local heard = starving and ARGV[2] == 'publish'
+        and redis.pcall('pubsub', 'numsub', KEYS[2] .. ':' .. starving)
+if starving and (not heard or heard.err or heard[2] == 0) then
     redis.call('zrem', KEYS[3], first)
     redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
     first = redis.call('zrange', KEYS[3], 0, 0)[1]
