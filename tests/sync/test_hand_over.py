@@ -158,7 +158,8 @@ def test_a_wake_only_waiter_writes_no_request_into_the_holders_hash(
         )
         assert isinstance(wait, int) and wait > 0  # busy: registered, not granted
     assert r.zcard("test:{handed}:waiters") == 2
-    asked = {name for name in r.hkeys("test:{handed}") if name.startswith(b"~w:")}
+    fields = cast("list[bytes]", r.hkeys("test:{handed}"))
+    asked = {name for name in fields if name.startswith(b"~w:")}
     assert asked == {b"~w:@w:2"}  # the '@' waiter's request only
 
 

@@ -32,9 +32,9 @@ out, on a replica, hears a plain wake-up, never a grant that does not stand).
 A cluster's listener names its waiters with :data:`WAKE_ONLY_MARK`: woken on
 their wake channel, never handed a lock (a node counts its own subscribers,
 while a PUBLISH before Redis 7 reaches every node and an SPUBLISH the shard's
-replicas, where a waiter may still be subscribed while its slot fails over). The wake channel follows
-the release channel's hash tag, so on a cluster both are in the lock's slot
-and one SSUBSCRIBE on the node owning it takes both.
+replicas, where a waiter may still be subscribed while its slot fails over).
+The wake channel follows the release channel's hash tag, so on a cluster both
+are in the lock's slot and one SSUBSCRIBE on the node owning it takes both.
 
 A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
 that moved) leaves the connection sound: reconnecting would be refused again.
