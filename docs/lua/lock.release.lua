@@ -48,6 +48,17 @@ if starving then
         starving = nil
     end
 end
+local heard = starving and ARGV[2] == 'publish'
+        and redis.pcall('pubsub', 'numsub', KEYS[2] .. ':' .. starving)
+if starving and (not heard or heard.err or heard[2] == 0) then
+    redis.call('zrem', KEYS[3], first)
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
+    first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not first then
+        return 0
+    end
+    starving = nil
+end
 if starving then
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local last = tonumber(mine[3] or '0') or 0
@@ -63,14 +74,8 @@ if starving then
     end
     redis.call('pexpire', KEYS[1], life)
     redis.call('zrem', KEYS[3], first)
-    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
-        return 0
-    end
-    redis.call('del', KEYS[1])
-    first = redis.call('zrange', KEYS[3], 0, 0)[1]
-    if not first then
-        return 0
-    end
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence)
+    return 0
 end
 local wake = string.match(first, '^([@&][^:]*):')
 if wake then
