@@ -32,11 +32,11 @@ from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
     DEFAULT_ON_UNAVAILABLE,
-    LockOptions,
     OnBusy,
     OnLost,
     OnUnavailable,
     SkippedResult,
+    TaskLockOptions,
     run_locked,
 )
 from django_rlock._celeryface import KeyTemplate, LockedSpec, register_task_runner
@@ -46,7 +46,7 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 # The options of every function decorated here, looked up by the worker checks.
-_locked_functions: weakref.WeakKeyDictionary[Callable[..., Any], LockOptions] = (
+_locked_functions: weakref.WeakKeyDictionary[Callable[..., Any], TaskLockOptions] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -80,7 +80,7 @@ def locked(
                 "put @locked under @app.task / @shared_task (it must wrap the task's "
                 "function), or use base=LockedTask with lock=..."
             )
-        options = LockOptions.build(
+        options = TaskLockOptions.build(
             key_template,
             func,
             timeout=timeout,
@@ -141,12 +141,12 @@ def _body_of(task: Any) -> object:
     return getattr(run, "__func__", run)
 
 
-def options_of(task: Any) -> LockOptions | None:
+def options_of(task: Any) -> TaskLockOptions | None:
     """The lock options a registered task runs under, or None for an unlocked task."""
     if hasattr(type(task), "lock_options"):
         # A LockedTask carries its own (None without a lock). Recognised by the
         # attribute it declares: celery_rlock._task builds on this module.
-        options: LockOptions | None = task.lock_options
+        options: TaskLockOptions | None = task.lock_options
         return options
     body = _body_of(task)
     if not callable(body):
@@ -158,7 +158,7 @@ def options_of(task: Any) -> LockOptions | None:
     spec = getattr(body, "__rlock_locked__", None)
     if options is None and isinstance(spec, LockedSpec):
         # Decorated with django_rlock.locked: the same options, on_busy by default.
-        options = LockOptions.build(
+        options = TaskLockOptions.build(
             spec.key_template,
             spec.func,
             timeout=spec.timeout,

@@ -125,8 +125,13 @@ class SkippedResult(TypedDict):
 
 
 @dataclass(frozen=True, slots=True)
-class LockOptions:
-    """The lock options of one task, checked when the task is defined."""
+class TaskLockOptions:
+    """The lock options of one task, checked when the task is defined.
+
+    Not the engine's ``LockOptions`` (a lock's ``with`` defaults, which this
+    passes on in part): also the key, the alias and what a busy, lost or
+    unreachable lock does to the run.
+    """
 
     key: KeyTemplate
     timeout: float | None = None
@@ -158,7 +163,7 @@ class LockOptions:
         max_hold: object = None,
         done_ttl: object = None,
         on_unavailable: object = DEFAULT_ON_UNAVAILABLE,
-    ) -> LockOptions:
+    ) -> TaskLockOptions:
         """Check every option against ``func`` (ValueError names the bad one)."""
         for option, value, choices in (
             ("on_busy", on_busy, get_args(OnBusy)),
@@ -246,7 +251,7 @@ class TaskLock:
 
 
 def run_locked(
-    options: LockOptions,
+    options: TaskLockOptions,
     func: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -331,7 +336,7 @@ def run_locked(
 
 
 def _run_body(
-    body: Callable[[], _R], task: Any, options: LockOptions, app: Celery
+    body: Callable[[], _R], task: Any, options: TaskLockOptions, app: Celery
 ) -> _R | SkippedResult:
     """``body()``; ``on_busy`` if a lock it takes gives way to break a deadlock.
 
@@ -359,7 +364,7 @@ def _acquired(name: str, lock: RLock, waited: float, delivery: Delivery) -> Task
     return held
 
 
-def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> SkippedResult:
+def _busy(task: Any, options: TaskLockOptions, lock: RLock, waited: float) -> SkippedResult:
     """Apply ``on_busy`` to a run that did not get its lock within its wait."""
     remaining = lock.ttl()
     try:
@@ -398,7 +403,7 @@ def _busy(task: Any, options: LockOptions, lock: RLock, waited: float) -> Skippe
 
 def _refused(
     task: Any,
-    options: LockOptions,
+    options: TaskLockOptions,
     lock: RLock,
     waited: float,
     *,
@@ -412,7 +417,7 @@ def _refused(
 
 
 def _deadlocked(
-    task: Any, options: LockOptions, app: Celery, error: DeadlockError
+    task: Any, options: TaskLockOptions, app: Celery, error: DeadlockError
 ) -> SkippedResult:
     """Apply ``on_busy`` to a run whose lock wait was a deadlock's victim (``error``).
 
@@ -443,7 +448,7 @@ def _deadlocked(
 
 def _acquire(
     lock: RLock,
-    options: LockOptions,
+    options: TaskLockOptions,
     task: Any,
     request: Any,
     *,
@@ -471,7 +476,7 @@ def _acquire(
 
 
 def _unavailable(
-    task: Any, request: Any, options: LockOptions, error: LockUnavailableError
+    task: Any, request: Any, options: TaskLockOptions, error: LockUnavailableError
 ) -> NoReturn:
     """Apply ``on_unavailable`` to a run whose lock server could not be reached.
 

@@ -42,10 +42,10 @@ from celery_rlock._guard import (
     DEFAULT_ON_BUSY,
     DEFAULT_ON_LOST,
     DEFAULT_ON_UNAVAILABLE,
-    LockOptions,
     OnBusy,
     OnLost,
     OnUnavailable,
+    TaskLockOptions,
     run_locked,
 )
 from celery_rlock._once import AlreadyQueued, OnceMarker
@@ -150,7 +150,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
 
     #: The checked options, built by on_bound; None when ``lock`` is None.
     #: Immutable and per task class, so sharing it between runs is safe.
-    lock_options: ClassVar[LockOptions | None] = None
+    lock_options: ClassVar[TaskLockOptions | None] = None
     #: The checked rate limit, built by on_bound; None when ``lock_rate`` is None.
     rate_options: ClassVar[RateOptions | None] = None
 
@@ -172,7 +172,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
                 raise ValueError(f"{cls.name}: once={once!r} needs a lock key template (lock=...)")
             cls.lock_options = None
             return
-        cls.lock_options = LockOptions.build(
+        cls.lock_options = TaskLockOptions.build(
             template,
             cls.run,
             timeout=cls.lock_timeout,
@@ -270,7 +270,7 @@ class LockedTask(Task):  # type: ignore[misc]  # Celery ships no type hints: Tas
         return self._run_locked(options, args, kwargs)
 
     def _run_locked(
-        self, options: LockOptions, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, options: TaskLockOptions, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         return run_locked(
             options,

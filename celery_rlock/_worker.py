@@ -37,12 +37,12 @@ from django_rlock._celeryface import wire_task_runs
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_rlock._guard import LockOptions
+    from celery_rlock._guard import TaskLockOptions
 
 _GREEN_POOLS = ("gevent", "eventlet")
 
 
-def locked_tasks(app: Celery) -> dict[str, LockOptions]:
+def locked_tasks(app: Celery) -> dict[str, TaskLockOptions]:
     """The lock options of every task of ``app`` that runs under a lock, by task name."""
     found = {}
     for name, task in app.tasks.items():

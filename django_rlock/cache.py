@@ -17,7 +17,7 @@
 
 :class:`RedisCache` is Django's own ``django.core.cache.backends.redis.RedisCache``
 plus :meth:`RedisCache.lock`, a drop-in for django-redis's (and redis-py's)
-``lock()``: it returns a :class:`~django_rlock._cache_lock.CacheLock`, the core
+``lock()``: it returns a :class:`~django_rlock.backends._cachelock.CacheLock`, the core
 reentrant lock over the cache's connection pool, with redis-py's keywords and
 exceptions. Lock keys are namespaced like cache keys, with the
 cache's ``KEY_PREFIX``, ``VERSION`` and ``KEY_FUNCTION``:
@@ -47,8 +47,11 @@ from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+# Imported for what it registers: the old module path of the cache lock's errors,
+# which a Celery result stored before the move names (see the module).
+from django_rlock import _cache_lock  # noqa: F401
 from django_rlock import _conf as conf
-from django_rlock._cache_lock import CacheLock
+from django_rlock.backends._cachelock import CacheLock
 from django_rlock.core import LockClient
 from django_rlock.core._faces import (
     check_key_prefix,

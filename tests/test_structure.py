@@ -391,6 +391,13 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
         "asyncio's StreamReader shows no unread bytes publicly: none may be left past the"
         " handshake when its socket is taken over"
     ),
+    ("django_rlock.core._sync.locks", "_detector"): (
+        "the waiting shell asks its own lock, an RLock, whose base DeadlockWaiter"
+        " (_protocol/deadlocks.py) holds it for both engines"
+    ),
+    ("django_rlock.core._aio.locks", "_detector"): (
+        "the waiting shell asks its own lock, an AsyncRLock, as the threaded shell does"
+    ),
 }
 
 

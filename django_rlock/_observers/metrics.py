@@ -75,8 +75,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from django_rlock import _conf as conf
+from django_rlock._observers.holdevents import HoldEvents
 from django_rlock.backends._types import AliasAttached, AliasBackend
-from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, forking, watchdog
+from django_rlock.core._faces import GaveUp, Hold, clock, forking, watchdog
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
@@ -225,7 +226,7 @@ class _LockChildren(NamedTuple):
     held: Gauge
 
 
-class LockMetrics:
+class LockMetrics(HoldEvents):
     """Counts the hold events of one backend's locks into the Prometheus series.
 
     Subscribed beside the backend's :class:`~django_rlock._observers.reporting.Reporter`
@@ -234,7 +235,7 @@ class LockMetrics:
     """
 
     def __init__(self, backend: AliasBackend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         _metered.add(backend)
         self._series = _get_series()
         # lock label -> its series' children: ``labels()`` takes a mutex and
@@ -255,27 +256,8 @@ class LockMetrics:
             )
         return children
 
-    def attach(self, registry: HoldRegistry) -> None:
-        """Count the holds of ``registry`` (a lock client's) from now on."""
-        registry.on_acquired(self._acquired)
-        registry.on_released(self._released)
-        registry.on_lost(self._lost)
-        registry.on_gave_up(self._gave_up)
-        registry.on_leaked(self._leaked)
-
-    def detach(self, registry: HoldRegistry) -> None:
-        """Stop counting the holds of ``registry``."""
-        registry.unsubscribe(
-            self._acquired, self._released, self._lost, self._gave_up, self._leaked
-        )
-
-    def _ours(self, lock: object) -> AliasAttached | None:
-        if isinstance(lock, AliasAttached) and lock.backend is self.backend:
-            return lock
-        return None
-
     def _acquired(self, hold: Hold) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is None:
             return
         children = self._of(_label(lock))
@@ -297,7 +279,7 @@ class LockMetrics:
         series.wait.labels(alias, label).observe(event.waited)
 
     def _released(self, hold: Hold) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is None:
             return
         children = self._of(_label(lock))
@@ -315,12 +297,12 @@ class LockMetrics:
         self._series.throttled.labels(self.backend.alias, template or NO_TEMPLATE, outcome).inc()
 
     def _lost(self, hold: Hold) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is not None:
             self._series.lost.labels(self.backend.alias, _label(lock)).inc()
 
     def _leaked(self, hold: Hold, _reason: str) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is not None:
             self._series.leaked.labels(self.backend.alias, _label(lock)).inc()
 

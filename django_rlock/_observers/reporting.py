@@ -29,6 +29,7 @@ import logging
 import weakref
 
 from django_rlock._callsite import caller_location
+from django_rlock._observers.holdevents import HoldEvents
 from django_rlock._observers.metrics import LockMetrics, for_backend
 from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core._faces import GaveUp, Hold, HoldRegistry, clock, lock_order
@@ -54,7 +55,7 @@ def reporter_of(backend: object) -> Reporter | None:
     return _reporters.get(backend)
 
 
-class Reporter:
+class Reporter(HoldEvents):
     """Turns the hold events of one backend's locks into signals and slow-lock log lines.
 
     :meth:`attach` subscribes it to a lock client's registry; it reports only
@@ -65,18 +66,14 @@ class Reporter:
     """
 
     def __init__(self, backend: AliasBackend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         _reporters[backend] = self
         #: The backend's Prometheus metrics; None when ``RLOCK_METRICS`` is unset.
         self.metrics: LockMetrics | None = for_backend(backend)
 
     def attach(self, registry: HoldRegistry) -> None:
         """Report the holds of ``registry`` (a lock client's) from now on."""
-        registry.on_acquired(self._acquired)
-        registry.on_released(self._released)
-        registry.on_lost(self._lost)
-        registry.on_gave_up(self._gave_up)
-        registry.on_leaked(self._leaked)
+        super().attach(registry)
         registry.release_leaked = self.backend.leaked == "release"
         if self.backend.lock_order_check:
             lock_order.watch(registry)
@@ -85,19 +82,12 @@ class Reporter:
 
     def detach(self, registry: HoldRegistry) -> None:
         """Stop reporting the holds of ``registry`` (a client that outlives the backend)."""
-        registry.unsubscribe(
-            self._acquired, self._released, self._lost, self._gave_up, self._leaked
-        )
+        super().detach(registry)
         if self.metrics is not None:
             self.metrics.detach(registry)
 
-    def _ours(self, lock: object) -> AliasAttached | None:
-        if isinstance(lock, AliasAttached) and lock.backend is self.backend:
-            return lock
-        return None
-
     def _acquired(self, hold: Hold) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is None:
             return
         # On the acquiring thread (or task): the call stack is the caller's.
@@ -148,7 +138,7 @@ class Reporter:
         )
 
     def _released(self, hold: Hold) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is None:
             return
         location = hold.location
@@ -180,7 +170,7 @@ class Reporter:
             self.report_lost(hold.locks[0])
 
     def _leaked(self, hold: Hold, reason: str) -> None:
-        lock = self._ours(hold.locks[0]) if hold.locks else None
+        lock = self._lock_of(hold)
         if lock is None:
             return
         backend = self.backend

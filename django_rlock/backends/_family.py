@@ -34,7 +34,7 @@ from django_rlock.backends._locks import AsyncWithTwin
 from django_rlock.backends._threadowned import ThreadOwnedLock
 from django_rlock.backends._types import AliasAttached, AliasBackend
 from django_rlock.core import FairLock, LockClient, ReadLock, ReadWriteLock, WriteLock
-from django_rlock.core._faces import LockOptions, RWKeys, RWScripts
+from django_rlock.core._faces import LockOptions, RWScripts
 from django_rlock.core.aio import (
     AsyncFairLock,
     AsyncLockClient,
@@ -52,32 +52,12 @@ class AliasFairLock(AsyncWithTwin, FairLock):
 
     _noun = "fair lock"
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, **options)
-        self._attach(backend)
-
     def _async_twin(self) -> AsyncLock:
         return self.backend.async_fair_lock(self.name, **self._defaults())
 
 
 class AsyncAliasFairLock(AliasAttached, AsyncFairLock):
     """An ``AsyncFairLock`` of one ``RLOCKS`` alias; see the module."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        name: str,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, **options)
-        self._attach(backend)
 
 
 class _AliasSide(AsyncWithTwin):
@@ -86,17 +66,6 @@ class _AliasSide(AsyncWithTwin):
     #: Which side this is: the attribute of the read-write lock that holds it.
     _side: str
     name: str  # the engine's side sets it
-
-    def __init__(
-        self,
-        client: LockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)  # type: ignore[call-arg,misc]  # the engine's side, next in the MRO
-        self._attach(backend)
 
     def _async_twin(self) -> AsyncLock:
         rw = self.backend.async_read_write_lock(self.name, **self._defaults())
@@ -140,31 +109,16 @@ class AliasReadWriteLock(ReadWriteLock):
         keys = self._build_keys(client.min_replicas, client.key_prefix, name)
         scripts = client.scripts[RWScripts]
         #: The shared side: many owners at once while nobody else writes.
-        self.read = AliasReadLock(client, keys, scripts, backend, **options)
+        self.read = AliasReadLock(client, keys, scripts, backend=backend, **options)
         #: The exclusive side: one owner, and no reader but that owner.
-        self.write = AliasWriteLock(client, keys, scripts, backend, **options)
+        self.write = AliasWriteLock(client, keys, scripts, backend=backend, **options)
 
 
-class _AsyncAliasSide(AliasAttached):
-    """What both sides of an :class:`AsyncAliasReadWriteLock` add to the engine's side."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        keys: RWKeys,
-        scripts: RWScripts,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, keys, scripts, **options)  # type: ignore[call-arg,misc]  # the engine's side, next in the MRO
-        self._attach(backend)
-
-
-class AsyncAliasReadLock(_AsyncAliasSide, AsyncReadLock):
+class AsyncAliasReadLock(AliasAttached, AsyncReadLock):
     """The read side of an :class:`AsyncAliasReadWriteLock`; see the module."""
 
 
-class AsyncAliasWriteLock(_AsyncAliasSide, AsyncWriteLock):
+class AsyncAliasWriteLock(AliasAttached, AsyncWriteLock):
     """The write side of an :class:`AsyncAliasReadWriteLock`; see the module."""
 
 
@@ -188,9 +142,9 @@ class AsyncAliasReadWriteLock(AsyncReadWriteLock):
         keys = self._build_keys(client.engine.min_replicas, client.key_prefix, name)
         scripts = client.scripts[RWScripts]
         #: The shared side: many tasks at once while nobody else writes.
-        self.read = AsyncAliasReadLock(client, keys, scripts, backend, **options)
+        self.read = AsyncAliasReadLock(client, keys, scripts, backend=backend, **options)
         #: The exclusive side: one task, and no reader but that task.
-        self.write = AsyncAliasWriteLock(client, keys, scripts, backend, **options)
+        self.write = AsyncAliasWriteLock(client, keys, scripts, backend=backend, **options)
 
 
 class ThreadOwnedReadWriteLock:

@@ -30,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django_rlock._callsite import caller_location
 from django_rlock._scopes.transactions import end_block
-from django_rlock.backends._types import AliasAttached, AliasBackend
-from django_rlock.core import LockClient, RLock
+from django_rlock.backends._types import AliasAttached
+from django_rlock.core import RLock
 from django_rlock.core._faces import AsyncRedissonRLock, LockOptions, RedissonRLock
-from django_rlock.core.aio import AsyncLockClient, AsyncRLock
+from django_rlock.core.aio import AsyncRLock
 
 if TYPE_CHECKING:
     from django_rlock.backends._types import AsyncLock
@@ -120,17 +120,10 @@ class AsyncWithTwin(AliasAttached):
 
 
 class AliasLock(AsyncWithTwin, RLock):
-    """An :class:`RLock` of one ``RLOCKS`` alias; see the module."""
+    """An :class:`RLock` of one ``RLOCKS`` alias; see the module.
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, **options)
-        self._attach(backend)
+    Built as the engine's (``AliasLock(client, name, backend=backend, **options)``).
+    """
 
     def _async_twin(self) -> AsyncLock:
         return self.backend.async_lock(self.name, **self._defaults())
@@ -138,16 +131,6 @@ class AliasLock(AsyncWithTwin, RLock):
 
 class AsyncAliasLock(AliasAttached, AsyncRLock):
     """An :class:`AsyncRLock` of one ``RLOCKS`` alias; see the module."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        name: str,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, **options)
-        self._attach(backend)
 
 
 class RedissonAliasLock(AliasLock, RedissonRLock):

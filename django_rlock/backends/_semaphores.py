@@ -10,13 +10,12 @@ same over :class:`~django_rlock.core.aio.AsyncSemaphore`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING
 
 from django_rlock.backends._locks import AsyncWithTwin
-from django_rlock.backends._types import AliasAttached, AliasBackend
-from django_rlock.core import LockClient, Semaphore
-from django_rlock.core._faces import LockOptions
-from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
+from django_rlock.backends._types import AliasAttached
+from django_rlock.core import Semaphore
+from django_rlock.core.aio import AsyncSemaphore
 
 if TYPE_CHECKING:
     from django_rlock.backends._types import AsyncLock
@@ -27,31 +26,9 @@ class AliasSemaphore(AsyncWithTwin, Semaphore):
 
     _noun = "semaphore"
 
-    def __init__(
-        self,
-        client: LockClient,
-        name: str,
-        permits: int,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, permits, **options)
-        self._attach(backend)
-
     def _async_twin(self) -> AsyncLock:
         return self.backend.async_semaphore(self.name, self.permits, **self._defaults())
 
 
 class AsyncAliasSemaphore(AliasAttached, AsyncSemaphore):
     """An :class:`AsyncSemaphore` of one ``RLOCKS`` alias; see the module."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        name: str,
-        permits: int,
-        backend: AliasBackend,
-        **options: Unpack[LockOptions],
-    ) -> None:
-        super().__init__(client, name, permits, **options)
-        self._attach(backend)

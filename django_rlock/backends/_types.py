@@ -185,8 +185,10 @@ class AliasAttached:
     (signals, slow log, hold times, metrics): ``isinstance(lock, AliasAttached)``
     tells an alias's lock from a bare engine one.
 
-    Put before the engine's class (``class AsyncAliasLock(AliasAttached, AsyncRLock)``)
-    and call :meth:`_attach` once the engine's ``__init__`` has run.
+    Put before the engine's class (``class AsyncAliasLock(AliasAttached, AsyncRLock)``):
+    it is built with the engine class's own arguments and the alias's
+    ``backend`` (``AsyncAliasLock(client, name, backend=backend, timeout=5)``),
+    so no kind repeats a constructor of its own.
     """
 
     backend: AliasBackend
@@ -203,7 +205,10 @@ class AliasAttached:
             """The lock's name."""
             ...
 
-    def _attach(self, backend: AliasBackend) -> None:
+    def __init__(self, *args: Any, backend: AliasBackend, **options: Unpack[LockOptions]) -> None:
+        # The engine's class, next in the MRO, takes its own arguments (a
+        # lock's client and name; a semaphore's permits; a side's keys and scripts).
+        super().__init__(*args, **options)  # type: ignore[misc]  # not object's: the engine's
         self.backend = backend
         self.location = None
         self.key_template = None

@@ -247,25 +247,27 @@ class RedisLockBackend(BaseLockBackend):
         """A reentrant Redis lock called ``name`` (see :meth:`BaseLockBackend.lock`)."""
         warn_unformatted_from_user(name, stacklevel=2)  # as rlock() warns
         kind = RedissonAliasLock if self.layout == REDISSON else AliasLock
-        return kind(self.client, check_name(name), self, **options)
+        return kind(self.client, check_name(name), backend=self, **options)
 
     def async_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_lock(name, **options)
         kind = AsyncRedissonAliasLock if self.layout == REDISSON else AsyncAliasLock
-        return kind(self._async_client(), check_name(name), self, **options)
+        return kind(self._async_client(), check_name(name), backend=self, **options)
 
     def semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AliasSemaphore:
         """A Redis semaphore called ``name`` (see :meth:`BaseLockBackend.semaphore`)."""
         warn_unformatted_from_user(name, stacklevel=2)
-        return AliasSemaphore(self.client, check_name(name), permits, self, **options)
+        return AliasSemaphore(self.client, check_name(name), permits, backend=self, **options)
 
     def async_semaphore(self, name: str, permits: int, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`semaphore`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_semaphore(name, permits, **options)
-        return AsyncAliasSemaphore(self._async_client(), check_name(name), permits, self, **options)
+        return AsyncAliasSemaphore(
+            self._async_client(), check_name(name), permits, backend=self, **options
+        )
 
     def fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasFairLock:
         """A Redis lock called ``name``, granted in arrival order (see BaseLockBackend).
@@ -273,13 +275,13 @@ class RedisLockBackend(BaseLockBackend):
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
         warn_unformatted_from_user(name, stacklevel=2)
-        return AliasFairLock(self.client, check_name(name), self, **options)
+        return AliasFairLock(self.client, check_name(name), backend=self, **options)
 
     def async_fair_lock(self, name: str, **options: Unpack[LockOptions]) -> AsyncLock:
         """The asyncio twin of :meth:`fair_lock`, owned by the current task (no thread hop)."""
         if not self._native_async():
             return super().async_fair_lock(name, **options)
-        return AsyncAliasFairLock(self._async_client(), check_name(name), self, **options)
+        return AsyncAliasFairLock(self._async_client(), check_name(name), backend=self, **options)
 
     def read_write_lock(self, name: str, **options: Unpack[LockOptions]) -> AliasReadWriteLock:
         """A Redis read-write lock called ``name`` (see :meth:`BaseLockBackend.read_write_lock`).
@@ -287,7 +289,7 @@ class RedisLockBackend(BaseLockBackend):
         Refused (ValueError) on an alias with ``MIN_REPLICAS``, as the engine's is.
         """
         warn_unformatted_from_user(name, stacklevel=2)
-        return AliasReadWriteLock(self.client, check_name(name), self, **options)
+        return AliasReadWriteLock(self.client, check_name(name), backend=self, **options)
 
     def async_read_write_lock(
         self, name: str, **options: Unpack[LockOptions]
@@ -295,7 +297,9 @@ class RedisLockBackend(BaseLockBackend):
         """The asyncio twin of :meth:`read_write_lock`, each side owned by the current task."""
         if not self._native_async():
             return super().async_read_write_lock(name, **options)
-        return AsyncAliasReadWriteLock(self._async_client(), check_name(name), self, **options)
+        return AsyncAliasReadWriteLock(
+            self._async_client(), check_name(name), backend=self, **options
+        )
 
     def rate_limiter(self, name: str, rate: str, burst: int | None = None) -> AliasRateLimiter:
         """A Redis rate limiter called ``name`` (see :meth:`BaseLockBackend.rate_limiter`)."""

@@ -23,7 +23,7 @@ uses it.
 # permit's holder), and the options a handle passes through.
 from django_rlock.core._aio.redisson import AsyncRedissonRLock
 from django_rlock.core._protocol.lock import LockOptions
-from django_rlock.core._protocol.rwlock import RWKeys, RWScripts
+from django_rlock.core._protocol.rwlock import RWScripts
 from django_rlock.core._protocol.semaphore import SemaphoreBase
 from django_rlock.core._sync.redisson import RedissonRLock
 

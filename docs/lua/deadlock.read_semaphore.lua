@@ -1,12 +1,16 @@
 -- deadlock.read_semaphore: generated from django_rlock/core/_protocol (do not edit)
-local holders = {}
-local members = redis.call('smembers', KEYS[1])
-table.sort(members)
-for _, member in ipairs(members) do
-    local fields = redis.call('hgetall', ARGV[1] .. member)
-    if #fields > 0 then
-        table.insert(holders, member)
-        table.insert(holders, fields)
+local function live_owners(index, prefix)
+    local live = {}
+    local members = redis.call('smembers', index)
+    table.sort(members)
+    for _, owner in ipairs(members) do
+        local fields = redis.call('hgetall', prefix .. owner)
+        if #fields > 0 then
+            table.insert(live, owner)
+            table.insert(live, fields)
+        end
     end
+    return live
 end
-return holders
+
+return live_owners(KEYS[1], ARGV[1])

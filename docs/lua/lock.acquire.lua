@@ -61,20 +61,26 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     if starving then
         sleep = -sleep
     end
-    local asked = '~w:' .. ARGV[3]
-    local since = 0
-    if not starving then
-        since = now
-        local before = redis.call('hget', KEYS[1], asked)
-        if before then
-            local one = string.find(before, '\n', 1, true)
-            local two = string.find(before, '\n', one + 1, true)
-            local three = string.find(before, '\n', two + 1, true)
-            since = tonumber(string.sub(before, two + 1, three - 1)) or now
-        end
+    local function read_hand_over(entry)
+        local one = string.find(entry, '\n', 1, true)
+        local two = string.find(entry, '\n', one + 1, true)
+        local three = string.find(entry, '\n', two + 1, true)
+        return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+            tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
     end
-    redis.call('hset', KEYS[1], asked, ARGV[1] .. '\n' .. ARGV[2] .. '\n'
-               .. string.format('%.0f', since) .. '\n' .. ARGV[8])
+    if string.sub(ARGV[3], 1, 1) == '@' then
+        local asked = '~w:' .. ARGV[3]
+        local since = 0
+        if not starving then
+            since = now
+            local before = redis.call('hget', KEYS[1], asked)
+            if before then
+                since = select(3, read_hand_over(before)) or now
+            end
+        end
+        redis.call('hset', KEYS[1], asked, ARGV[1] .. '\n' .. ARGV[2] .. '\n'
+                   .. string.format('%.0f', since) .. '\n' .. ARGV[8])
+    end
     if pttl >= 0 and pttl < sleep then
         sleep = pttl
     end

@@ -26,6 +26,13 @@ end
 
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local function read_hand_over(entry)
+    local one = string.find(entry, '\n', 1, true)
+    local two = string.find(entry, '\n', one + 1, true)
+    local three = string.find(entry, '\n', two + 1, true)
+    return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+        tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
+end
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 local entry = first and redis.call('hget', KEYS[1], '~w:' .. first)
@@ -34,19 +41,25 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
-local one, two, three
+local owner, life, since, holder
 if starving then
-    one = string.find(entry, '\n', 1, true)
-    two = string.find(entry, '\n', one + 1, true)
-    three = string.find(entry, '\n', two + 1, true)
-    if now - tonumber(string.sub(entry, two + 1, three - 1)) < 5 then
+    owner, life, since, holder = read_hand_over(entry)
+    if now - since < 5 then
         starving = nil
     end
 end
+local heard = starving and ARGV[2] == 'publish'
+        and redis.pcall('pubsub', 'numsub', KEYS[2] .. ':' .. starving)
+if starving and (not heard or heard.err or heard[2] == 0) then
+    redis.call('zrem', KEYS[3], first)
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
+    first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not first then
+        return 0
+    end
+    starving = nil
+end
 if starving then
-    local owner = string.sub(entry, 1, one - 1)
-    local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, three + 1)
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local last = tonumber(mine[3] or '0') or 0
     if token <= last then
@@ -61,14 +74,8 @@ if starving then
     end
     redis.call('pexpire', KEYS[1], life)
     redis.call('zrem', KEYS[3], first)
-    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
-        return 0
-    end
-    redis.call('del', KEYS[1])
-    first = redis.call('zrange', KEYS[3], 0, 0)[1]
-    if not first then
-        return 0
-    end
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence)
+    return 0
 end
 local wake = string.match(first, '^([@&][^:]*):')
 if wake then

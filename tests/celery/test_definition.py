@@ -9,7 +9,7 @@ from celery import Celery
 
 from celery_rlock import LockedTask, locked
 from celery_rlock._decorators import options_of
-from celery_rlock._guard import LockOptions
+from celery_rlock._guard import TaskLockOptions
 from django_rlock import locked as django_locked
 from tests.celery import app as test_app
 
@@ -86,7 +86,7 @@ def test_django_rlock_locked_above_the_task_decorator_says_what_to_write() -> No
 def test_django_rlock_locked_under_the_task_decorator_keeps_the_task() -> None:
     task = test_app.critical_django_decorated
     assert hasattr(task, "delay")
-    assert options_of(task) == LockOptions.build(
+    assert options_of(task) == TaskLockOptions.build(
         "crit:{run}", task.run, timeout=None, lease=None, using="default"
     )
 

@@ -8,14 +8,17 @@ difference from redis-py's semantics fails here.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
+import pickle
 import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import celery
 import pytest
 import redis
 from django.core.cache import caches
@@ -23,7 +26,8 @@ from django.test import Client
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locks
-from django_rlock._cache_lock import CacheLock
+from django_rlock.backends import _cachelock
+from django_rlock.backends._cachelock import CacheLock
 from django_rlock.cache import RedisCache
 from django_rlock.core import LockLostError, LockNotOwnedError, LockTimeout, RLock
 from django_rlock.exceptions import LockSettingError
@@ -245,6 +249,41 @@ def test_cache_lock_errors_are_django_rlock_errors_too() -> None:
             pass
     assert isinstance(busy.value, redis.exceptions.LockError)
     assert busy.value.retry_after is not None
+
+
+#: ``CacheLockTimeout("busy", name="report:1", retry_after=2.0)`` pickled (protocol 0)
+#: when the cache lock lived in ``django_rlock/_cache_lock.py`` (commit aeac071):
+#: what a Celery result stored by that version with the pickle serializer holds.
+PICKLED_BEFORE_THE_MOVE = (
+    b"cdjango_rlock.core.exceptions\n_rebuild\np0\n(cdjango_rlock._cache_lock\n"
+    b"CacheLockTimeout\np1\n(Vbusy\np2\ntp3\n(dp4\nVname\np5\nVreport:1\np6\n"
+    b"sVretry_after\np7\nF2.0\nsVmessage\np8\ng2\nsVlock_name\np9\ng6\nstp10\nRp11\n."
+)
+
+
+def test_an_error_pickled_under_the_cache_locks_old_path_still_loads() -> None:
+    loaded = pickle.loads(PICKLED_BEFORE_THE_MOVE)
+    assert type(loaded) is _cachelock.CacheLockTimeout
+    assert (str(loaded), loaded.name, loaded.lock_name, loaded.retry_after) == (
+        "busy",
+        "report:1",
+        "report:1",
+        2.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "error", ["CacheLockTimeout", "CacheLockNotOwnedError", "CacheLockLostError"]
+)
+def test_celery_loads_an_error_stored_in_json_under_the_cache_locks_old_path(error: str) -> None:
+    # Celery's JSON reader looks the module up among those imported only: the
+    # cache face imports the old path, so a process that uses it can read it.
+    importlib.import_module("django_rlock.cache")
+    app = celery.Celery("old-results", set_as_current=False)
+    stored = {"exc_type": error, "exc_module": "django_rlock._cache_lock", "exc_message": ["x"]}
+    loaded = app.backend.exception_to_python(stored)
+    assert type(loaded) is getattr(_cachelock, error)
+    assert str(loaded) == "x"
 
 
 @pytest.mark.usefixtures("redis_caches")

@@ -28,6 +28,7 @@ from tests.django.conftest import HANG
 from tests.django.deadlock_views import MEET, STEPS
 from tests.django.test_transactions import wsgi_workers
 from tests.postgres import PostgresServer, settings_for_child
+from tests.threads import run_to_end
 
 ON_POSTGRES = pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 
@@ -96,11 +97,7 @@ def test_the_victim_rolls_back_and_the_other_view_commits(
             threading.Thread(target=call, args=(ports[1], "b", "a")),
         ]
         started = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(MEET + 2 * HANG)
-            assert not thread.is_alive(), "a request still waits for its answer"
+        run_to_end(threads, MEET + 2 * HANG, "a request still waits for its answer")
         elapsed = time.monotonic() - started
     statuses = {who: status for who, (status, _headers) in answers.items()}
     print(f"{view}: {statuses} in {elapsed:.3f}s (deadlock_timeout {DEADLOCK_TIMEOUT}s)")

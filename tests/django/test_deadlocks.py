@@ -22,6 +22,7 @@ from django_rlock.core import LockClient
 from django_rlock.exceptions import LockSettingError
 from django_rlock.signals import lock_deadlock
 from tests.django.conftest import HANG, Heard
+from tests.threads import run_to_end
 
 
 def client_of(alias: str) -> LockClient:
@@ -48,11 +49,7 @@ def opposite_order(using: str = "default") -> list[str]:
         threading.Thread(target=member, args=("a", "b")),
         threading.Thread(target=member, args=("b", "a")),
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG)
     return sorted(outcomes)
 
 
@@ -154,11 +151,7 @@ def test_a_locked_view_answers_its_deadlock_as_a_busy_lock(
         threading.Thread(target=member, args=("b", "a")),
     ]
     with caplog.at_level(logging.WARNING, logger="django_rlock.lock"):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(HANG)
-            assert not thread.is_alive()
+        run_to_end(threads, HANG)
     assert_busy_answer(responses)
     assert_cycle_logged(caplog, "a", "b")
 
@@ -261,10 +254,7 @@ def test_a_broken_deadlock_counts_in_django_rlock_deadlocks_total(
         threading.Thread(target=member, args=("a", "b")),
         threading.Thread(target=member, args=("b", "a")),
     ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG)
+    run_to_end(threads, HANG)
     assert sorted(outcomes) == ["deadlock", "granted"]
     assert counted("django_rlock_deadlocks_total", **labels) == before + 1
     after = counted("django_rlock_acquisitions_total", **labels, outcome="deadlock")

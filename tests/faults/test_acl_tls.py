@@ -202,6 +202,11 @@ def test_each_missing_permission_fails_with_a_clear_noperm(
         # its waiters left: what shows is the channels left subscribed.
         assert leaked
         return
+    if missing == "pubsub|numsub":
+        # The release asks for it with pcall: without it (an ACL written for an
+        # older version), a starving waiter is woken instead of handed the lock.
+        assert error is None, error
+        return
     if missing == "subscribe":
         # Waiting falls back to PTTL waits (a release may no longer wake
         # anyone early), and the log says why.
@@ -230,7 +235,7 @@ def test_minimal_acl_line_is_what_the_readme_shows() -> None:
         "+evalsha +script|load +subscribe +unsubscribe +exists +hexists +hget +hset "
         "+hincrby +pttl +pexpire +get +set +del +zadd +zrem +zrange "
         "+zremrangebyscore +zcard +publish +time +sadd +srem +smembers +zscore +hdel +hgetall "
-        "+hmget"
+        "+hmget +pubsub|numsub"
     )
 
 

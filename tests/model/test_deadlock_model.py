@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from django_rlock.core import DeadlockError, LockClient
+from tests.threads import run_to_end
 
 pytestmark = [pytest.mark.slow]
 
@@ -156,11 +157,7 @@ def run(redis_url: str, *, ordered: bool, seed: int, threads: int, units: int) -
             threading.Thread(target=guarded, args=(i,), name=f"w{i}", daemon=True)
             for i in range(threads)
         ]
-        for thread in workers:
-            thread.start()
-        for thread in workers:
-            thread.join(HANG)
-            assert not thread.is_alive(), "a worker hung"
+        run_to_end(workers, HANG, "a worker hung")
     return history
 
 

@@ -28,6 +28,7 @@ import redis
 from django_rlock.core import DeadlockError, LockClient
 from django_rlock.core.aio import AsyncLockClient
 from tests.children import python_module, read_answer
+from tests.threads import run_to_end
 
 #: The detection delay the tests use (seconds).
 DEADLOCK_TIMEOUT = 0.5
@@ -84,11 +85,7 @@ def run_cycle(pairs: list[tuple[Take, Take]]) -> Member:
     """Members taking each pair in turn; returns the one victim after checking the others."""
     barrier = threading.Barrier(len(pairs))
     members = [Member(first, second, barrier) for first, second in pairs]
-    for member in members:
-        member.start()
-    for member in members:
-        member.join(HANG)
-        assert not member.is_alive(), "a member of the cycle hung"
+    run_to_end(members, HANG, "a member of the cycle hung")
     outcomes = [member.outcome for member in members]
     assert sorted(outcomes, key=str) == sorted(
         ["deadlock"] + ["granted"] * (len(pairs) - 1), key=str
@@ -350,11 +347,7 @@ def test_two_multilocks_in_opposite_order_both_finish(client: LockClient, r: red
             outcomes.append(f"failed: {error!r}")
 
     threads = [threading.Thread(target=take, args=order) for order in ((a, b), (b, a))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG * 2)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG * 2)
     assert outcomes == ["done", "done"]
     assert no_edges_left(r)
 
@@ -400,11 +393,7 @@ def test_readers_and_writers_under_contention_never_deadlock(
             errors.append(error)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG * 2)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG * 2)
     assert errors == []
     assert no_edges_left(r)
 
@@ -484,11 +473,7 @@ def test_fair_locks_in_one_global_order_never_deadlock(client: LockClient, r: re
             errors.append(error)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG * 2)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG * 2)
     assert errors == []
     assert no_edges_left(r)
 
@@ -536,10 +521,6 @@ def test_a_long_chain_through_every_kind_to_a_slow_holder_never_deadlocks(
     threads = [threading.Thread(target=slow, daemon=True)]
     threads += [threading.Thread(target=link, args=pair, daemon=True) for pair in links]
     threads += [threading.Thread(target=last, daemon=True)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG)
     assert errors == []
     assert no_edges_left(r)

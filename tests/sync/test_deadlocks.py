@@ -21,6 +21,7 @@ import redis
 from django_rlock.core import DeadlockError, LockClient, LockError, LockTimeout
 from django_rlock.core.aio import AsyncLockClient
 from tests.children import python_module, read_answer
+from tests.threads import run_to_end
 
 #: The detection delay the tests use (seconds).
 DEADLOCK_TIMEOUT = 0.5
@@ -77,11 +78,7 @@ def run_ring(client: LockClient, names: list[str]) -> list[Member]:
     members = [
         Member(client, names[i], names[(i + 1) % len(names)], barrier) for i in range(len(names))
     ]
-    for member in members:
-        member.start()
-    for member in members:
-        member.join(HANG)
-        assert not member.is_alive(), "a member of the cycle hung"
+    run_to_end(members, HANG, "a member of the cycle hung")
     return members
 
 
@@ -248,10 +245,7 @@ def test_the_victim_is_the_call_that_began_last(client: LockClient) -> None:
                 outcomes["late"] = "deadlock"
 
     threads = [threading.Thread(target=early), threading.Thread(target=late)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG)
+    run_to_end(threads, HANG)
     assert outcomes == {"early": "granted", "late": "deadlock"}
 
 
@@ -302,11 +296,7 @@ def test_a_long_acyclic_chain_never_deadlocks(client: LockClient, r: redis.Redis
             errors.append(error)
 
     threads = [threading.Thread(target=member, args=(i,)) for i in range(size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(HANG)
-        assert not thread.is_alive()
+    run_to_end(threads, HANG)
     assert errors == []
     assert no_edges_left(r)
 
@@ -332,11 +322,7 @@ def test_heavy_contention_in_one_global_order_never_deadlocks(
                 errors.append(error)
 
         threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-            assert not thread.is_alive()
+        run_to_end(threads, 120)
     assert errors == []
     assert no_edges_left(r)
 
@@ -362,10 +348,7 @@ def test_detection_off_never_raises(r: redis.Redis, redis_url: str) -> None:
             threading.Thread(target=member, args=("u", "v")),
             threading.Thread(target=member, args=("v", "u")),
         ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(HANG)
+        run_to_end(threads, HANG)
     assert "deadlock" not in outcomes
     assert "timeout" in outcomes
     assert no_edges_left(r)
@@ -463,11 +446,7 @@ def test_random_order_every_deadlock_is_broken_and_every_unit_finishes(
                         broken.append(error)
 
         threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-            assert not thread.is_alive(), "a cycle was never broken"
+        run_to_end(threads, 120, "a cycle was never broken")
     assert len(finished) == 4 * 8
     assert all(isinstance(error, DeadlockError) for error in broken)
     assert no_edges_left(r)

@@ -119,6 +119,50 @@ def test_no_lock_is_handed_to_a_waiter_whose_channel_nobody_listens_on(
     assert r.zcard("test:{handed}:waiters") == 0
 
 
+def test_a_pattern_subscriber_does_not_count_as_the_waiter(
+    r: redis.Redis, lock_client: LockClient
+) -> None:
+    """A starving waiter whose process is gone, beside a PSUBSCRIBE that matches its channel.
+
+    The publish's own count includes the pattern subscriber (a monitoring
+    tool's ``PSUBSCRIBE *``); the grant must not stand on it, nor may a message
+    naming a token go out for a grant that does not stand.
+    """
+    _hold(r, "owner-1", **{"~w:@gone:1": "owner-2\n30000\n0\n"})
+    r.zadd("test:{handed}:waiters", {"@gone:1": time.time() * 1000 + 60_000})
+    watcher = r.pubsub()
+    try:
+        watcher.psubscribe("test:{handed}:released*")
+        assert watcher.get_message(timeout=BOUND) is not None  # the confirmation
+        scripts = lock_client.scripts[LockScripts]
+        keys = ["test:{handed}", "test:{handed}:released", "test:{handed}:waiters"]
+        assert scripts.release(keys=keys, args=["owner-1", "publish", "1"]) == 0
+        message = watcher.get_message(timeout=BOUND)
+    finally:
+        watcher.close()
+    assert not r.exists("test:{handed}")  # free, not handed to owner-2
+    assert message is not None
+    assert message["data"] == b"@gone:1"  # woken, told of no grant
+
+
+def test_a_wake_only_waiter_writes_no_request_into_the_holders_hash(
+    r: redis.Redis, lock_client: LockClient
+) -> None:
+    """A cluster's waiters ('&') are never handed a lock: their attempts ask for none."""
+    scripts = lock_client.scripts[LockScripts]
+    keys = ["test:{handed}", "test:{handed}:waiters", "test:{handed}:req"]
+    _hold(r, "owner-1")
+    for waiter_id, rid in (("&w:1", "8"), ("@w:2", "9")):
+        wait = scripts.acquire(
+            keys=keys, args=["owner-2", 30_000, waiter_id, -1000, rid, 0, "0", ""]
+        )
+        assert isinstance(wait, int) and wait > 0  # busy: registered, not granted
+    assert r.zcard("test:{handed}:waiters") == 2
+    fields = cast("list[bytes]", r.hkeys("test:{handed}"))
+    asked = {name for name in fields if name.startswith(b"~w:")}
+    assert asked == {b"~w:@w:2"}  # the '@' waiter's request only
+
+
 def test_a_waiter_that_leaves_takes_its_request_out_of_the_holders_hash(
     r: redis.Redis, lock_client: LockClient
 ) -> None:

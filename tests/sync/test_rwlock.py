@@ -33,6 +33,7 @@ from django_rlock.core import (
 )
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.rwlock import RWKeys
+from tests.threads import run_to_end
 
 
 def in_thread(call: object, *args: object) -> object:
@@ -65,10 +66,7 @@ def test_many_readers_hold_it_at_once(lock_client: LockClient) -> None:
             seen.append(rw.read.owned() and rw.read.locked() and not rw.write.locked())
 
     threads = [threading.Thread(target=read) for _ in range(readers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_to_end(threads, 30)
     assert seen == [True] * readers
     assert not rw.read.locked()
 
@@ -414,10 +412,7 @@ def test_no_write_overlaps_any_other_hold(redis_url: str, r: redis.Redis) -> Non
 
     threads = [threading.Thread(target=worker, args=(number,)) for number in range(6)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        run_to_end(threads, 120)
     finally:
         for client in clients:
             client.close()

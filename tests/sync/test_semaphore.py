@@ -23,6 +23,7 @@ from django_rlock.core._protocol.semaphore import SemaphoreScripts, permit_key
 from django_rlock.core.aio import AsyncLockClient, AsyncSemaphore
 from tests.children import python_module, read_answer
 from tests.owners import acquire_in_task
+from tests.threads import run_to_end
 from tests.waking import seconds_to_wake
 
 #: A generous bound for what should take milliseconds: far below the 30 s a
@@ -108,10 +109,7 @@ def test_at_most_n_threads_hold_a_permit_at_once(lock_client: LockClient) -> Non
         done.append(True)
 
     threads = [threading.Thread(target=work) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    run_to_end(threads, 60)
     assert len(done) == 8
     assert most == 3
     assert semaphore.available() == 3

@@ -139,14 +139,30 @@ def _move_slot_by_hand(cluster: Cluster, slot: int, source: RedisServer) -> Redi
     return target
 
 
+#: How long a takeover keeps the old master's writes paused at most, in ms
+#: (ended as soon as it has stepped down).
+TAKEOVER_PAUSE_MS = 60_000
+
+
 def _failover(cluster: Cluster, slot: int, *, takeover: bool = False) -> RedisServer:
     """Promote the replica of ``slot``'s master (returned) once the old master has stepped down.
 
     ``takeover``: ``CLUSTER FAILOVER TAKEOVER``, which needs neither the
     master's handshake nor the other masters' votes, so a loaded machine's
-    late cluster bus cannot stall it; writes the old master takes meanwhile
-    are lost, so only for a test in which nobody can be granted the lock.
-    Else a manual failover, the master paused until its replica has caught up.
+    late cluster bus cannot stall it. Else a manual failover, the master
+    paused until its replica has caught up.
+
+    Either way no acknowledged write is lost: what a test asserts is how
+    clients go through a failover, not what Redis does not promise. A
+    takeover drops every write its replica has not received (replication is
+    asynchronous; only ``min_replicas`` guards a grant against that): a lock
+    renewal, a queue entry, a grant acknowledged by the old master between a
+    ``WAIT`` and the takeover, or all of them when the ``WAIT`` timed out, and
+    a holder or waiter would then rightly find its lock gone. So the old
+    master's writes are paused (``CLIENT PAUSE WRITE``: the lock scripts and
+    publishes sent to it wait, then are redirected to the new master) and the
+    replica has acknowledged all it took before the takeover; the pause ends
+    once the old master has stepped down.
     """
     master = _owner_of(cluster, slot, cluster.nodes[0])
 
@@ -160,24 +176,34 @@ def _failover(cluster: Cluster, slot: int, *, takeover: bool = False) -> RedisSe
     wait_until(replica_in_sync, 20, "a replica in sync")
     promoted = _replica_of(cluster, master)
     if takeover:
-        # A takeover drops what the replica has not received yet: the grants
-        # and queue entries written so far must be there first (a loaded
-        # machine's replication lags).
-        _command(master, "WAIT", "1", "5000")
-    # The replica sends its master a manual failover's request only over a live
-    # cluster bus link, which a loaded machine may have just dropped (a ping
-    # answered late): the request is lost, and the failover times out after
-    # 5 s. Asked again after that, it starts afresh.
-    for _ in range(4):  # bounded
-        _command(promoted, "CLUSTER", "FAILOVER", *(["TAKEOVER"] if takeover else []))
-        try:
-            wait_until(lambda: _owner_of(cluster, slot, promoted) is promoted, 6, "the failover")
-            break
-        except TimeoutError:
-            continue
-    else:
-        raise AssertionError(f"{promoted.port} did not take over from {master.port}")
-    wait_until(lambda: not _is_master(master), 30, "the old master stepping down")
+        _command(master, "CLIENT", "PAUSE", TAKEOVER_PAUSE_MS, "WRITE")
+    try:
+        if takeover:
+            # Nothing is written now: once acknowledged, the replica has it all.
+            for _ in range(10):  # bounded: 10 s for a loaded machine's replica to answer
+                if _command(master, "WAIT", "1", "1000") == 1:
+                    break
+            else:
+                raise AssertionError(f"the replica {promoted.port} did not catch up")
+        # The replica sends its master a manual failover's request only over a live
+        # cluster bus link, which a loaded machine may have just dropped (a ping
+        # answered late): the request is lost, and the failover times out after
+        # 5 s. Asked again after that, it starts afresh.
+        for _ in range(4):  # bounded
+            _command(promoted, "CLUSTER", "FAILOVER", *(["TAKEOVER"] if takeover else []))
+            try:
+                wait_until(
+                    lambda: _owner_of(cluster, slot, promoted) is promoted, 6, "the failover"
+                )
+                break
+            except TimeoutError:
+                continue
+        else:
+            raise AssertionError(f"{promoted.port} did not take over from {master.port}")
+        wait_until(lambda: not _is_master(master), 30, "the old master stepping down")
+    finally:
+        if takeover:
+            _command(master, "CLIENT", "UNPAUSE")
     return promoted
 
 

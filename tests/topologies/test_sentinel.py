@@ -5,6 +5,7 @@ The failover test is last: it leaves the old master dead and the replica promote
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.sentinel import SentinelConnectionPool
 
 from django_rlock.core import LockClient, LockNotReplicatedError, LockUnavailableError
+from django_rlock.core._sync.waiting import ReleaseListener
 from tests.topologies.builders import SentinelGroup, wait_until
 from tests.topologies.conftest import running
 
@@ -104,6 +106,61 @@ def test_min_replicas_with_the_replica_stopped_fails_and_leaves_no_key(
     finally:
         group.replica.start()
         wait_until(group.replica_in_sync, 20, "the replica to sync again")
+
+
+def test_a_waiter_listening_on_a_replica_is_never_handed_a_lock(
+    group: SentinelGroup, master: redis.Redis
+) -> None:
+    """A listener on a replica hears the master's PUBLISH (replication) but is not counted.
+
+    Where a failover leaves it: a demoted master's subscriber, or one whose
+    reconnection asked a sentinel that had not heard of the failover yet. The
+    release must not hand it the lock on the strength of a message it hears
+    while the master counts it out (the grant would be undone, the waiter
+    would hold a lock nobody granted); it is woken, and takes the lock with
+    its own acquire.
+    """
+    with (
+        LockClient(group.url, key_prefix="test") as holder_client,
+        LockClient(group.url, key_prefix="test") as waiter_client,
+        LockClient(group.url, key_prefix="test") as other_client,
+    ):
+        waiter_client.listener.close()
+        on_replica = group.replica.client()
+        waiter_client.listener = ReleaseListener(on_replica)
+        held = holder_client.lock("replica-listener")
+        assert held.acquire()
+        waiting = waiter_client.lock("replica-listener")
+        seen: dict[str, object] = {}
+
+        def try_other() -> None:
+            seen["other"] = other_client.lock("replica-listener").acquire(blocking=False)
+
+        def wait() -> None:
+            try:
+                if waiting.acquire(timeout=30):
+                    seen["handoff"] = master.hget(held.keys.hash, "~handoff")
+                    # Held for real: another owner (another thread) cannot take it meanwhile.
+                    other = threading.Thread(target=try_other)
+                    other.start()
+                    other.join(20)
+                    waiting.release()
+                    seen["released"] = True
+            except Exception as error:  # noqa: BLE001 -- reported by the test thread
+                seen["error"] = error
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        wait_until(lambda: master.zcard(held.keys.waiters) == 1, 20, "the waiter registered")
+        time.sleep(0.05)  # it has waited past STARVING_AFTER: the release would hand it over
+        held.release()
+        thread.join(40)
+        on_replica.close()
+    assert not thread.is_alive()
+    assert "error" not in seen, seen
+    assert seen.get("released") is True
+    assert seen["other"] is False  # no overlap
+    assert seen["handoff"] is None  # granted by its own acquire, not handed
 
 
 def test_failover_the_client_keeps_working(group: SentinelGroup, master: redis.Redis) -> None:

@@ -54,11 +54,10 @@ from django_rlock.core._protocol.calls import (
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
-    LOCK,
     Cycle,
     DeadlockScripts,
+    DeadlockWaiter,
     Detector,
-    Wait,
     deadlock_error,
 )
 from django_rlock.core._protocol.lock import (
@@ -83,7 +82,7 @@ T = TypeVar("T")
 logger = logging.getLogger("django_rlock.lock")
 
 
-class AsyncRLock(LockBase):
+class AsyncRLock(DeadlockWaiter, LockBase):
     """A reentrant distributed lock for asyncio; get one from :meth:`AsyncLockClient.lock`."""
 
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
@@ -251,17 +250,6 @@ class AsyncRLock(LockBase):
         await self._abandon_sender()(keys=call.keys, args=call.args)
 
     # -- deadlock detection (see _protocol/deadlocks.py) ---------------------------
-
-    def _detector(self, owner: str, started: float) -> Detector:
-        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
-        every = self._deadlock_timeout
-        if every is None:
-            raise RuntimeError(f"{self!r} does not look for deadlocks")
-        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
-
-    def _deadlock_wait(self) -> Wait:
-        """What a waiter of this lock waits for, as its wait edge says (each kind its own)."""
-        return Wait(LOCK, self.keys.hash)
 
     async def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the task's wait edge, then look for a cycle (as :class:`RLock`'s)."""

@@ -12,17 +12,12 @@ at the ``task-``).
 from __future__ import annotations
 
 from django_rlock.core._aio.locks import AsyncRLock
-from django_rlock.core._protocol.deadlocks import REDISSON, Wait
 from django_rlock.core._protocol.lock import KindScripts
 from django_rlock.core._protocol.redisson import RedissonBase, RedissonScripts, nothing_to_leave
 
 
 class AsyncRedissonRLock(RedissonBase, AsyncRLock):
     """An :class:`AsyncRLock` that a Java service's Redisson ``RLock`` of the same name shares."""
-
-    def _deadlock_wait(self) -> Wait:
-        """Redisson's lock is its name; a Java holder writes no edge (a search stops there)."""
-        return Wait(REDISSON, self.name)
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[RedissonScripts]

@@ -26,15 +26,15 @@ channel, which every waiter still listens to, as do the messages of older
 versions' releases and the empty message that wakes everyone: old and new
 processes wake each other during a rolling upgrade. A release may also hand
 the lock to a starving waiter whose wake name begins with :data:`WAKE_MARK`
-(``lua._HAND_OVER``), trusting its (S)PUBLISH's count of subscribers that
-heard it; a listener whose messages can reach a waiter the count leaves out
-(a cluster: a node counts its own subscribers, while a PUBLISH before Redis 7
-reaches every node and an SPUBLISH reaches the shard's replicas, where a
-waiter may still be subscribed while its slot fails over) names its waiters
-with :data:`WAKE_ONLY_MARK`: woken on their wake channel, never handed a
-lock. The wake channel follows
-the release channel's hash tag, so on a cluster both are in the lock's slot
-and one SSUBSCRIBE on the node owning it takes both.
+(``lua._HAND_OVER``), when the server counts a subscriber on the waiter's
+wake channel (asked before the message goes out, so a waiter the count leaves
+out, on a replica, hears a plain wake-up, never a grant that does not stand).
+A cluster's listener names its waiters with :data:`WAKE_ONLY_MARK`: woken on
+their wake channel, never handed a lock (a node counts its own subscribers,
+while a PUBLISH before Redis 7 reaches every node and an SPUBLISH the shard's
+replicas, where a waiter may still be subscribed while its slot fails over).
+The wake channel follows the release channel's hash tag, so on a cluster both
+are in the lock's slot and one SSUBSCRIBE on the node owning it takes both.
 
 A refused (S)SUBSCRIBE (an ACL that allows PUBLISH but not SUBSCRIBE, a slot
 that moved) leaves the connection sound: reconnecting would be refused again.

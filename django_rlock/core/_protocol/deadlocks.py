@@ -95,12 +95,12 @@ import secrets
 import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from django_rlock.core._process.holder import holder_line, is_holder_field, read_holder
-from django_rlock.core._protocol import clock
+from django_rlock.core._protocol import clock, layouts
 from django_rlock.core._protocol.calls import ScriptCall
-from django_rlock.core._protocol.lock import MakeScript, ScriptSet
+from django_rlock.core._protocol.lock import LockEngine, MakeScript, ScriptSet
 from django_rlock.core._protocol.names import LockKeys, milliseconds
 from django_rlock.core._protocol.redisson import redisson_keys
 from django_rlock.core.exceptions import DeadlockError
@@ -135,44 +135,52 @@ return {redis.call('get', KEYS[2]), redis.call('hgetall', KEYS[1]), redis.call('
 """
 
 
+# Defines `live_owners(index, prefix)`: {owner, {field, value, ...}, ...}, each
+# member of the set `index` (sorted) whose hash `prefix .. owner` still exists,
+# with that hash. The read-write lock's readers and the semaphore's holders
+# are kept alike: an index of owners, one hash each.
+_LIVE_OWNERS = """
+local function live_owners(index, prefix)
+    local live = {}
+    local members = redis.call('smembers', index)
+    table.sort(members)
+    for _, owner in ipairs(members) do
+        local fields = redis.call('hgetall', prefix .. owner)
+        if #fields > 0 then
+            table.insert(live, owner)
+            table.insert(live, fields)
+        end
+    end
+    return live
+end
+"""
+
+
 # KEYS[1] write hash, KEYS[2] write fencing counter, KEYS[3] readers index
 # ARGV[1] the read keys' common prefix
 # Returns {token or nil, {field, value, ...} of the write hash,
 #   {owner, {field, value, ...} of its read key, ...} of the live readers,
 #   sorted}: read at one instant.
-READ_RW = """
-local readers = {}
-local members = redis.call('smembers', KEYS[3])
-table.sort(members)
-for _, reader in ipairs(members) do
-    local fields = redis.call('hgetall', ARGV[1] .. reader)
-    if #fields > 0 then
-        table.insert(readers, reader)
-        table.insert(readers, fields)
-    end
-end
+READ_RW = (
+    _LIVE_OWNERS
+    + """
+local readers = live_owners(KEYS[3], ARGV[1])
 local token = redis.call('hget', KEYS[1], '~t') or redis.call('get', KEYS[2])
 return {token, redis.call('hgetall', KEYS[1]), readers}
 """
+)
 
 
 # KEYS[1] the semaphore's index
 # ARGV[1] the permit hashes' common prefix
 # Returns {owner, {field, value, ...} of its permit hash, ...}: every live
 #   holder (sorted) with its permits and description, read at one instant.
-READ_SEMAPHORE = """
-local holders = {}
-local members = redis.call('smembers', KEYS[1])
-table.sort(members)
-for _, member in ipairs(members) do
-    local fields = redis.call('hgetall', ARGV[1] .. member)
-    if #fields > 0 then
-        table.insert(holders, member)
-        table.insert(holders, fields)
-    end
-end
-return holders
+READ_SEMAPHORE = (
+    _LIVE_OWNERS
+    + """
+return live_owners(KEYS[1], ARGV[1])
 """
+)
 
 
 class DeadlockScripts(ScriptSet):
@@ -622,6 +630,36 @@ class Detector:
         if again is not None and again.readings == cycle.readings and self.is_victim(cycle):
             return cycle
         return None
+
+
+class DeadlockWaiter:
+    """A lock's side of detection, in both engines' locks (a base of ``RLock`` and ``AsyncRLock``).
+
+    Kept here rather than on :class:`~.lockbase.LockBase`: this module reads
+    Redisson's keys, whose module stands on ``LockBase``. A sibling kind's
+    ``_protocol`` base, before the engine's lock in the MRO, says what its
+    waiters wait for (:meth:`_deadlock_wait`).
+    """
+
+    layout: ClassVar[str]
+    keys: LockKeys
+    _engine: LockEngine
+    _deadlock_timeout: float | None
+
+    def _detector(self, owner: str, started: float) -> Detector:
+        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
+        every = self._deadlock_timeout
+        if every is None:
+            raise RuntimeError(f"{self!r} does not look for deadlocks")
+        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
+
+    def _deadlock_wait(self) -> Wait:
+        """What a waiter of this lock waits for, as its wait edge says (each kind its own).
+
+        A plain lock's hash; in Redisson's layout that hash is the name, and a
+        Java holder writes no edge (a search stops there).
+        """
+        return Wait(REDISSON if self.layout == layouts.REDISSON else LOCK, self.keys.hash)
 
 
 def describe_holder(holder: Mapping[str, Any] | None) -> str:

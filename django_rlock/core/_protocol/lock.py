@@ -93,7 +93,7 @@ STARVING_AFTER = STARVING_AFTER_MS / 1000
 SCRIPT_COMMANDS = (
     "exists", "hexists", "hget", "hset", "hincrby", "pttl", "pexpire", "get", "set", "del",
     "zadd", "zrem", "zrange", "zremrangebyscore", "zcard", "publish", "time",
-    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget",
+    "sadd", "srem", "smembers", "zscore", "hdel", "hgetall", "hmget", "pubsub|numsub",
 )  # fmt: skip
 
 
@@ -251,7 +251,8 @@ end
 #   STARVING_AFTER old) and has a wake name, the release grants it the lock
 #   (the next token after the released one, its life and description, marked
 #   '~handoff' = its id) and tells it "<id> <token>" on its wake channel; the
-#   grant stands only if a subscriber heard it, else the next waiter is woken.
+#   grant is made only if this server has a subscriber on that channel
+#   (asked before publishing), else the waiter is woken and the next one too.
 #   A release that hands over wakes the new holder, not a retry: the argument
 #   below holds for the waiters left, as the new holder's release comes later.
 #

@@ -251,6 +251,21 @@ return $wait
 STARVING_AFTER_MS = 5
 
 
+# Defines `read_hand_over(entry)`: the parts of a waiter's '~w:<waiter id>'
+# field (written by _ASK_HAND_OVER, read by HAND_OVER): its owner id, the
+# life it asks for (ms), since when it waits (server ms; nil when unreadable)
+# and its description ('' for none).
+_READ_HAND_OVER = """\
+local function read_hand_over(entry)
+    local one = string.find(entry, '\\n', 1, true)
+    local two = string.find(entry, '\\n', one + 1, true)
+    local three = string.find(entry, '\\n', two + 1, true)
+    return string.sub(entry, 1, one - 1), tonumber(string.sub(entry, one + 1, two - 1)),
+        tonumber(string.sub(entry, two + 1, three - 1)), string.sub(entry, three + 1)
+end
+"""
+
+
 # The plain lock's request to be handed the lock (register_waiter's
 # $hand_over, in scripts.ACQUIRE: KEYS[1] the lock hash, held by another
 # owner; ARGV[1] owner id, ARGV[2] expiry in ms, ARGV[3] waiter id, ARGV[8]
@@ -259,22 +274,24 @@ STARVING_AFTER_MS = 5
 # '~w:<waiter id>': its owner id, the life it asks for, since when it waits
 # (server ms: its first registration under this holder; 0 when it starves
 # already) and its description. The field goes with the hash, so the
-# holder's release (HAND_OVER) reads it and nothing is left behind.
+# holder's release (HAND_OVER) reads it and nothing is left behind. Only a
+# waiter whose wake name begins with '@' (channels.WAKE_MARK) writes it: the
+# release hands the lock to no other (a wake-only '&' waiter, a cluster's, or
+# an older version's), so their field would be bytes and calls for nothing.
 _ASK_HAND_OVER = """\
-    local asked = '~w:' .. ARGV[3]
-    local since = 0
-    if not starving then
-        since = now
-        local before = redis.call('hget', KEYS[1], asked)
-        if before then
-            local one = string.find(before, '\\n', 1, true)
-            local two = string.find(before, '\\n', one + 1, true)
-            local three = string.find(before, '\\n', two + 1, true)
-            since = tonumber(string.sub(before, two + 1, three - 1)) or now
+    if string.sub(ARGV[3], 1, 1) == '@' then
+        local asked = '~w:' .. ARGV[3]
+        local since = 0
+        if not starving then
+            since = now
+            local before = redis.call('hget', KEYS[1], asked)
+            if before then
+                since = select(3, read_hand_over(before)) or now
+            end
         end
+        redis.call('hset', KEYS[1], asked, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n'
+                   .. string.format('%.0f', since) .. '\\n' .. ARGV[8])
     end
-    redis.call('hset', KEYS[1], asked, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n'
-               .. string.format('%.0f', since) .. '\\n' .. ARGV[8])
 """
 
 
@@ -289,7 +306,7 @@ def register_waiter(
         waiters=waiters,
         wait=wait,
         margin_ms=WAITER_MARGIN_MS,
-        hand_over=_ASK_HAND_OVER if hand_over else "",
+        hand_over=textwrap.indent(_READ_HAND_OVER, "    ") + _ASK_HAND_OVER if hand_over else "",
     )
 
 
@@ -431,9 +448,18 @@ def wake_after_release(*, waiters: str, channel: str, everyone: bool = False) ->
 # of the set. The message on its wake channel is "<waiter id> <token>"; its
 # waiter holds when it reads it, with no acquire call (or, when it does not
 # take it, its next attempt confirms it: scripts.ACQUIRE). The grant is made
-# only if the publish reached a subscriber: a waiter whose process is gone
-# (its connection, hence its subscription, closed with it) is not handed the
-# lock; it leaves the set, and the next waiter is woken instead.
+# only if this server has a subscriber on that wake channel (PUBSUB NUMSUB;
+# never with SPUBLISH: a cluster's waiters are wake-only), asked *before*
+# anything is published (an ACL user without +pubsub|numsub, as the minimal
+# ACL was before it, gets no hand-over, only wake-ups): a waiter
+# whose process is gone (its connection, hence its subscription, closed with
+# it) is not handed the lock; it leaves the set, and the next waiter is woken
+# instead. A message naming a token is never published for a grant that does
+# not stand: the publish also reaches subscribers this count cannot see (a
+# replica's, through replication: a listener left on a demoted master, or
+# reconnected by a sentinel that had not heard of the failover yet), and one
+# of them would hold a lock nobody granted. Such a waiter gets a plain wake-up
+# (its id) and retries. Nor does a pattern subscriber count as the waiter.
 # With no waiter, nothing is published. Ends the script: returns 0.
 _HAND_OVER = Template(
     """if redis.call('exists', KEYS[3]) == 0 then
@@ -442,6 +468,7 @@ _HAND_OVER = Template(
 end
 """
     + NOW_MS_LUA
+    + _READ_HAND_OVER
     + """redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 local entry = first and redis.call('hget', KEYS[1], '~w:' .. first)
@@ -450,19 +477,25 @@ if not first then
     return 0
 end
 local starving = entry and string.match(first, '^(@[^:]*):')
-local one, two, three
+local owner, life, since, holder
 if starving then
-    one = string.find(entry, '\\n', 1, true)
-    two = string.find(entry, '\\n', one + 1, true)
-    three = string.find(entry, '\\n', two + 1, true)
-    if now - tonumber(string.sub(entry, two + 1, three - 1)) < $starving_after_ms then
+    owner, life, since, holder = read_hand_over(entry)
+    if now - since < $starving_after_ms then
         starving = nil
     end
 end
+local heard = starving and ARGV[2] == 'publish'
+        and redis.pcall('pubsub', 'numsub', KEYS[2] .. ':' .. starving)
+if starving and (not heard or heard.err or heard[2] == 0) then
+    redis.call('zrem', KEYS[3], first)
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first)
+    first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not first then
+        return 0
+    end
+    starving = nil
+end
 if starving then
-    local owner = string.sub(entry, 1, one - 1)
-    local life = tonumber(string.sub(entry, one + 1, two - 1))
-    local holder = string.sub(entry, three + 1)
     local token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     local last = tonumber($last or '0') or 0
     if token <= last then
@@ -477,14 +510,8 @@ if starving then
     end
     redis.call('pexpire', KEYS[1], life)
     redis.call('zrem', KEYS[3], first)
-    if redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence) > 0 then
-        return 0
-    end
-    redis.call('del', KEYS[1])
-    first = redis.call('zrange', KEYS[3], 0, 0)[1]
-    if not first then
-        return 0
-    end
+    redis.call(ARGV[2], KEYS[2] .. ':' .. starving, first .. ' ' .. fence)
+    return 0
 end
 """
     + publish_to_waiter(waiter="first", channel="KEYS[2]")

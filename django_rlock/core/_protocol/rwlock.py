@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from string import Template
-from typing import Any, Unpack
+from typing import Any, ClassVar, Unpack
 
 from django_rlock.core._process import lostholds
 from django_rlock.core._process.holder import describe
@@ -431,6 +431,16 @@ class RWScripts(ScriptSet):
         self.write_force_release = oom_safe(WRITE_FORCE_RELEASE)
         self.readers = plain(READERS)
 
+    def side(self, mode: str) -> KindScripts:
+        """The row of the ``READ`` or the ``WRITE`` side (see :class:`~.lock.KindScripts`)."""
+        if mode == READ:
+            return KindScripts(
+                self.read_acquire, self.read_release, self.abandon, self.read_force_release
+            )
+        return KindScripts(
+            self.write_acquire, self.write_release, self.abandon, self.write_force_release
+        )
+
 
 def check_rw_client(min_replicas: int, name: str) -> None:
     """Refuse (ValueError) a read-write lock on a client that syncs grants to replicas."""
@@ -452,6 +462,9 @@ class _Side(LockBase):
 
     kind = "read_write_lock"  # its factory, named when a client's layout refuses it
 
+    #: Which side: ``READ`` or ``WRITE`` (its row of scripts, its wait edges' word).
+    _mode: ClassVar[str]
+
     def _description_key(self) -> str | None:
         return None  # busy by readers or by a writer: no one hold says which
 
@@ -466,7 +479,7 @@ class _Side(LockBase):
         self.rw_keys = keys
         self.keys = self._side_keys(keys)
         self._scripts = scripts
-        self._side_scripts = self._pick_scripts(scripts)
+        self._side_scripts = scripts.side(self._mode)
 
     def __repr__(self) -> str:
         # The class names the side and the engine: WriteLock, AsyncReadLock...
@@ -476,12 +489,11 @@ class _Side(LockBase):
         """The keys this side's holds are counted and waited on under."""
         raise NotImplementedError
 
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        """The side's row of scripts (see :class:`~.lock.KindScripts`)."""
-        raise NotImplementedError
-
     def _kind_scripts(self) -> KindScripts:
         return self._side_scripts
+
+    def _deadlock_wait(self) -> Wait:
+        return Wait(self._mode, self.rw_keys.base)
 
     def _abandon_call(self, waiter_id: str) -> ScriptCall:
         return rw_abandon_call(self.rw_keys, waiter_id, self._engine.publish_command)
@@ -490,16 +502,10 @@ class _Side(LockBase):
 class WriteSide(_Side):
     """The write side's keys, calls and scripts (:class:`WriteLock`, ``AsyncWriteLock``)."""
 
+    _mode = WRITE
+
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_write()
-
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        return KindScripts(
-            acquire=scripts.write_acquire,
-            release=scripts.write_release,
-            abandon=scripts.abandon,
-            force_release=scripts.write_force_release,
-        )
 
     def _acquire_call(
         self, owner: str, lease: float | None, waiter_id: str, sleep: float
@@ -545,23 +551,14 @@ class WriteSide(_Side):
     def _force_release_call(self) -> ScriptCall:
         return write_force_release_call(self.rw_keys, self._engine.publish_command)
 
-    def _deadlock_wait(self) -> Wait:
-        return Wait(WRITE, self.rw_keys.base)
-
 
 class ReadSide(_Side):
     """The read side's keys, calls and scripts (:class:`ReadLock`, ``AsyncReadLock``)."""
 
+    _mode = READ
+
     def _side_keys(self, keys: RWKeys) -> LockKeys:
         return keys.for_read()
-
-    def _pick_scripts(self, scripts: RWScripts) -> KindScripts:
-        return KindScripts(
-            acquire=scripts.read_acquire,
-            release=scripts.read_release,
-            abandon=scripts.abandon,
-            force_release=scripts.read_force_release,
-        )
 
     def hold_keys(self, owner: str) -> tuple[str, str]:
         """The owner's own read key, and a key never written (a read has no fencing counter)."""
@@ -590,9 +587,6 @@ class ReadSide(_Side):
 
     def _force_release_call(self) -> ScriptCall:
         return read_force_release_call(self.rw_keys, self._engine.publish_command)
-
-    def _deadlock_wait(self) -> Wait:
-        return Wait(READ, self.rw_keys.base)
 
     def _readers_call(self) -> ScriptCall:
         return readers_call(self.rw_keys)

@@ -65,11 +65,10 @@ from django_rlock.core._protocol.calls import (
     ttl_reply,
 )
 from django_rlock.core._protocol.deadlocks import (
-    LOCK,
     Cycle,
     DeadlockScripts,
+    DeadlockWaiter,
     Detector,
-    Wait,
     deadlock_error,
 )
 from django_rlock.core._protocol.holds import registries
@@ -109,7 +108,7 @@ logger = logging.getLogger("django_rlock.lock")
 _plain_kinds: dict[type[RLock], bool] = {}
 
 
-class RLock(LockBase):
+class RLock(DeadlockWaiter, LockBase):
     """A reentrant distributed lock; get one from :meth:`LockClient.lock`."""
 
     def __init__(self, client: Client, name: str, **options: Unpack[LockOptions]) -> None:
@@ -393,17 +392,6 @@ class RLock(LockBase):
             logger.debug("could not leave the waiting set of %r", self.name, exc_info=True)
 
     # -- deadlock detection (see _protocol/deadlocks.py) ---------------------------
-
-    def _detector(self, owner: str, started: float) -> Detector:
-        """The deadlock detector of ``owner``'s acquire call begun at ``started`` (monotonic)."""
-        every = self._deadlock_timeout
-        if every is None:
-            raise RuntimeError(f"{self!r} does not look for deadlocks")
-        return Detector(self._engine.key_prefix, owner, self._deadlock_wait(), every, started)
-
-    def _deadlock_wait(self) -> Wait:
-        """What a waiter of this lock waits for, as its wait edge says (each kind its own)."""
-        return Wait(LOCK, self.keys.hash)
 
     def _check_deadlock(self, detector: Detector, started: float) -> None:
         """Write or renew the caller's wait edge, then look for a cycle through it.

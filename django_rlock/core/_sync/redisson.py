@@ -11,7 +11,6 @@ the protocol, and what is shared with Redisson, is in
 
 from __future__ import annotations
 
-from django_rlock.core._protocol.deadlocks import REDISSON, Wait
 from django_rlock.core._protocol.lock import KindScripts
 from django_rlock.core._protocol.redisson import RedissonBase, RedissonScripts, nothing_to_leave
 from django_rlock.core._sync.locks import RLock
@@ -19,10 +18,6 @@ from django_rlock.core._sync.locks import RLock
 
 class RedissonRLock(RedissonBase, RLock):
     """An :class:`RLock` that a Java service's Redisson ``RLock`` of the same name shares."""
-
-    def _deadlock_wait(self) -> Wait:
-        """Redisson's lock is its name; a Java holder writes no edge (a search stops there)."""
-        return Wait(REDISSON, self.name)
 
     def _kind_scripts(self) -> KindScripts:
         scripts = self.client.scripts[RedissonScripts]
