@@ -87,6 +87,7 @@ from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, un
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.shell import Client, SyncShell
+from django_rlock.core._sync.waiting import Subscription
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -760,10 +761,15 @@ class _Waiting(WaitingShellBase):
         listening = self._listening
         if listening is None:
             return
+        subscription = self.subscription
         try:
             self.forget_edge()
-            if registered and self.subscription is not None:
-                self.lock._abandon(self.subscription.waiter_id)
+            if registered and subscription is not None:
+                self.lock._abandon(subscription.waiter_id)
+            elif subscription is not None and isinstance(subscription.inner, Subscription):
+                # No entry of ours is left in the waiting set: the channels may
+                # stay subscribed for this lock's next wait (ChannelTable.remove).
+                subscription.inner.linger = True
         finally:
             listening.__exit__(None, None, None)
 

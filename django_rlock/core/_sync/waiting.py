@@ -75,6 +75,10 @@ class Subscription(WakeCount):
     _channels: tuple[bytes, ...] = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
     _cond: threading.Condition = field(repr=False)
+    #: Set by a waiter that leaves no entry in the lock's waiting set behind
+    #: (granted, or never registered): its channels may stay subscribed a
+    #: little while for the lock's next wait (ChannelTable.remove).
+    linger: bool = field(default=False, repr=False)
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
@@ -203,9 +207,14 @@ class ReleaseListener:
             yield subscription
         finally:
             with self._lock:
-                to_unsubscribe = self._table.remove_all(names, subscription)
+                now = clock.monotonic()
+                to_unsubscribe = self._table.remove_all(
+                    names, subscription, linger=now if subscription.linger else None
+                )
                 if to_unsubscribe:
                     self._send_locked(to_unsubscribe, "UNSUBSCRIBE")
+                for channel in self._table.expired(now):
+                    self._send_locked([channel], "UNSUBSCRIBE")
 
     def close(self) -> None:
         """Close the connection. Threads still waiting fall back to their PTTL waits."""
