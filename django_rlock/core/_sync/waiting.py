@@ -28,6 +28,11 @@ waiter, not only the reader and those whose messages it read before it left.
 The common case (one waiting thread per process) thus costs one thread wake-up
 per release, and a process with no waiters runs no thread at all.
 
+A waiter granted the lock leaves its channels subscribed a little while
+(:meth:`~django_rlock.core._protocol.channels.ChannelTable.remove`'s ``linger``;
+ended as a later wait ends, or at close): a lock contended in a loop is waited
+for again at once, and that wait then finds its subscription confirmed.
+
 The channels' state (reference counts, confirmations, whom a message wakes,
 what a failed read means) is a :class:`~django_rlock.core._protocol.channels.ChannelTable`,
 shared with the asyncio listener; this module moves its bytes. If the
