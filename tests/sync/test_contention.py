@@ -94,6 +94,25 @@ def test_the_next_wait_for_a_lock_reuses_its_subscription(
     assert lock_client.listener.subscribed_channels() == _channels_of(lock_client, "again")
 
 
+def _script_calls(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_a_wait_for_a_lock_whose_channels_linger_starts_registered(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    # The attempt that does not wait would only find the lock held again: a
+    # waiter whose channels are confirmed already sends its registered attempt
+    # first (plan.SUBSCRIBED), one script call fewer than the first wait's.
+    _wait_behind_holder(lock_client, "warm")  # the scripts loaded, the connections made
+    before = _script_calls(r)
+    _wait_behind_holder(lock_client, "loop")
+    first = _script_calls(r) - before
+    before = _script_calls(r)
+    _wait_behind_holder(lock_client, "loop")
+    assert _script_calls(r) - before == first - 1
+
+
 def test_lingering_channels_end_at_the_next_wait_after_a_second(
     lock_client: LockClient, r: redis.Redis
 ) -> None:

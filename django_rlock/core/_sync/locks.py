@@ -81,13 +81,13 @@ from django_rlock.core._protocol.lock import (
     LockScripts,
 )
 from django_rlock.core._protocol.lockbase import LockBase
-from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
+from django_rlock.core._protocol.plan import HANDED, SUBSCRIBED, AcquirePlan, drive
 from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.shell import Client, SyncShell
-from django_rlock.core._sync.waiting import Subscription
+from django_rlock.core._sync.waiting import ReleaseListener, Subscription
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -212,7 +212,7 @@ class RLock(LockBase):
         try:
             # The plan's first step, one attempt that does not wait, is sent
             # here: an uncontended grant (the common case) drives no generator.
-            granted = drive(plan, shell, shell.attempt(False, 0.0))
+            granted = drive(plan, shell, shell.first_attempt(plan))
         except DeadlockError as error:
             shell.close(registered=plan.registered)  # out of the graph before it is told
             self._gave_up(owner, plan, error)
@@ -705,6 +705,13 @@ class WaitingShellBase:
         """Whether the wake-up just read handed the caller the lock (taken, if so)."""
         raise NotImplementedError
 
+    def attempt(self, waiter: bool, sleep: float) -> float | None:
+        raise NotImplementedError
+
+    def first_attempt(self, plan: AcquirePlan) -> object:
+        """The result of the plan's first step: one attempt that does not wait."""
+        return self.attempt(False, 0.0)
+
 
 class _Waiting(WaitingShellBase):
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
@@ -742,6 +749,22 @@ class _Waiting(WaitingShellBase):
         return self.lock._attempt(
             self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
+
+    def first_attempt(self, plan: AcquirePlan) -> object:
+        """As the base's, or :data:`SUBSCRIBED` when the caller may wait and its channels are.
+
+        A plain lock waited for within the last second by this process (its
+        channels linger, ChannelTable.remove) is most likely held again: the
+        attempt that does not wait would only find that out, a round trip
+        before the registered one.
+        """
+        if plan.blocking and not plan.zero_wait and self.lock._packs_calls:
+            listener = self.lock.client.listener
+            if isinstance(listener, ReleaseListener) and listener.subscribed_to(
+                self.lock.keys.channel
+            ):
+                return SUBSCRIBED
+        return self.attempt(False, 0.0)
 
     def _starving(self) -> bool:
         """Whether the caller was woken and lost, or has waited past :data:`STARVING_AFTER`."""

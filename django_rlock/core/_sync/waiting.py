@@ -180,6 +180,12 @@ class ReleaseListener:
         with self._lock:
             return self._table.subscribed()
 
+    def subscribed_to(self, channel_name: str) -> bool:
+        """Whether a waiter of ``channel_name`` would find its channels confirmed already."""
+        names = listen_channels(channel_name.encode("utf-8"), f"{self._id}:0")
+        with self._lock:
+            return self._table.confirmed_all(names)
+
     @property
     def messages(self) -> int:
         """Release messages this listener has read (for diagnostics and benchmarks)."""
