@@ -87,7 +87,7 @@ from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, un
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.shell import Client, SyncShell
-from django_rlock.core._sync.waiting import ReleaseListener, Subscription
+from django_rlock.core._sync.waiting import lingers, subscribed_first
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -210,9 +210,11 @@ class RLock(LockBase):
         lease_seconds = self._granted_lease(owner, lease_seconds)
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            # The plan's first step, one attempt that does not wait, is sent
-            # here: an uncontended grant (the common case) drives no generator.
-            granted = drive(plan, shell, shell.first_attempt(plan))
+            # The plan's first step, one attempt that does not wait, is sent here: an
+            # uncontended grant drives no generator. None when the channels linger.
+            subscribed = self._packs_calls and subscribed_first(plan, self.client.listener, self)
+            first = SUBSCRIBED if subscribed else shell.attempt(False, 0.0)
+            granted = drive(plan, shell, first)
         except DeadlockError as error:
             shell.close(registered=plan.registered)  # out of the graph before it is told
             self._gave_up(owner, plan, error)
@@ -705,13 +707,6 @@ class WaitingShellBase:
         """Whether the wake-up just read handed the caller the lock (taken, if so)."""
         raise NotImplementedError
 
-    def attempt(self, waiter: bool, sleep: float) -> float | None:
-        raise NotImplementedError
-
-    def first_attempt(self, plan: AcquirePlan) -> object:
-        """The result of the plan's first step: one attempt that does not wait."""
-        return self.attempt(False, 0.0)
-
 
 class _Waiting(WaitingShellBase):
     """The sync shell of an :class:`AcquirePlan`: the script calls and the subscription."""
@@ -750,22 +745,6 @@ class _Waiting(WaitingShellBase):
             self.owner, self.lease, waiter_id, sleep, requested_at=self.started, until=self.until
         )
 
-    def first_attempt(self, plan: AcquirePlan) -> object:
-        """As the base's, or :data:`SUBSCRIBED` when the caller may wait and its channels are.
-
-        A plain lock waited for within the last second by this process (its
-        channels linger, ChannelTable.remove) is most likely held again: the
-        attempt that does not wait would only find that out, a round trip
-        before the registered one.
-        """
-        if plan.blocking and not plan.zero_wait and self.lock._packs_calls:
-            listener = self.lock.client.listener
-            if isinstance(listener, ReleaseListener) and listener.subscribed_to(
-                self.lock.keys.channel
-            ):
-                return SUBSCRIBED
-        return self.attempt(False, 0.0)
-
     def _starving(self) -> bool:
         """Whether the caller was woken and lost, or has waited past :data:`STARVING_AFTER`."""
         subscription = self.subscription
@@ -784,15 +763,12 @@ class _Waiting(WaitingShellBase):
         listening = self._listening
         if listening is None:
             return
-        subscription = self.subscription
         try:
             self.forget_edge()
-            if registered and subscription is not None:
-                self.lock._abandon(subscription.waiter_id)
-            elif subscription is not None and isinstance(subscription.inner, Subscription):
-                # No entry of ours is left in the waiting set: the channels may
-                # stay subscribed for this lock's next wait (ChannelTable.remove).
-                subscription.inner.linger = True
+            if registered and self.subscription is not None:
+                self.lock._abandon(self.subscription.waiter_id)
+            elif self.subscription is not None:
+                lingers(self.subscription.inner)  # no entry left behind
         finally:
             listening.__exit__(None, None, None)
 

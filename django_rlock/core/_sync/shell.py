@@ -9,7 +9,6 @@ from redis import Redis
 
 from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._protocol.lock import LockEngine, ScriptRegistry, WaitingShell
-from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._sync.waiting import Listener
 
 
@@ -45,8 +44,4 @@ class SyncShell(WaitingShell, Protocol):
 
     def attempt(self, waiter: bool, sleep: float) -> float | None:
         """One acquire call: None when granted, else the seconds to wait at most."""
-        ...
-
-    def first_attempt(self, plan: AcquirePlan) -> object:
-        """The plan's first step's result (an attempt's, or :data:`~._protocol.plan.SUBSCRIBED`)."""
         ...

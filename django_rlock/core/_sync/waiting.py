@@ -66,6 +66,8 @@ from django_rlock.core._protocol.channels import (
     log_refusal,
     new_wake_name,
 )
+from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
@@ -142,6 +144,37 @@ class Listener(Protocol):
     def messages(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+def lingers(subscription: Waiting) -> None:
+    """Its waiter leaves no entry in the lock's waiting set behind (granted, or never registered).
+
+    Its channels may then stay subscribed a little while for the lock's next
+    wait (:meth:`ChannelTable.remove`); a cluster's sharded subscription never does.
+    """
+    if isinstance(subscription, Subscription):
+        subscription.linger = True
+
+
+def subscribed_first(plan: AcquirePlan, listener: Listener, lock: HasChannel) -> bool:
+    """Whether a caller of ``plan`` may skip the attempt that does not wait (plan.SUBSCRIBED).
+
+    True when it will wait if the lock is held, and this process's channels
+    for the lock are confirmed already: they linger from its last wait, so the
+    lock was contended within the last second and is most likely held again;
+    the attempt that does not wait would only find that out, one round trip
+    before the registered one.
+    """
+    if not plan.blocking or plan.zero_wait or not isinstance(listener, ReleaseListener):
+        return False
+    return listener.subscribed_to(lock.keys.channel)
+
+
+class HasChannel(Protocol):
+    """A lock, as :func:`subscribed_first` reads it."""
+
+    @property
+    def keys(self) -> LockKeys: ...
 
 
 class ReleaseListener:
