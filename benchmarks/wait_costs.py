@@ -16,6 +16,8 @@ worker only, before it makes its client):
   begins with an attempt that does not wait (the code before lingering channels);
 - ``no hand-over``: waiters are only woken, never handed the lock (wake-only
   names, as on a cluster);
+- ``hand-over after 5 ms only``: a waiter that was woken and lost does not say
+  it starves; only one that has waited ``STARVING_AFTER`` is handed the lock;
 - ``python-redis-lock``: the peer, for the ratios.
 
 Per cycle it reports the client CPU (all processes' ``process_time``), the
@@ -68,11 +70,23 @@ def _no_hand_over() -> None:
     vars(waiting)["new_wake_name"] = wake_only
 
 
+def _time_only() -> None:
+    from django_rlock.core._protocol import clock  # noqa: PLC0415 -- in the worker
+    from django_rlock.core._protocol.lock import STARVING_AFTER  # noqa: PLC0415
+    from django_rlock.core._sync import locks  # noqa: PLC0415
+
+    def starving(self: Any) -> bool:
+        return bool(clock.monotonic() - self.started >= STARVING_AFTER)
+
+    locks._Waiting._starving = starving  # type: ignore[method-assign]
+
+
 #: Way -> (library, what the worker switches off first).
 WAYS: dict[str, tuple[str, Callable[[], None] | None]] = {
     OURS: (OURS, None),
     "no lingering": (OURS, _no_lingering),
     "no hand-over": (OURS, _no_hand_over),
+    "hand-over after 5 ms only": (OURS, _time_only),
     PEER: (PEER, None),
 }
 
