@@ -7,6 +7,8 @@ import pytest
 import redis
 
 from django_rlock.core._protocol.channels import (
+    LINGER_MAX,
+    LINGER_SECONDS,
     WAKE_MARK,
     WAKE_ONLY_MARK,
     ChannelTable,
@@ -306,3 +308,54 @@ def test_a_wake_only_name_listens_on_its_wake_channel_too() -> None:
     name = new_wake_name(hand_over=False)
     assert name.startswith(WAKE_ONLY_MARK) and not name.startswith(WAKE_MARK)
     assert listen_channels(A, f"{name}:3") == (A, A + b":" + name.encode())
+
+
+def subscribed_and_confirmed(table: ChannelTable[Waiter], name: bytes, waiter: Waiter) -> None:
+    channel = table.add(name, waiter)
+    assert channel is not None
+    table.subscribe_sent(channel)
+    confirm(table, name)
+
+
+def test_a_granted_waiters_channel_lingers_confirmed_for_the_next_wait() -> None:
+    table = connected()
+    subscribed_and_confirmed(table, A, Waiter("w1"))
+    assert table.remove(A, Waiter("w1"), linger=100.0) is None  # no UNSUBSCRIBE
+    assert table.subscribed() == {A}
+    confirm(table, A)  # a late confirmation does not drop it
+    assert table.add(A, Waiter("w2")) is None  # no SUBSCRIBE
+    assert table.confirmed(A)
+    assert table.expired(10_000.0) == []  # it has a waiter again
+
+
+def test_lingering_channels_end_after_linger_seconds_or_beyond_the_most() -> None:
+    table = connected()
+    for number in range(LINGER_MAX + 1):
+        name = b"p:{%d}:released" % number
+        subscribed_and_confirmed(table, name, Waiter(f"w{number}"))
+        assert table.remove(name, Waiter(f"w{number}"), linger=100.0 + number) is None
+    # One more than LINGER_MAX: the oldest ends now, the others after LINGER_SECONDS.
+    assert [channel.name for channel in table.expired(100.0)] == [b"p:{0}:released"]
+    assert table.expired(100.0) == []
+    ended = table.expired(100.0 + LINGER_MAX + LINGER_SECONDS)
+    assert len(ended) == LINGER_MAX
+    assert table.subscribed() == set()
+    assert table.channels == {}
+
+
+def test_a_waiter_that_may_leave_an_entry_unsubscribes_at_once() -> None:
+    table = connected()
+    subscribed_and_confirmed(table, A, Waiter("w1"))
+    left = table.remove(A, Waiter("w1"))  # no linger: its ABANDON may have failed
+    assert left is not None and left.name == A
+    assert table.lingering == {}
+
+
+def test_a_new_connection_forgets_lingering_channels() -> None:
+    table = connected()
+    subscribed_and_confirmed(table, A, Waiter("w1"))
+    table.remove(A, Waiter("w1"), linger=100.0)
+    table.on_disconnect()
+    assert table.on_connect() == []  # nothing to subscribe again
+    assert table.lingering == {}
+    assert table.channels == {}

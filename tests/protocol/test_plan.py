@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from django_rlock.core._protocol import clock
-from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive, drive_async
+from django_rlock.core._protocol.plan import (
+    HANDED,
+    SUBSCRIBED,
+    AcquirePlan,
+    drive,
+    drive_async,
+)
 
 pytestmark = pytest.mark.pure
 
@@ -117,6 +123,24 @@ def test_a_waiter_subscribes_and_has_it_confirmed_before_it_retries(now: FakeClo
         ("attempt", True, 1.5),
     ]
     assert made.registered is False  # the grant took it out of the waiting set
+
+
+def test_a_waiter_subscribed_already_sends_its_registered_attempt_first(now: FakeClock) -> None:
+    # Its channels linger from its last wait: no attempt that does not wait.
+    shell = Shell(now, [1.5, None])
+    made = plan(wait=10, watchdog=3.0)
+    assert drive(made, shell, SUBSCRIBED) is True
+    assert shell.steps == [
+        ("listen",),
+        ("wait_subscribed", 3.0),  # the holder's PTTL unknown: the watchdog timeout
+        ("mark",),
+        ("attempt", True, 3.0),
+        ("wait", 1.5),
+        ("wait_subscribed", 1.5),
+        ("mark",),
+        ("attempt", True, 1.5),
+    ]
+    assert made.registered is False
 
 
 def test_a_sleep_is_never_longer_than_the_watchdog_timeout(now: FakeClock) -> None:

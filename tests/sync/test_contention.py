@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient, LockNotOwnedError
+from django_rlock.core._protocol.channels import LINGER_SECONDS, listen_channels
 from django_rlock.core._sync.watchdog import get_watchdog
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,84 @@ def test_sixteen_processes_never_overlap(redis_url: str, r: redis.Redis) -> None
     assert int(r.get("overlaps") or 0) == 0
 
 
+def _channels_of(client: LockClient, name: str) -> set[bytes]:
+    """The channels a waiter of lock ``name`` listens on through ``client``'s listener."""
+    waiter_id = client.listener.new_waiter_id()
+    return set(listen_channels(client.lock(name).keys.channel.encode(), waiter_id))
+
+
+def _subscribes(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_subscribe", {}).get("calls", 0))
+
+
+def _wait_behind_holder(client: LockClient, name: str) -> None:
+    """One acquire that waits: another thread holds ``name`` and releases it 0.1 s later."""
+    lock = client.lock(name)
+    held, go = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            go.wait(30)
+            time.sleep(0.1)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    go.set()
+    assert lock.acquire(timeout=30)
+    lock.release()
+    holder.join(30)
+
+
+def test_the_next_wait_for_a_lock_reuses_its_subscription(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    # A lock contended in a loop: its waiter's channels stay subscribed after
+    # a grant, so the next wait costs no SUBSCRIBE round trip.
+    _wait_behind_holder(lock_client, "again")
+    before = _subscribes(r)
+    assert before >= 1
+    _wait_behind_holder(lock_client, "again")
+    assert _subscribes(r) == before
+    assert lock_client.listener.subscribed_channels() == _channels_of(lock_client, "again")
+
+
+def _script_calls(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_a_wait_for_a_lock_whose_channels_linger_starts_registered(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    # The attempt that does not wait would only find the lock held again: a
+    # waiter whose channels are confirmed already sends its registered attempt
+    # first (plan.SUBSCRIBED), one script call fewer than the first wait's.
+    _wait_behind_holder(lock_client, "warm")  # the scripts loaded, the connections made
+    before = _script_calls(r)
+    _wait_behind_holder(lock_client, "loop")
+    first = _script_calls(r) - before
+    before = _script_calls(r)
+    _wait_behind_holder(lock_client, "loop")
+    assert _script_calls(r) - before == first - 1
+
+
+def test_lingering_channels_end_at_the_next_wait_after_a_second(
+    lock_client: LockClient, r: redis.Redis
+) -> None:
+    _wait_behind_holder(lock_client, "first")
+    time.sleep(LINGER_SECONDS + 0.1)
+    _wait_behind_holder(lock_client, "second")
+    # "first"'s channels were unsubscribed as the wait for "second" ended.
+    assert lock_client.listener.subscribed_channels() == _channels_of(lock_client, "second")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+        count for _, count in r.pubsub_numsub(*_channels_of(lock_client, "first"))
+    ):
+        time.sleep(0.01)
+    assert not any(count for _, count in r.pubsub_numsub(*_channels_of(lock_client, "first")))
+
+
 def test_contended_threads_leave_no_subscription_and_no_thread(
     lock_client: LockClient, r: redis.Redis
 ) -> None:
@@ -74,10 +153,13 @@ def test_contended_threads_leave_no_subscription_and_no_thread(
         worker.join(timeout=240)
     assert counter["value"] == threads * rounds
     assert counter["overlaps"] == 0
-    assert lock_client.listener.subscribed_channels() == set()
+    # The last granted waiter's channels may linger for the lock's next wait
+    # (ChannelTable.remove): this lock's two, nothing else; none after close.
+    assert lock_client.listener.subscribed_channels() <= _channels_of(lock_client, "threads")
+    lock_client.close()
     deadline = time.monotonic() + 5
     while r.pubsub_channels() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the last UNSUBSCRIBE is asynchronous
+        time.sleep(0.01)  # closing the connection ends its subscriptions
     assert r.pubsub_channels() == []
     extra = {thread.name for thread in set(threading.enumerate()) - threads_before}
     assert extra <= {"rlock-watchdog"}

@@ -11,8 +11,11 @@ nobody is handed the lock unless its wake channel has a subscriber.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import statistics
 import threading
 import time
+from multiprocessing.synchronize import Event as EventType
 from typing import cast
 
 import redis
@@ -236,3 +239,44 @@ def test_an_asyncio_waiter_that_waited_past_starving_after_is_handed_the_lock(
         assert holder_token is not None
         token = asyncio.run(main(held))
     assert isinstance(token, int) and token > holder_token
+
+
+def _barge(url: str, stop: EventType, stop_at: float) -> None:
+    """Take and release ``barged`` back to back, counting each hold, until ``stop``."""
+    raw = redis.Redis.from_url(url)
+    with LockClient(url, key_prefix="test") as client:
+        lock = client.lock("barged")
+        while not stop.is_set() and time.monotonic() < stop_at:
+            with lock:
+                raw.incr("barge:cycles")
+    raw.close()
+
+
+def test_a_waiter_behind_a_holder_that_retakes_at_once_is_not_starved(
+    r: redis.Redis, redis_url: str
+) -> None:
+    # The holder re-takes the lock the moment it releases it, as a loop does:
+    # a woken waiter always loses that race. It starves, so a release hands
+    # it the lock: each of its waits ends within a few of the holder's cycles.
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    barger = context.Process(target=_barge, args=(redis_url, stop, time.monotonic() + 120))
+    barger.start()
+    try:
+        _wait_for(lambda: int(r.get("barge:cycles") or 0) > 100, "the holder cycles")
+        waited_cycles = []
+        with LockClient(redis_url, key_prefix="test") as client:
+            lock = client.lock("barged")
+            for _ in range(20):
+                before = int(r.get("barge:cycles") or 0)
+                assert lock.acquire(timeout=BOUND)
+                waited_cycles.append(int(r.get("barge:cycles") or 0) - before)
+                lock.release()
+                time.sleep(0.01)
+        print(f"FIGURES fairness: the holder's cycles during each wait {sorted(waited_cycles)}")
+        # Generous: a loaded machine delays the waiter's own first calls.
+        assert statistics.median(waited_cycles) <= 50
+    finally:
+        stop.set()
+        barger.join(BOUND)
+    assert barger.exitcode == 0

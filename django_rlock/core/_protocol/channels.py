@@ -175,12 +175,23 @@ class Channel(Generic[W]):
         return self.acked >= self.sent
 
 
+#: How long a channel whose last waiter left with the lock stays subscribed
+#: (:meth:`ChannelTable.remove`), in seconds, and how many such channels a
+#: listener keeps at most: a lock contended in a loop is taken again within
+#: milliseconds, and its next wait then needs no SUBSCRIBE round trip.
+LINGER_SECONDS = 1.0
+LINGER_MAX = 16
+
+
 class ChannelTable(Generic[W]):
     """Every channel of one listener (one connection) and its waiters."""
 
     def __init__(self) -> None:
         self.channels: dict[bytes, Channel[W]] = {}
         self.waiters: dict[bytes, W] = {}
+        #: Channels kept subscribed with no waiter (:meth:`remove`'s ``linger``),
+        #: oldest first, each with when its last waiter left (monotonic).
+        self.lingering: dict[bytes, float] = {}
         #: A connection is up: commands may be sent now.
         self.connected = False
         #: Release messages taken in (for diagnostics and benchmarks: how many
@@ -199,6 +210,7 @@ class ChannelTable(Generic[W]):
         channel = self.channels.get(name)
         if channel is None:
             channel = self.channels[name] = Channel(name)
+        self.lingering.pop(name, None)
         key = waiter.waiter_id.encode()
         channel.subscriptions[key] = waiter
         self.waiters[key] = waiter
@@ -211,12 +223,28 @@ class ChannelTable(Generic[W]):
         """:meth:`add` on each of ``names``; the channels to SUBSCRIBE now (one command)."""
         return [channel for name in names if (channel := self.add(name, waiter)) is not None]
 
-    def remove_all(self, names: tuple[bytes, ...], waiter: W) -> list[Channel[W]]:
+    def remove_all(
+        self, names: tuple[bytes, ...], waiter: W, *, linger: float | None = None
+    ) -> list[Channel[W]]:
         """:meth:`remove` from each of ``names``; the channels to UNSUBSCRIBE now."""
-        return [channel for name in names if (channel := self.remove(name, waiter)) is not None]
+        return [
+            channel
+            for name in names
+            if (channel := self.remove(name, waiter, linger=linger)) is not None
+        ]
 
-    def remove(self, name: bytes, waiter: W) -> Channel[W] | None:
-        """Forget ``waiter``; the channel to UNSUBSCRIBE now, if it was the last one."""
+    def remove(self, name: bytes, waiter: W, *, linger: float | None = None) -> Channel[W] | None:
+        """Forget ``waiter``; the channel to UNSUBSCRIBE now, if it was the last one.
+
+        ``linger``: the time now (monotonic), for a waiter that leaves no
+        entry in its lock's waiting set behind (it was granted the lock, or
+        never registered): its channels then stay subscribed, with no waiter,
+        for :data:`LINGER_SECONDS` (:meth:`expired` ends them), so that the
+        next wait for the lock finds them confirmed. A waiter whose entry may
+        remain (its ABANDON may have failed) never leaves its wake channel
+        subscribed: a release could otherwise hand the lock to that entry,
+        with nobody there to take it.
+        """
         key = waiter.waiter_id.encode()
         self.waiters.pop(key, None)
         channel = self.channels.get(name)
@@ -225,9 +253,32 @@ class ChannelTable(Generic[W]):
         channel.subscriptions.pop(key, None)
         if channel.subscriptions or not channel.wanted:
             return None
+        if linger is not None and self.connected and not channel.gone:
+            self.lingering[name] = linger
+            return None
         channel.wanted = False
         self._drop_if_idle(channel)
         return channel if self.connected and not channel.gone else None
+
+    def expired(self, now: float) -> list[Channel[W]]:
+        """The lingering channels to UNSUBSCRIBE now: past :data:`LINGER_SECONDS`, or too many.
+
+        Each may be of another lock (on a cluster, of another slot): send
+        one command per channel.
+        """
+        ended = []
+        for name, since in list(self.lingering.items()):
+            if now - since < LINGER_SECONDS and len(self.lingering) <= LINGER_MAX:
+                break  # oldest first: the rest are younger
+            del self.lingering[name]
+            channel = self.channels.get(name)
+            if channel is None or channel.subscriptions:
+                continue
+            channel.wanted = False
+            self._drop_if_idle(channel)
+            if self.connected and not channel.gone:
+                ended.append(channel)
+        return ended
 
     def subscribe_sent(self, channel: Channel[W]) -> None:
         """A SUBSCRIBE for ``channel`` went out: one more confirmation to wait for."""
@@ -255,6 +306,12 @@ class ChannelTable(Generic[W]):
         """
         self.connected = True
         wanted = []
+        # A new connection has no subscription: a lingering channel is simply forgotten.
+        for name in self.lingering:
+            channel = self.channels.get(name)
+            if channel is not None and not channel.subscriptions:
+                channel.wanted = False
+        self.lingering.clear()
         for channel in list(self.channels.values()):
             channel.sent = channel.acked = 0
             if channel.wanted:
@@ -331,7 +388,7 @@ class ChannelTable(Generic[W]):
             self._drop_if_idle(channel)
 
     def _drop_if_idle(self, channel: Channel[W]) -> None:
-        if not channel.subscriptions and channel.settled:
+        if not channel.subscriptions and channel.settled and channel.name not in self.lingering:
             self.channels.pop(channel.name, None)
 
 

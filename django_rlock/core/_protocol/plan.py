@@ -58,6 +58,13 @@ HANDED = object()
 #: The first attempt's result was not given: the plan sends that attempt itself.
 NOT_SENT: Any = object()
 
+#: Given as the first attempt's result: no attempt was sent, because the
+#: caller's channels are subscribed and confirmed already (they linger from
+#: its process's last wait for the lock, core/_protocol/channels.py). The
+#: plan's first attempt is then a registered one, sent at once: a lock
+#: contended in a loop costs one call less per wait.
+SUBSCRIBED: Any = object()
+
 
 #: The steps run on the subscription (the others on the shell).
 _SUBSCRIPTION_CALLS = frozenset({"wait_subscribed", "mark", "wait"})
@@ -95,11 +102,16 @@ class AcquirePlan:
         ``first``: the result of the first attempt when the shell has already
         sent it (see :func:`drive`); the plan then goes on from there.
         """
-        pttl = (yield ("attempt", False, 0.0)) if first is NOT_SENT else first
-        if pttl is None:
-            return True
-        if not self.blocking or self.zero_wait:
-            return False
+        if first is SUBSCRIBED:
+            # The holder's PTTL is not known yet: the first sleep is bounded by
+            # the watchdog timeout, as every announced sleep is.
+            pttl = self.watchdog_timeout
+        else:
+            pttl = (yield ("attempt", False, 0.0)) if first is NOT_SENT else first
+            if pttl is None:
+                return True
+            if not self.blocking or self.zero_wait:
+                return False
         yield ("listen",)
         while True:
             remaining = self.deadline - clock.monotonic()

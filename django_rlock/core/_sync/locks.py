@@ -81,11 +81,13 @@ from django_rlock.core._protocol.lock import (
     LockScripts,
 )
 from django_rlock.core._protocol.lockbase import LockBase
-from django_rlock.core._protocol.plan import HANDED, AcquirePlan, drive
+from django_rlock.core._protocol.plan import HANDED, SUBSCRIBED, AcquirePlan, drive
+from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
 from django_rlock.core._sync.shell import Client, SyncShell
+from django_rlock.core._sync.waiting import lingers, subscribed_first
 from django_rlock.core._sync.wire import HeldClient
 from django_rlock.core.exceptions import (
     DeadlockError,
@@ -195,9 +197,11 @@ class RLock(DeadlockWaiter, LockBase):
         lease_seconds = self._granted_lease(owner, lease_seconds)
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            # The plan's first step, one attempt that does not wait, is sent
-            # here: an uncontended grant (the common case) drives no generator.
-            granted = drive(plan, shell, shell.attempt(False, 0.0))
+            # The plan's first step, one attempt that does not wait, is sent here: an
+            # uncontended grant drives no generator. None when the channels linger.
+            subscribed = self._packs_calls and subscribed_first(plan, self.client.listener, self)
+            first = SUBSCRIBED if subscribed else shell.attempt(False, 0.0)
+            granted = drive(plan, shell, first)
         except DeadlockError as error:
             shell.close(registered=plan.registered)  # out of the graph before it is told
             self._gave_up(owner, plan, error)
@@ -740,6 +744,8 @@ class _Waiting(WaitingShellBase):
             self.forget_edge()
             if registered and self.subscription is not None:
                 self.lock._abandon(self.subscription.waiter_id)
+            elif self.subscription is not None:
+                lingers(self.subscription.inner)  # no entry left behind
         finally:
             listening.__exit__(None, None, None)
 

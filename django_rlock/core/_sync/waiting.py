@@ -28,6 +28,11 @@ waiter, not only the reader and those whose messages it read before it left.
 The common case (one waiting thread per process) thus costs one thread wake-up
 per release, and a process with no waiters runs no thread at all.
 
+A waiter granted the lock leaves its channels subscribed a little while
+(:meth:`~django_rlock.core._protocol.channels.ChannelTable.remove`'s ``linger``;
+ended as a later wait ends, or at close): a lock contended in a loop is waited
+for again at once, and that wait then finds its subscription confirmed.
+
 The channels' state (reference counts, confirmations, whom a message wakes,
 what a failed read means) is a :class:`~django_rlock.core._protocol.channels.ChannelTable`,
 shared with the asyncio listener; this module moves its bytes. If the
@@ -61,6 +66,8 @@ from django_rlock.core._protocol.channels import (
     log_refusal,
     new_wake_name,
 )
+from django_rlock.core._protocol.names import LockKeys
+from django_rlock.core._protocol.plan import AcquirePlan
 from django_rlock.core._sync.connection import GET_CONNECTION_ARGS, derive_pool
 
 logger = logging.getLogger("django_rlock.waiting")
@@ -75,6 +82,10 @@ class Subscription(WakeCount):
     _channels: tuple[bytes, ...] = field(repr=False)
     _listener: ReleaseListener = field(repr=False)
     _cond: threading.Condition = field(repr=False)
+    #: Set by a waiter that leaves no entry in the lock's waiting set behind
+    #: (granted, or never registered): its channels may stay subscribed a
+    #: little while for the lock's next wait (ChannelTable.remove).
+    linger: bool = field(default=False, repr=False)
 
     def mark(self) -> int:
         """The waiter's wake-up count now; pass it to :meth:`wait` after a failed attempt."""
@@ -135,6 +146,37 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
+def lingers(subscription: Waiting) -> None:
+    """Its waiter leaves no entry in the lock's waiting set behind (granted, or never registered).
+
+    Its channels may then stay subscribed a little while for the lock's next
+    wait (:meth:`ChannelTable.remove`); a cluster's sharded subscription never does.
+    """
+    if isinstance(subscription, Subscription):
+        subscription.linger = True
+
+
+def subscribed_first(plan: AcquirePlan, listener: Listener, lock: HasChannel) -> bool:
+    """Whether a caller of ``plan`` may skip the attempt that does not wait (plan.SUBSCRIBED).
+
+    True when it will wait if the lock is held, and this process's channels
+    for the lock are confirmed already: they linger from its last wait, so the
+    lock was contended within the last second and is most likely held again;
+    the attempt that does not wait would only find that out, one round trip
+    before the registered one.
+    """
+    if not plan.blocking or plan.zero_wait or not isinstance(listener, ReleaseListener):
+        return False
+    return listener.subscribed_to(lock.keys.channel)
+
+
+class HasChannel(Protocol):
+    """A lock, as :func:`subscribed_first` reads it."""
+
+    @property
+    def keys(self) -> LockKeys: ...
+
+
 class ReleaseListener:
     """One pub/sub connection per client, read in turn by the threads that wait."""
 
@@ -171,6 +213,12 @@ class ReleaseListener:
         with self._lock:
             return self._table.subscribed()
 
+    def subscribed_to(self, channel_name: str) -> bool:
+        """Whether a waiter of ``channel_name`` would find its channels confirmed already."""
+        names = listen_channels(channel_name.encode("utf-8"), f"{self._id}:0")
+        with self._lock:
+            return self._table.confirmed_all(names)
+
     @property
     def messages(self) -> int:
         """Release messages this listener has read (for diagnostics and benchmarks)."""
@@ -203,9 +251,14 @@ class ReleaseListener:
             yield subscription
         finally:
             with self._lock:
-                to_unsubscribe = self._table.remove_all(names, subscription)
+                now = clock.monotonic()
+                to_unsubscribe = self._table.remove_all(
+                    names, subscription, linger=now if subscription.linger else None
+                )
                 if to_unsubscribe:
                     self._send_locked(to_unsubscribe, "UNSUBSCRIBE")
+                for channel in self._table.expired(now):
+                    self._send_locked([channel], "UNSUBSCRIBE")
 
     def close(self) -> None:
         """Close the connection. Threads still waiting fall back to their PTTL waits."""
