@@ -46,42 +46,34 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: How a test module marks a test pure (``pytest.mark.pure`` or ``pytestmark = ...pure``):
-#: a module without this text has no pure test.
-PURE_MARK = "mark.pure"
+#: The paths ``make test-fast`` runs (one a line, read by pytest as an @-file):
+#: every module with a pure test, or its folder.
+PURE_PATHS = Path(__file__).resolve().parent / "pure.txt"
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Under ``-m pure`` (``make test-fast``), a test module with no pure test is not collected.
-
-    Importing it would only deselect every test it has, after importing what it
-    imports (Django settings, Celery apps, Sybil): ``make test-fast`` collected
-    2,527 tests to run 694. Read from the module's text, not its import.
-    """
-    if config.getoption("markexpr", "") != "pure":
-        return None
-    name = collection_path.name
-    if not (name.startswith("test_") and name.endswith(".py")):
-        return None
-    return PURE_MARK not in collection_path.read_text(encoding="utf-8")
+def pure_paths() -> tuple[Path, ...]:
+    """The files and folders :data:`PURE_PATHS` lists, resolved from the tests' parent."""
+    lines = PURE_PATHS.read_text(encoding="utf-8").split()
+    return tuple(PURE_PATHS.parent.parent / line for line in lines)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``pure`` (``make test-fast`` runs them) must not use a server fixture.
 
     Checked at collection, in every run: a wrong mark fails ``make test`` too,
-    not only the run that has no server; so does a pure test whose module's text
-    does not say ``mark.pure`` (``make test-fast`` would not collect it). A test
-    that starts a server itself fails under ``make test-fast`` instead
-    (tests/servers.py: forbid_servers).
+    not only the run that has no server; so does a pure test outside the paths
+    of tests/pure.txt (``make test-fast`` would not run it). A test that starts
+    a server itself fails under ``make test-fast`` instead (tests/servers.py:
+    forbid_servers).
     """
+    listed = pure_paths()
     for item in items:
         if item.get_closest_marker("pure") is None:
             continue
-        if PURE_MARK not in item.path.read_text(encoding="utf-8"):
+        if not any(item.path == path or path in item.path.parents for path in listed):
             raise pytest.UsageError(
-                f"{item.nodeid} is marked pure without {PURE_MARK!r} in its module's text:"
-                " make test-fast would not collect it (pytest_ignore_collect)"
+                f"{item.nodeid} is marked pure but its module is not in tests/pure.txt:"
+                " make test-fast would not run it (add the module there)"
             )
         used = sorted(SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if wants_postgres(item):
