@@ -258,6 +258,9 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
             old = {send["token"] for send in sends(store, run)}
             assert first.stop() == 0  # saves the schedule, releases the lock
             stopped_at = time.time()
+            # Released, not left to expire: gone, or the standby's already (the first
+            # beat's process has exited, so a hold it kept would still show its pid).
+            assert leader_pid(store, run) in (None, second.pid)
             wait_until(lambda: leader_pid(store, run) == second.pid, "the second beat to lead")
             wait_until(
                 lambda: len([s for s in sends(store, run) if s["token"] not in old]) >= 2,
@@ -273,7 +276,10 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
     assert slot_of(after[0]) - max(slot_of(s) for s in before) == timedelta(seconds=INTERVAL)
     takeover = min(s["ran_at"] for s in after) - stopped_at
     print(f"FIGURES beat SIGTERM (DatabaseScheduler): next send {takeover:.2f}s after the stop")
-    assert takeover <= 2 * INTERVAL + 1.0
+    # The hand-over itself is checked above (released at the stop) and by the slot
+    # step; this only catches a hang: on a loaded host the new leader's start-up
+    # (a DatabaseScheduler built afresh) alone took over 2 s.
+    assert takeover <= FAILOVER_BOUND + WAIT / 3
     check_left_behind(store, run)
 
 
