@@ -421,7 +421,9 @@ def _stop_held() -> Iterator[None]:
     A SystemExit raised between the two left the slot claimed, so no beat sent
     it, and unsent: a standby taking over went on from the slot after it (a run
     lost at each stop that came at that moment, more often on a loaded host).
-    Held here, the stop comes as soon as the message is out. Only on the main
+    Held here, the stop comes as soon as the message is out (or the send gave
+    up: a broker that cannot be reached delays the stop by the send's retries,
+    Celery's ``task_publish_retry_policy``, a few seconds). Only on the main
     thread (where Python runs signal handlers, and may change them), and only
     when the handlers in place are Python's to put back.
     """
