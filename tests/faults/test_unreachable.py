@@ -174,7 +174,10 @@ def test_release_that_must_connect_first_is_unavailable_not_a_bare_redis_error(
     caller = redis.Redis.from_url(
         proxy.url, socket_timeout=0.3, retry_on_error=[], retry=None, max_connections=4
     )
-    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    # No renewal is under test: a long watchdog timeout, so that a loaded machine
+    # stalling this process (the gc.collect() below, in a worker with a large heap)
+    # past a short one does not lose the hold before its release (seen beside CPU hogs).
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=10 * TIMEOUT)
     keeping, done = threading.Event(), threading.Event()
 
     def keep_the_held_connection() -> None:
