@@ -176,12 +176,20 @@ def previous_release_python(session: nox.Session) -> str | None:
     return str(python)
 
 
+#: How the tests are handed to the workers: a module at a time, in the order
+#: tests/conftest.py gives (its longest modules first). xdist's default hands out
+#: runs of consecutive tests (160 each at first), so a worker could get several
+#: long modules in a row while the others ran out of work; a module at a time
+#: also sets each module's fixtures (Celery workers, WSGI servers) up once.
+DISTRIBUTION = ("--dist", "loadfile", "--no-loadscope-reorder")
+
+
 def parallel(args: Sequence[str]) -> list[str]:
     """``-n WORKERS`` for pytest, unless ``args`` choose: their own ``-n`` or ``-p no:xdist``."""
     chosen = any(
         arg.startswith(("-n", "--numprocesses", "-pno:xdist")) or arg == "no:xdist" for arg in args
     )
-    return [] if chosen else ["-n", str(WORKERS)]
+    return [] if chosen else ["-n", str(WORKERS), *DISTRIBUTION]
 
 
 def run_suite(
@@ -200,7 +208,11 @@ def run_suite(
     extra = SERVERS[server][0] if server else ()
     django = next((pin for pin in pins if pin.startswith("Django")), None)
     session.install(f"{wheel}[{EXTRAS}]", *pins, *extra, *beat_schedulers_for(django))
-    env = {"RLOCK_SOURCE_TREE": str(ROOT)}
+    # Bytecode is written (PYTHONDONTWRITEBYTECODE may be set around us): every
+    # worker and every Python process a test starts (Celery workers, WSGI
+    # servers, pytest runs of a user's project) compiled the staged tests and
+    # the example project afresh each time.
+    env = {"RLOCK_SOURCE_TREE": str(ROOT), "PYTHONDONTWRITEBYTECODE": ""}
     # tests/interop's Java peer lives outside the repository (see its conftest.py).
     emulator = Path(os.environ.get("REDISSON_EMULATOR_DIR") or ROOT.parent / "shared" / "redisson")
     if (emulator / "redisson_emulator.py").is_file():

@@ -33,7 +33,9 @@ main thread, which runs the whole term.
   the beat stops sending, closes the wrapped scheduler (saving its state), and
   stands by again. It never exits because of it.
 * **Stopping** (SIGTERM, Ctrl-C), the beat saves the schedule and releases the
-  lock, so a standby takes over at once.
+  lock, so a standby takes over at once. A stop that comes between a slot's
+  claim and its send waits for the send: beat's handler would end the beat
+  there, leaving a slot that no beat sends.
 
 The record of an entry's last slot, ``<lock key>:beat:<entry name>``, lives one
 interval of the entry plus two watchdog timeouts after its send: long enough
@@ -47,7 +49,10 @@ idempotency key or a fenced write. docs/beat.md has the failover timeline.
 from __future__ import annotations
 
 import logging
-from contextlib import ExitStack
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -65,6 +70,8 @@ from django_rlock.core.defaults import DEFAULT_LOCK_ALIAS, renewal_interval
 from django_rlock.core.exceptions import LockTimeout, LockUnavailableError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from celery import Celery
     from celery.beat import ScheduleEntry
     from redis.commands.core import Script
@@ -402,6 +409,47 @@ class ElectedScheduler(Scheduler):  # type: ignore[misc]  # Celery's Scheduler i
         return None
 
 
+#: The signals that stop beat: celery.apps.beat's handler saves the schedule and
+#: raises SystemExit wherever beat's main thread is.
+_STOPPING: Final = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def _stop_held() -> Iterator[None]:
+    """Hold beat's stop signals from a slot's claim until its send returns; then deliver them.
+
+    A SystemExit raised between the two left the slot claimed, so no beat sent
+    it, and unsent: a standby taking over went on from the slot after it (a run
+    lost at each stop that came at that moment, more often on a loaded host).
+    Held here, the stop comes as soon as the message is out (or the send gave
+    up: a broker that cannot be reached delays the stop by the send's retries,
+    Celery's ``task_publish_retry_policy``, a few seconds). Only on the main
+    thread (where Python runs signal handlers, and may change them), and only
+    when the handlers in place are Python's to put back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {stopping: signal.getsignal(stopping) for stopping in _STOPPING}
+    if any(handler is None for handler in previous.values()):
+        yield  # a handler installed outside Python: it could not be put back
+        return
+    caught: list[int] = []
+
+    def hold(number: int, frame: FrameType | None) -> None:
+        caught.append(number)
+
+    for stopping in _STOPPING:
+        signal.signal(stopping, hold)
+    try:
+        yield
+    finally:
+        for stopping, handler in previous.items():
+            signal.signal(stopping, handler)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)  # its handler runs now, as it would have then
+
+
 class _Claiming:
     """Mixed before the wrapped scheduler's class: each send is claimed first."""
 
@@ -432,17 +480,18 @@ class _Claiming:
         if advance:
             # The entry moves on, sent or not, as beat's own tick does before it sends.
             cast(Scheduler, self).reserve(entry)
-        headers = self.elected.claim(entry)
-        if headers is None:
-            return None
-        # Sent with the claim's headers; the entry keeps its own options (no copy:
-        # an entry class may not be copyable, django-celery-beat's is not).
-        options = entry.options
-        entry.options = {**options, "headers": {**(options.get("headers") or {}), **headers}}
-        try:
-            return cast(Scheduler, super()).apply_async(entry, producer, False, **kwargs)
-        finally:
-            entry.options = options
+        with _stop_held():  # a claimed slot is sent
+            headers = self.elected.claim(entry)
+            if headers is None:
+                return None
+            # Sent with the claim's headers; the entry keeps its own options (no copy:
+            # an entry class may not be copyable, django-celery-beat's is not).
+            options = entry.options
+            entry.options = {**options, "headers": {**(options.get("headers") or {}), **headers}}
+            try:
+                return cast(Scheduler, super()).apply_async(entry, producer, False, **kwargs)
+            finally:
+                entry.options = options
 
 
 _claiming_classes: dict[type, type] = {}

@@ -46,42 +46,34 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: How a test module marks a test pure (``pytest.mark.pure`` or ``pytestmark = ...pure``):
-#: a module without this text has no pure test.
-PURE_MARK = "mark.pure"
+#: The paths ``make test-fast`` runs (one a line, read by pytest as an @-file):
+#: every module with a pure test, or its folder.
+PURE_PATHS = Path(__file__).resolve().parent / "pure.txt"
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Under ``-m pure`` (``make test-fast``), a test module with no pure test is not collected.
-
-    Importing it would only deselect every test it has, after importing what it
-    imports (Django settings, Celery apps, Sybil): ``make test-fast`` collected
-    2,527 tests to run 694. Read from the module's text, not its import.
-    """
-    if config.getoption("markexpr", "") != "pure":
-        return None
-    name = collection_path.name
-    if not (name.startswith("test_") and name.endswith(".py")):
-        return None
-    return PURE_MARK not in collection_path.read_text(encoding="utf-8")
+def pure_paths() -> tuple[Path, ...]:
+    """The files and folders :data:`PURE_PATHS` lists, resolved from the tests' parent."""
+    lines = PURE_PATHS.read_text(encoding="utf-8").split()
+    return tuple(PURE_PATHS.parent.parent / line for line in lines)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``pure`` (``make test-fast`` runs them) must not use a server fixture.
 
     Checked at collection, in every run: a wrong mark fails ``make test`` too,
-    not only the run that has no server; so does a pure test whose module's text
-    does not say ``mark.pure`` (``make test-fast`` would not collect it). A test
-    that starts a server itself fails under ``make test-fast`` instead
-    (tests/servers.py: forbid_servers).
+    not only the run that has no server; so does a pure test outside the paths
+    of tests/pure.txt (``make test-fast`` would not run it). A test that starts
+    a server itself fails under ``make test-fast`` instead (tests/servers.py:
+    forbid_servers).
     """
+    listed = pure_paths()
     for item in items:
         if item.get_closest_marker("pure") is None:
             continue
-        if PURE_MARK not in item.path.read_text(encoding="utf-8"):
+        if not any(item.path == path or path in item.path.parents for path in listed):
             raise pytest.UsageError(
-                f"{item.nodeid} is marked pure without {PURE_MARK!r} in its module's text:"
-                " make test-fast would not collect it (pytest_ignore_collect)"
+                f"{item.nodeid} is marked pure but its module is not in tests/pure.txt:"
+                " make test-fast would not run it (add the module there)"
             )
         used = sorted(SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())))
         if wants_postgres(item):
@@ -90,6 +82,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(
                 f"{item.nodeid} is marked pure but needs a server: {', '.join(used)}"
             )
+    longest_first(config, items)
+
+
+#: The test modules that take longest (seconds of wall time summed over their
+#: tests, measured in one ``make test``), longest first. Under xdist (noxfile.py:
+#: ``--dist loadfile``, a module is one unit of work) they are handed out first,
+#: so that no worker starts one of them when the others are nearly done: the
+#: suite's end waited for the last long module. A module missing from the list
+#: only starts in collection order; a stale entry costs nothing.
+LONGEST_MODULES = (
+    "tests/celery/test_beat.py",  # 77 s
+    "tests/django/test_testing_runner.py",  # 76 s
+    "tests/django/test_testing_plugin.py",  # 69 s
+    "tests/example/test_demo.py",  # 62 s
+    "tests/model/test_rwlock_model.py",  # 52 s
+    "tests/model/test_owner_model.py",  # 49 s
+    "tests/django/test_embedded.py",  # 49 s
+    "tests/example/test_project_suite.py",  # 49 s
+    "tests/model/test_fair_model.py",  # 43 s
+    "tests/interop/test_locator.py",  # 36 s
+    "tests/sync/test_contention.py",  # 35 s
+    "tests/celery/test_delivery.py",  # 29 s
+    "tests/django/test_lock_order.py",  # 29 s
+    "tests/celery/test_config.py",  # 27 s
+    "tests/model/test_model.py",  # 27 s
+    "tests/celery/test_leaks.py",  # 25 s
+    "tests/model/test_deadlock_model.py",  # 23 s
+    "tests/celery/test_semaphore.py",  # 22 s
+    "tests/django/test_admin.py",  # 22 s
+)
+
+
+def longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the longest modules first (:data:`LONGEST_MODULES`), a module together."""
+    if not hasattr(config, "workerinput"):
+        return  # one process: pytest's own order
+    rank = {module: index for index, module in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,12 +27,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import redis
 from celery import Celery
-from celery.beat import ScheduleEntry
+from celery.beat import ScheduleEntry, Scheduler
 from celery.schedules import crontab, schedule
 
 from celery_rlock import ConfigurationError
@@ -257,6 +258,9 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
             old = {send["token"] for send in sends(store, run)}
             assert first.stop() == 0  # saves the schedule, releases the lock
             stopped_at = time.time()
+            # Released, not left to expire: gone, or the standby's already (the first
+            # beat's process has exited, so a hold it kept would still show its pid).
+            assert leader_pid(store, run) in (None, second.pid)
             wait_until(lambda: leader_pid(store, run) == second.pid, "the second beat to lead")
             wait_until(
                 lambda: len([s for s in sends(store, run) if s["token"] not in old]) >= 2,
@@ -272,7 +276,10 @@ def test_database_scheduler_hands_over_on_sigterm_with_no_gap_and_no_double(
     assert slot_of(after[0]) - max(slot_of(s) for s in before) == timedelta(seconds=INTERVAL)
     takeover = min(s["ran_at"] for s in after) - stopped_at
     print(f"FIGURES beat SIGTERM (DatabaseScheduler): next send {takeover:.2f}s after the stop")
-    assert takeover <= 2 * INTERVAL + 1.0
+    # The hand-over itself is checked above (released at the stop) and by the slot
+    # step; this only catches a hang: on a loaded host the new leader's start-up
+    # (a DatabaseScheduler built afresh) alone took over 2 s.
+    assert takeover <= FAILOVER_BOUND + WAIT / 3
     check_left_behind(store, run)
 
 
@@ -388,4 +395,57 @@ def test_a_deposed_leader_claims_nothing_before_it_hears_of_its_loss(
     finally:
         elected.close()
     assert elected.term is None
+    assert not r.exists(f"btest:{{beat:{run}}}")
+
+
+class _SendsWhileStopped(Scheduler):  # type: ignore[misc]  # Celery's Scheduler is untyped
+    """A beat scheduler whose send is where beat's SIGTERM lands: recorded if it completes."""
+
+    sent: ClassVar[list[dict[str, Any]]] = []
+
+    def apply_async(
+        self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> object:
+        signal.raise_signal(signal.SIGTERM)  # beat is stopped while the message goes out
+        type(self).sent.append(dict(entry.options["headers"]))
+        return object()
+
+
+def test_a_stop_between_a_slots_claim_and_its_send_waits_for_the_send(
+    redis_url: str, r: redis.Redis, tmp_path: Path
+) -> None:
+    """Beat's SIGTERM handler raises SystemExit: it used to land after the claim, before the send.
+
+    The slot was then recorded as sent, so the standby that took over went on
+    from the next one: a run lost (the DatabaseScheduler hand-over test saw the
+    next send two intervals after the last under load).
+    """
+    run = uuid.uuid4().hex[:10]
+    app = beat_app(
+        rlock_url=redis_url, rlock_key_prefix="btest", rlock_watchdog_timeout=30, timezone="UTC"
+    )
+    app.conf.beat_schedule = {"tick": {"task": "t", "schedule": 60.0}}
+    app.conf.rlock_beat_lock = f"beat:{run}"
+    app.conf.rlock_beat_scheduler = _SendsWhileStopped
+    elected = ElectedScheduler(app, max_interval=1)
+
+    def beats_handler(number: int, frame: object) -> None:  # celery.apps.beat's, in short
+        raise SystemExit
+
+    previous = signal.signal(signal.SIGTERM, beats_handler)
+    _SendsWhileStopped.sent.clear()
+    try:
+        assert elected.tick() > 0  # elected: the entry is not due for a minute
+        assert elected.term is not None and elected.leading is not None
+        entry = elected.leading.schedule["tick"]
+        with pytest.raises(SystemExit):
+            elected.leading.apply_async(entry)
+        # Claimed, then sent, then stopped; and the handler in place is beat's again.
+        assert [sent["rlock_beat_token"] for sent in _SendsWhileStopped.sent] == [
+            elected.term.token
+        ]
+        assert signal.getsignal(signal.SIGTERM) is beats_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        elected.close()
     assert not r.exists(f"btest:{{beat:{run}}}")

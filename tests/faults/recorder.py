@@ -6,13 +6,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, cast
 
 from django_rlock.core import LockClient, RLock
 from django_rlock.core._process.identity import thread_owner
 from django_rlock.core._protocol.holds import Hold
 
-__all__ = ["LockWatch", "current_hold"]
+__all__ = ["LockWatch", "SchedulingLag", "current_hold"]
 
 
 def current_hold(lock: RLock, owner: str | None = None) -> Hold:
@@ -72,3 +73,43 @@ class LockWatch:
             if time.monotonic() > deadline:
                 raise AssertionError("no renewal succeeded in time")
             time.sleep(0.01)
+
+
+class SchedulingLag:
+    """The worst lateness of this process's threads while it is entered, measured.
+
+    A thread sleeps in :data:`STEP` steps and records how much later than asked
+    each sleep ended: what a loaded machine (or the GIL) adds to any thread's
+    timing here. A bound on a duration measured from a thread (a call's end, a
+    watchdog's verdict) adds :attr:`worst` instead of guessing a margin: the
+    assertion stays as tight as the machine allows, and a loaded machine does
+    not fail it.
+    """
+
+    #: The probe's sleep, in seconds.
+    STEP = 0.005
+
+    def __init__(self) -> None:
+        #: The worst lateness seen so far, in seconds.
+        self.worst = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, name="scheduling-lag", daemon=True)
+
+    def _probe(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            time.sleep(self.STEP)
+            self.worst = max(self.worst, time.monotonic() - started - self.STEP)
+
+    def __enter__(self) -> SchedulingLag:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join(5.0)

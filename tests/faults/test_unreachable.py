@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +21,23 @@ from django_rlock.core import LockClient, LockLostError, LockNotOwnedError, Lock
 from django_rlock.core._process.identity import thread_owner
 from tests.faults.conftest import TIMEOUT
 from tests.faults.proxy import FaultProxy
-from tests.faults.recorder import LockWatch, current_hold
+from tests.faults.recorder import LockWatch, SchedulingLag, current_hold
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.faults
 
-#: A renewal call's socket timeout is TIMEOUT / 6; this is what scheduling may add.
+#: A renewal call's socket timeout is TIMEOUT / 6; this is what scheduling may add
+#: on an idle machine. On a loaded one, the lateness the ``lag`` probe measured
+#: in this process during the test is added to it (it was 0.1 s alone, which a
+#: machine running other suites beside this one could exceed).
 SLACK = 0.1
+
+
+@pytest.fixture
+def lag() -> Iterator[SchedulingLag]:
+    """How late this process's threads ran during the test (see SchedulingLag)."""
+    with SchedulingLag() as measured:
+        yield measured
 
 
 def _partition(server: RedisServer, proxy: FaultProxy, seconds: float) -> None:
@@ -57,7 +67,7 @@ FAULTS: dict[str, Callable[[RedisServer, FaultProxy, float], None]] = {
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
-    fault: str, private_server: RedisServer, proxy: FaultProxy
+    fault: str, private_server: RedisServer, proxy: FaultProxy, lag: SchedulingLag
 ) -> None:
     holder_client = LockClient(proxy.url, key_prefix="f", watchdog_timeout=TIMEOUT)
     rival_client = LockClient(private_server.url, key_prefix="f", watchdog_timeout=TIMEOUT)
@@ -99,12 +109,13 @@ def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
         print(
             f"FIGURES {fault}: told {last_deadline - watch.lost_at:+.3f}s before the deadline, "
             f"{(granted_at or [float('nan')])[0] - watch.lost_at:.3f}s before the rival's grant, "
-            f"longest renewal call {watch.longest_renewal():.3f}s"
+            f"longest renewal call {watch.longest_renewal():.3f}s; threads ran up to "
+            f"{lag.worst:.3f}s late"
         )
-        assert watch.lost_at <= last_deadline + SLACK
+        assert watch.lost_at <= last_deadline + SLACK + lag.worst
         assert granted_at, "the rival never got the lock"
         assert watch.lost_at < granted_at[0]
-        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK
+        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK + lag.worst
         assert lock.lost
         with pytest.raises(LockLostError):
             lock.release()
@@ -118,7 +129,7 @@ def test_holder_is_told_by_its_deadline_and_before_anyone_else_gets_the_lock(
 
 
 def test_no_call_hangs_past_its_socket_timeout_during_a_partition(
-    private_server: RedisServer, proxy: FaultProxy
+    private_server: RedisServer, proxy: FaultProxy, lag: SchedulingLag
 ) -> None:
     """The caller's own calls end by their socket timeout (retries off), renewals by theirs.
 
@@ -136,15 +147,15 @@ def test_no_call_hangs_past_its_socket_timeout_during_a_partition(
             started = time.monotonic()
             with pytest.raises(LockUnavailableError) as caught:
                 call()
-            assert time.monotonic() - started <= 0.3 + SLACK
+            assert time.monotonic() - started <= 0.3 + SLACK + lag.worst
             assert caught.value.server == f"127.0.0.1:{proxy.port}"
             assert isinstance(caught.value.__cause__, redis.TimeoutError | redis.ConnectionError)
         assert watch.lost.wait(2 * TIMEOUT)
         started = time.monotonic()
         with pytest.raises(LockLostError):
             lock.release()  # known lost: answered locally, no call at all
-        assert time.monotonic() - started < 0.05
-        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK
+        assert time.monotonic() - started < 0.05 + lag.worst
+        assert watch.longest_renewal() <= TIMEOUT / 6 + SLACK + lag.worst
     finally:
         proxy.heal()
         client.close()
@@ -163,7 +174,10 @@ def test_release_that_must_connect_first_is_unavailable_not_a_bare_redis_error(
     caller = redis.Redis.from_url(
         proxy.url, socket_timeout=0.3, retry_on_error=[], retry=None, max_connections=4
     )
-    client = LockClient(caller, key_prefix="f", watchdog_timeout=TIMEOUT)
+    # No renewal is under test: a long watchdog timeout, so that a loaded machine
+    # stalling this process (the gc.collect() below, in a worker with a large heap)
+    # past a short one does not lose the hold before its release (seen beside CPU hogs).
+    client = LockClient(caller, key_prefix="f", watchdog_timeout=10 * TIMEOUT)
     keeping, done = threading.Event(), threading.Event()
 
     def keep_the_held_connection() -> None:

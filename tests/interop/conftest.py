@@ -125,6 +125,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_skipped_for_emulator] = skipped
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a run of one process, start test_locator.py's pytest runs now, beside the others.
+
+    Each is a pytest start-up (about a second of CPU): begun when the locator's
+    tests came up, ``make test-fast`` waited for them. Their tests move to the
+    end, so that the runs have the whole session to finish. Under xdist every
+    worker collects every test but runs only some: there they start when used.
+    """
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    locator = [item for item in session.items if item.nodeid.startswith(LOCATOR_TESTS)]
+    if not locator:
+        return
+    session.items[:] = [i for i in session.items if i not in locator] + locator
+    from tests.interop import test_locator  # noqa: PLC0415 -- collected, so imported already
+
+    started = test_locator.start_runs()
+    config.stash[test_locator.EARLY_RUNS] = started
+    config.add_cleanup(lambda: test_locator.stop_runs(started))
+
+
+#: The node ids of the tests that run pytest without the emulator.
+LOCATOR_TESTS = "tests/interop/test_locator.py::"
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Say once more, at the end where it is seen, that the interop tests did not run."""
     skipped = config.stash.get(_skipped_for_emulator, 0)

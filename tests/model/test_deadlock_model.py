@@ -208,11 +208,17 @@ def test_one_global_order_never_raises(edges: EdgeWrites, redis_url: str, seed: 
 def test_random_orders_every_deadlock_is_a_recorded_cycle(
     edges: EdgeWrites, redis_url: str, seed: int
 ) -> None:
-    history = run(redis_url, ordered=False, seed=seed, threads=6, units=8)
-    assert history.errors == []
-    assert [victim for victim, real in history.deadlocks if not real] == []
-    assert len(history.deadlocks) >= 1  # the run did make deadlocks
-    assert history.units == 6 * 8  # every victim retried; nothing stayed stuck
+    # Each run's every deadlock must be a recorded cycle. A run must make some to
+    # say anything: on a loaded machine the threads, run one after another, may
+    # make none; that run is taken again (at most three), never the assertions.
+    for _ in range(3):
+        history = run(redis_url, ordered=False, seed=seed, threads=6, units=8)
+        assert history.errors == []
+        assert [victim for victim, real in history.deadlocks if not real] == []
+        assert history.units == 6 * 8  # every victim retried; nothing stayed stuck
+        if history.deadlocks:
+            break
+    assert len(history.deadlocks) >= 1, "three runs made no deadlock"
     print(f"seed {seed}: {len(history.deadlocks)} deadlocks, {edges.drain()} waits checked")
 
 

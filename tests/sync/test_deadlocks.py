@@ -219,15 +219,22 @@ def test_a_thread_and_an_asyncio_task(client: LockClient, redis_url: str, r: red
     assert no_edges_left(r)
 
 
-def test_the_victim_is_the_call_that_began_last(client: LockClient) -> None:
-    """The member whose acquire began last gives up: here, always the later one."""
-    first_waits = threading.Event()
+def test_the_victim_is_the_call_that_began_last(client: LockClient, r: redis.Redis) -> None:
+    """The member whose acquire began last gives up: here, always the later one.
+
+    The order is made by events, not sleeps: the early one asks for "n" once the
+    late one holds it, and the late one asks for "m" once the early one's wait
+    shows on the server (its wait edge, written at its first check). With sleeps,
+    a loaded machine started the late thread after the early one was done: no
+    deadlock at all.
+    """
+    early_holds, late_holds = threading.Event(), threading.Event()
     outcomes: dict[str, str] = {}
 
     def early() -> None:
         with client.lock("m"):
-            first_waits.set()
-            time.sleep(0.05)
+            early_holds.set()
+            late_holds.wait(HANG)
             try:
                 with client.lock("n"):
                     outcomes["early"] = "granted"
@@ -236,8 +243,12 @@ def test_the_victim_is_the_call_that_began_last(client: LockClient) -> None:
 
     def late() -> None:
         with client.lock("n"):
-            first_waits.wait(HANG)
-            time.sleep(0.3)  # the early one is waiting for "n" by now
+            late_holds.set()
+            early_holds.wait(HANG)
+            deadline = time.monotonic() + HANG
+            while not list(r.scan_iter("test:waits:*")):  # the early one waits for "n"
+                assert time.monotonic() < deadline, "the early one never waited"
+                time.sleep(0.01)
             try:
                 with client.lock("m"):
                     outcomes["late"] = "granted"

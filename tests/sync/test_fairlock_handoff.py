@@ -179,32 +179,46 @@ def test_a_lost_message_is_confirmed_by_the_next_attempt_as_one_grant(
 def test_a_waiter_giving_up_as_it_is_handed_the_lock_hands_it_on(
     client: LockClient, holder_client: LockClient, r: redis.Redis
 ) -> None:
-    holder = hold(holder_client, lease=60)
-    lock = client.fair_lock("report")
-    outcomes: dict[str, Any] = {}
+    """The quitter's 1 s runs out while the lock is handed to it (unheard): the patient gets it.
 
-    def quitter() -> None:
-        outcomes["quitter"] = lock.acquire(timeout=1.0)
+    On a loaded machine the quitter may find the lock handed to it before its
+    time is up, and take it: a plain hand-over, not the case under test. Then
+    it gives the lock back and the case is set up again (at most three times):
+    the measurement is retried, never the assertion.
+    """
+    for _ in range(3):
+        holder = hold(holder_client, lease=60)
+        lock = client.fair_lock("report")
+        outcomes: dict[str, Any] = {}
 
-    def patient() -> None:
-        outcomes["patient"] = lock.acquire(timeout=HANG)
-        outcomes["count"] = lock.hold_count()
-        lock.release()
+        def quitter() -> None:
+            outcomes["quitter"] = lock.acquire(timeout=1.0)  # noqa: B023 -- joined below
+            if outcomes["quitter"]:  # noqa: B023
+                lock.release()  # noqa: B023 -- granted in time: not the case under test
 
-    first = threading.Thread(target=quitter)
-    first.start()
-    wait_until(queued(r, lock, 1), "the quitter is queued")
-    second = threading.Thread(target=patient)
-    second.start()
-    wait_until(queued(r, lock, 2), "the patient waiter is queued")
-    quitter_id = queue_ids(r, lock)[0]
-    release_unheard(holder_client, holder)
-    assert handed_to(r, lock) == quitter_id
-    first.join(HANG)
-    second.join(HANG)
-    assert outcomes == {"quitter": False, "patient": True, "count": 1}
-    assert not lock.locked()
-    assert r.exists(lock.fair_keys.queue, lock.fair_keys.entries, lock.keys.waiters) == 0
+        def patient() -> None:
+            outcomes["patient"] = lock.acquire(timeout=HANG)  # noqa: B023
+            outcomes["count"] = lock.hold_count()  # noqa: B023
+            lock.release()  # noqa: B023
+
+        first = threading.Thread(target=quitter)
+        first.start()
+        wait_until(queued(r, lock, 1), "the quitter is queued")
+        second = threading.Thread(target=patient)
+        second.start()
+        wait_until(queued(r, lock, 2), "the patient waiter is queued")
+        quitter_id = queue_ids(r, lock)[0]
+        release_unheard(holder_client, holder)
+        assert handed_to(r, lock) == quitter_id
+        first.join(HANG)
+        second.join(HANG)
+        assert not first.is_alive() and not second.is_alive()
+        assert outcomes["patient"] is True and outcomes["count"] == 1
+        assert not lock.locked()
+        assert r.exists(lock.fair_keys.queue, lock.fair_keys.entries, lock.keys.waiters) == 0
+        if outcomes["quitter"] is False:
+            return  # the case under test came up, and the patient got the lock
+    pytest.fail("the quitter took the lock in time at each of three tries: the case never came up")
 
 
 def test_a_cancelled_task_handed_the_lock_gives_it_to_the_next_waiter(

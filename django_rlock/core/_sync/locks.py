@@ -82,7 +82,6 @@ from django_rlock.core._protocol.lock import (
 )
 from django_rlock.core._protocol.lockbase import LockBase
 from django_rlock.core._protocol.plan import HANDED, SUBSCRIBED, AcquirePlan, drive
-from django_rlock.core._protocol.resp import Template
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
