@@ -385,6 +385,11 @@ FOREIGN_PRIVATES: dict[tuple[str, str], str] = {
         "asyncio.current_task() raises outside an event loop; _get_running_loop() (what"
         " get_running_loop() calls) says None at a tenth of the cost, on every acquire"
     ),
+    ("django_rlock._scopes.transactions", "_get_running_loop"): (
+        "the end of every with block reads the thread's DB connections: outside an event"
+        " loop, asgiref's _ThreadCriticalLocal reads its _storage (a threading.local),"
+        " which is read directly, without the two exceptions of a read through the Local"
+    ),
     ("django_rlock._callsite", "_getframe"): (
         "sys._getframe walks the caller's frames without inspect.stack()'s cost"
     ),

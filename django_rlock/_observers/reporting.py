@@ -87,13 +87,14 @@ class Reporter(HoldEvents):
             self.metrics.detach(registry)
 
     def _acquired(self, hold: Hold) -> None:
-        lock = self._lock_of(hold)
-        if lock is None:
+        # _lock_of inlined: run on every grant of every lock of the client.
+        lock = hold.locks[0] if hold.locks else None
+        backend = self.backend
+        if not isinstance(lock, AliasAttached) or lock.backend is not backend:
             return
         # On the acquiring thread (or task): the call stack is the caller's.
         # Always kept: a leak report must say which code took the hold.
         location = hold.location = lock.location or caller_location()
-        backend = self.backend
         if backend.slow_wait is not None:
             self._log_slow_wait(lock.name, hold.waited, location, acquired=True)
         if lock_acquired.receivers:  # else send() finds nobody, after its keywords are built
@@ -138,11 +139,11 @@ class Reporter(HoldEvents):
         )
 
     def _released(self, hold: Hold) -> None:
-        lock = self._lock_of(hold)
-        if lock is None:
+        lock = hold.locks[0] if hold.locks else None  # _lock_of inlined, as in _acquired
+        backend = self.backend
+        if not isinstance(lock, AliasAttached) or lock.backend is not backend:
             return
         location = hold.location
-        backend = self.backend
         held = clock.monotonic() - hold.acquired_at
         if not hold.lost:
             backend.hold_times.observe(lock.name, lock.key_template, held)

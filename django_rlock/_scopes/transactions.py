@@ -92,10 +92,12 @@ pytest-django's ``transaction=True``, to test the binding).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
 
+from asgiref import local as asgiref_local
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -106,6 +108,11 @@ logger = logging.getLogger("django_rlock.lock")
 
 #: Where a watched connection keeps its :class:`_Watch`.
 _WATCH = "_django_rlock_transaction_watch"
+
+#: The class of the thread-critical Local that holds Django's connections
+#: (asgiref 3.9 and later; None before, where the Local is read as it is).
+_THREAD_CRITICAL_LOCAL: type | None = getattr(asgiref_local, "_ThreadCriticalLocal", None)
+_object_getattribute = object.__getattribute__
 
 
 def end_block(lock: RLock, mode: str) -> None:
@@ -167,6 +174,14 @@ def _initialized() -> list[BaseDatabaseWrapper]:
     local = getattr(connections, "_connections", None)
     if local is None:  # a handler that keeps them elsewhere: Django's own way
         return list(connections.all(initialized_only=True))
+    if type(local) is _THREAD_CRITICAL_LOCAL and asyncio._get_running_loop() is None:
+        # What asgiref's thread-critical Local reads in a thread running no
+        # event loop: its threading.local. Read here directly, as each read
+        # through the Local costs two exceptions (attribute lookup, then
+        # get_running_loop()), about half of ending a block.
+        storage = _object_getattribute(local, "_storage")
+        if isinstance(storage, threading.local):
+            local = storage
     made = []
     for alias in connections:
         connection = getattr(local, alias, None)

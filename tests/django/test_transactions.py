@@ -45,6 +45,7 @@ from django.test import AsyncClient
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import locked, locks, rlock
+from django_rlock._scopes.transactions import _initialized as open_connections
 from django_rlock.exceptions import LockLostError
 from tests.children import python_module, read_answer
 from tests.django.conftest import HANG
@@ -607,3 +608,29 @@ def test_an_async_view_with_its_transaction_inside_the_lock_loses_no_update(acco
     statuses = asyncio.run(calls())
     assert statuses == [200] * 30
     assert committed_balance("pg") == START - 30
+
+
+# -- whose connections a block's end reads -----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_blocks_end_finds_the_connections_django_lists() -> None:
+    """The end of every block reads the thread's connections past asgiref's Local (the
+    speed of a view's ``with rlock()``): it finds what Django's own listing finds, in
+    a thread with a connection, in a thread with none, and in a thread running an
+    event loop (which reads through the Local, as Django does)."""
+
+    def both() -> tuple[list[object], list[object]]:
+        return list(open_connections()), list(connections.all(initialized_only=True))
+
+    connections["default"].ensure_connection()
+    ours, django_s = both()
+    assert connections["default"] in ours
+    assert ours == django_s
+    assert on_another_thread(both) == ([], [])
+
+    async def in_a_loop() -> tuple[list[object], list[object]]:
+        return both()
+
+    ours, django_s = asyncio.run(in_a_loop())
+    assert ours == django_s

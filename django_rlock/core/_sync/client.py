@@ -260,6 +260,8 @@ class LockClient:
         same name (a :class:`~django_rlock.core._sync.redisson.RedissonRLock`).
         """
         kind = RedissonRLock if self.layout == REDISSON else RLock
+        if timeout is None and lease is None and blocking is True and max_hold is None:
+            return kind(self, check_name(name))  # the defaults: no keyword to pass and check
         return kind(
             self,
             check_name(name),
