@@ -123,7 +123,7 @@ def build_key(
     else:
         arguments = _binder(func).arguments(args, kwargs)
         try:
-            key = template.format(**arguments)
+            key = template.format_map(arguments)  # as format(**arguments), with no copy
         except (KeyError, AttributeError, IndexError, TypeError, ValueError) as error:
             raise ValueError(
                 f"cannot build lock key from {template!r} for {func.__qualname__}: "
@@ -148,7 +148,16 @@ class _Binder:
     which raises the TypeError the call itself would.
     """
 
-    __slots__ = ("defaults", "names", "positional", "required", "signature", "simple", "spread")
+    __slots__ = (
+        "defaults",
+        "every_positional",
+        "names",
+        "positional",
+        "required",
+        "signature",
+        "simple",
+        "spread",
+    )
 
     def __init__(self, func: Callable[..., Any]) -> None:
         self.signature = inspect.signature(func)
@@ -156,6 +165,11 @@ class _Binder:
         #: Every parameter is positional-or-keyword or keyword-only.
         self.simple = all(p.kind in (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY) for p in parameters)
         self.positional = tuple(p.name for p in parameters if p.kind is _POSITIONAL_OR_KEYWORD)
+        #: The number of parameters, when every one is positional-or-keyword (else -1):
+        #: a call giving that many arguments by position, and no keyword, fills each once.
+        self.every_positional = (
+            len(parameters) if all(p.kind is _POSITIONAL_OR_KEYWORD for p in parameters) else -1
+        )
         self.names = frozenset(p.name for p in parameters)
         self.required = frozenset(p.name for p in parameters if p.default is p.empty)
         self.defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
@@ -164,6 +178,8 @@ class _Binder:
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments by parameter name, defaults applied, ``**kwargs`` flattened."""
+        if not kwargs and len(args) == self.every_positional:
+            return dict(zip(self.positional, args, strict=True))  # what the loop below gives
         if self.simple and len(args) <= len(self.positional):
             arguments = dict(zip(self.positional, args, strict=False))
             names = self.names

@@ -198,16 +198,17 @@ def locked(
             transaction=transaction,
             max_hold=max_hold,
         )
-        options = _Options(timeout, lease, max_hold)
+        # Worked out once: every call of the function passes the same keywords.
+        given = _Options(timeout, lease, max_hold).given()
         view_answers = _ViewAnswers(using, busy_response, where.location)
 
         def take(args: tuple[Any, ...], kwargs: dict[str, Any]) -> RLock:
             name = build_key(template, signature_source, args, kwargs)
-            return _described(_sync_lock(using, name, kind, permits, options), where)
+            return _described(_sync_lock(using, name, kind, permits, given), where)
 
         def take_async(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AsyncLock:
             name = build_key(template, signature_source, args, kwargs)
-            return _described(_async_lock(using, name, kind, permits, options), where)
+            return _described(_async_lock(using, name, kind, permits, given), where)
 
         def busy(args: tuple[Any, ...], error: _Busy, lock: object) -> HttpResponse:
             return _answer_busy(args, _honest(error, lock), using, busy_response, lock)
@@ -350,10 +351,11 @@ def _check_amounts(timeout: object, lease: object, permits: object, max_hold: ob
         check_permits(permits)
 
 
-def _sync_lock(using: str, name: str, kind: str, permits: int | None, options: _Options) -> RLock:
-    """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`)."""
+def _sync_lock(
+    using: str, name: str, kind: str, permits: int | None, given: LockOptions
+) -> RLock:
+    """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`), made with ``given``."""
     backend = locks[using]
-    given = options.given()
     if kind == "permit":
         return backend.semaphore(name, cast(int, permits), **given)
     if kind == "fair":
@@ -365,11 +367,10 @@ def _sync_lock(using: str, name: str, kind: str, permits: int | None, options: _
 
 
 def _async_lock(
-    using: str, name: str, kind: str, permits: int | None, options: _Options
+    using: str, name: str, kind: str, permits: int | None, given: LockOptions
 ) -> AsyncLock:
     """The asyncio twin of :func:`_sync_lock`."""
     backend = locks[using]
-    given = options.given()
     if kind == "permit":
         return backend.async_semaphore(name, cast(int, permits), **given)
     if kind == "fair":
