@@ -351,10 +351,8 @@ def _check_amounts(timeout: object, lease: object, permits: object, max_hold: ob
         check_permits(permits)
 
 
-def _sync_lock(
-    using: str, name: str, kind: str, permits: int | None, given: LockOptions
-) -> RLock:
-    """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`), made with ``given``."""
+def _sync_lock(using: str, name: str, kind: str, permits: int | None, given: LockOptions) -> RLock:
+    """The lock ``name`` of alias ``using`` of ``kind`` (see :data:`_KINDS`) made with ``given``."""
     backend = locks[using]
     if kind == "permit":
         return backend.semaphore(name, cast(int, permits), **given)
