@@ -95,6 +95,9 @@ class AsyncRLock(DeadlockWaiter, LockBase):
             and self._sends_plain_calls()
             and type(self)._kind_scripts is AsyncRLock._kind_scripts
         )
+        # Whether the first attempt of an acquire is the plain shell's own
+        # (no queue id, no waiter): sent without making a shell (see _acquire).
+        self._first_alone = type(self)._waiting_shell is AsyncRLock._waiting_shell
         # Tasks whose last hold through this object ended lost (see `lost`).
         self._lost_tasks: weakref.WeakKeyDictionary[asyncio.Task[Any], bool] = (
             weakref.WeakKeyDictionary()
@@ -125,17 +128,38 @@ class AsyncRLock(DeadlockWaiter, LockBase):
         with self._reachable("acquire"):
             # Outside a task when called (``asyncio.run(lock.acquire())``): the
             # task that runs it owns the hold.
-            return await self._acquire_waiting(plan, lease_seconds, owner or task_owner())
+            owner = owner or task_owner()
+            lease_seconds = self._granted_lease(owner, lease_seconds)
+            if not self._first_alone:
+                return await self._acquire_waiting(plan, lease_seconds, owner)
+            # The plan's first step, one attempt that does not wait, is sent
+            # here, as the plain shell would send it: an uncontended grant (the
+            # common case) makes no shell and drives no generator. Nothing is
+            # left to clean up if it fails: it registers no waiter.
+            sent_at = clock.monotonic()
+            first = await self._attempt(owner, lease_seconds, "", 0.0, plan.started)
+            if first is None:
+                return True
+            return await self._acquire_waiting(plan, lease_seconds, owner, first, sent_at)
 
     async def _acquire_waiting(
-        self, plan: AcquirePlan, lease_seconds: float | None, owner: str
+        self,
+        plan: AcquirePlan,
+        lease_seconds: float | None,
+        owner: str,
+        first: float | None = None,
+        sent_at: float | None = None,
     ) -> bool:
-        lease_seconds = self._granted_lease(owner, lease_seconds)
+        """Run ``plan`` for ``owner`` after the first attempt if sent (``sent_at``: when)."""
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            # The plan's first step, one attempt that does not wait, is sent
-            # here: an uncontended grant (the common case) drives no generator.
-            granted = await drive_async(plan, shell, await shell.attempt(False, 0.0))
+            if sent_at is None:
+                # The plan's first step, one attempt that does not wait, is sent
+                # here: an uncontended grant drives no generator.
+                first = await shell.attempt(False, 0.0)
+            else:
+                cast("_AsyncWaiting", shell).sent_at = sent_at
+            granted = await drive_async(plan, shell, first)
         except DeadlockError as error:
             shell.close(registered=plan.registered)  # out of the graph before it is told
             self._gave_up(owner, plan, error)

@@ -49,7 +49,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import hiredis
 import redis.asyncio
@@ -91,13 +91,31 @@ class Flight:
     The caller awaits :attr:`waiter`. If the caller is cancelled meanwhile,
     the waiter is cancelled with it, but the call goes on: its outcome lands
     in the future :meth:`hand_over` returns.
+
+    It is also the wire's record of the call (its script, what it sends,
+    whether it was resent): one object per call, made once.
     """
 
-    __slots__ = ("_heir", "_landed", "waiter")
+    __slots__ = ("_heir", "_landed", "call", "packed", "resent", "script", "sent_at", "waiter")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        waiter: asyncio.Future[Any],
+        script: WireScript,
+        call: ScriptCall,
+        packed: bytes | None = None,
+    ) -> None:
         #: The reply, or the call's error; what the caller awaits.
-        self.waiter: asyncio.Future[Any] = loop.create_future()
+        self.waiter = waiter
+        self.script = script
+        self.call = call
+        #: ``call`` already packed with the script's SHA (a lock's kept template),
+        #: or None: packed when written. A NOSCRIPT refusal still goes by ``call``.
+        self.packed = packed
+        #: Sent before, on a connection that broke before the reply: not sent a third time.
+        self.resent = False
+        #: When it was written on its current connection (the event loop's clock).
+        self.sent_at = 0.0
         self._heir: asyncio.Future[Any] | None = None
         self._landed: tuple[Any, BaseException | None] | None = None
 
@@ -143,19 +161,6 @@ def _resolve(future: asyncio.Future[Any], reply: Any, error: BaseException | Non
         pass
 
 
-class _Call(NamedTuple):
-    """A call as the wire keeps it: its flight, its script and what it sends."""
-
-    flight: Flight
-    script: WireScript
-    call: ScriptCall
-    #: Sent before, on a connection that broke before the reply: not sent a third time.
-    resent: bool = False
-    #: ``call`` already packed with the script's SHA (a lock's kept template), or
-    #: None: packed when written.
-    packed: bytes | None = None
-
-
 class Wire:
     """One client's lean connection for its lock calls (see the module's docstring).
 
@@ -174,7 +179,7 @@ class Wire:
         #: ``lean_connection``): from then on every call goes through redis-py.
         self.lean = True
         self._protocol: _WireProtocol | None = None
-        self._backlog: list[_Call] = []
+        self._backlog: list[Flight] = []
         self._connecting = False
         self._closed = False
         # A forked child connects anew, and never touches its parent's socket
@@ -187,15 +192,15 @@ class Wire:
         """Send ``call`` of ``script`` (a :class:`WireScript`) now, with no await.
 
         ``packed``: the same call already packed with ``script.sha`` (see
-        :attr:`_Call.packed`); a NOSCRIPT refusal still goes by ``call``.
+        :attr:`Flight.packed`); a NOSCRIPT refusal still goes by ``call``.
         """
         loop = asyncio.get_running_loop()
-        flight = Flight(loop)
+        flight = Flight(loop.create_future(), script, call, packed)
         protocol = self._protocol
         if protocol is not None and protocol.loop is loop and protocol.open:
-            protocol.send(_Call(flight, script, call, False, packed))
+            protocol.send(flight)
         else:
-            self._send_later(loop, _Call(flight, script, call, False, packed))
+            self._send_later(loop, flight)
         return flight
 
     def close(self) -> None:
@@ -207,7 +212,7 @@ class Wire:
 
     # -- connecting -----------------------------------------------------------------
 
-    def _send_later(self, loop: asyncio.AbstractEventLoop, call: _Call) -> None:
+    def _send_later(self, loop: asyncio.AbstractEventLoop, call: Flight) -> None:
         if not self.lean or self._closed:
             self._through_redis_py_later(call, resend=True)
             return
@@ -227,7 +232,7 @@ class Wire:
             self._connecting = False
             backlog, self._backlog = self._backlog, []
             for call in backlog:
-                call.flight.land(error=_ended(call))
+                call.land(error=_ended(call))
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         failed = False
@@ -282,11 +287,11 @@ class Wire:
 
     # -- calls redis-py finishes ------------------------------------------------------
 
-    def _through_redis_py_later(self, call: _Call, *, resend: bool) -> None:
+    def _through_redis_py_later(self, call: Flight, *, resend: bool) -> None:
         task = self._spawn(self._through_redis_py(call, resend=resend))
         task.add_done_callback(_end_when_cancelled(call))
 
-    async def _through_redis_py(self, call: _Call, *, resend: bool) -> None:
+    async def _through_redis_py(self, call: Flight, *, resend: bool) -> None:
         """Run ``call`` through redis-py, once more if its connection broke (``resend``)."""
         script, sent = call.script, call.call
         try:
@@ -301,40 +306,39 @@ class Wire:
         except asyncio.CancelledError:
             raise  # the loop is ending: see _end_when_cancelled
         except BaseException as error:
-            call.flight.land(error=error)
+            call.land(error=error)
             if not isinstance(error, Exception):
                 raise
             return
-        call.flight.land(reply)
+        call.land(reply)
 
-    def _refused(self, call: _Call, error: ResponseError) -> None:
+    def _refused(self, call: Flight, error: ResponseError) -> None:
         """An error reply: a script the server does not know is run by redis-py."""
         if isinstance(error, NoScriptError):
             # Not run: redis-py loads the script (choosing its variant) and runs it.
             self._through_redis_py_later(call, resend=True)
             return
-        call.flight.land(error=permission_error(error) or error)
+        call.land(error=permission_error(error) or error)
 
     def _lost(
-        self, protocol: _WireProtocol, calls: Sequence[_Call], timed_out: str, lost: str
+        self, protocol: _WireProtocol, calls: Sequence[Flight], timed_out: str, lost: str
     ) -> None:
         """``protocol``'s connection ended with ``calls`` unanswered."""
         if self._protocol is protocol:
             self._protocol = None
         for call in calls:
             if timed_out:
-                call.flight.land(error=RedisTimeoutError(timed_out))
+                call.land(error=RedisTimeoutError(timed_out))
             elif call.resent:
-                call.flight.land(error=RedisConnectionError(lost))
+                call.land(error=RedisConnectionError(lost))
             else:
                 # It may or may not have run: sent once more, with its request id,
                 # on a new connection (a pooled one of redis-py may be as dead).
-                self._send_later(
-                    protocol.loop, _Call(call.flight, call.script, call.call, True, call.packed)
-                )
+                call.resent = True
+                self._send_later(protocol.loop, call)
 
 
-def _ended(call: _Call, *, sent: bool | None = None) -> RedisConnectionError:
+def _ended(call: Flight, *, sent: bool | None = None) -> RedisConnectionError:
     """The outcome of a call cut short by its event loop's end.
 
     ``asyncio.run`` cancels every task left when its main coroutine returns,
@@ -354,10 +358,10 @@ def _ended(call: _Call, *, sent: bool | None = None) -> RedisConnectionError:
     )
 
 
-def _end_when_cancelled(call: _Call) -> Callable[[asyncio.Task[None]], None]:
+def _end_when_cancelled(call: Flight) -> Callable[[asyncio.Task[None]], None]:
     def ended(task: asyncio.Task[None]) -> None:
         if task.cancelled():  # also before it began, when no except clause could run
-            call.flight.land(error=_ended(call, sent=True))
+            call.land(error=_ended(call, sent=True))
 
     return ended
 
@@ -385,20 +389,23 @@ class _WireProtocol(asyncio.Protocol):
         self._timeout: float | None = float(timeout) if timeout else None
         self._timer: asyncio.TimerHandle | None = None
         self._timed_out = ""
-        self._calls: collections.deque[tuple[_Call, float]] = collections.deque()
+        self._time = loop.time
+        self._calls: collections.deque[Flight] = collections.deque()
         self._reader = hiredis.Reader(
             protocolError=InvalidResponse, replyError=BaseParser.parse_error
         )
 
-    def send(self, call: _Call) -> None:
+    def send(self, call: Flight) -> None:
         packed = call.packed
         if packed is None:
             sent = call.call
             packed = resp.evalsha(call.script.sha, sent.keys, sent.args, sent.rid)
         self._transport.write(packed)
-        self._calls.append((call, self.loop.time()))
-        if self._timeout is not None and self._timer is None:
-            self._timer = self.loop.call_later(self._timeout, self._check_timeout)
+        if self._timeout is not None:
+            call.sent_at = self._time()
+            if self._timer is None:
+                self._timer = self.loop.call_later(self._timeout, self._check_timeout)
+        self._calls.append(call)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -408,11 +415,13 @@ class _WireProtocol(asyncio.Protocol):
             while (reply := reader.gets()) is not False:
                 if _PUSH is not None and type(reply) is _PUSH:
                     continue  # a RESP3 push message (none is asked for): not a reply
-                call = calls.popleft()[0]
+                call = calls.popleft()
                 if isinstance(reply, ResponseError):
                     self._wire._refused(call, reply)
+                elif (waiter := call.waiter).done():
+                    call.land(reply)  # its caller was cancelled: see Flight.hand_over
                 else:
-                    call.flight.land(reply)
+                    waiter.set_result(reply)
         except (InvalidResponse, IndexError) as error:
             # Garbled, or a reply nobody asked for: the stream cannot be trusted.
             logger.warning("lock call connection out of step, reconnecting: %r", error)
@@ -423,7 +432,7 @@ class _WireProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        calls = [call for call, _ in self._calls]
+        calls = list(self._calls)
         self._calls.clear()
         lost = f"Connection to {self._where} lost: {exc or 'closed by server'}"
         self._wire._lost(self, calls, self._timed_out, lost)
@@ -457,7 +466,7 @@ class _WireProtocol(asyncio.Protocol):
         self._timer = None
         if not self._calls or not self.open:
             return
-        left = self._calls[0][1] + self._timeout - self.loop.time()  # type: ignore[operator]  # set when armed
+        left = self._calls[0].sent_at + self._timeout - self.loop.time()  # type: ignore[operator]  # set when armed
         if left > 0:
             self._timer = self.loop.call_later(left, self._check_timeout)
             return
