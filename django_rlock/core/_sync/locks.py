@@ -81,7 +81,7 @@ from django_rlock.core._protocol.lock import (
     LockScripts,
 )
 from django_rlock.core._protocol.lockbase import LockBase
-from django_rlock.core._protocol.plan import HANDED, SUBSCRIBED, AcquirePlan, drive
+from django_rlock.core._protocol.plan import HANDED, NOT_SENT, SUBSCRIBED, AcquirePlan, drive
 from django_rlock.core._protocol.unavailable import SLOT_MOVING, UNREACHABLE, unavailable_error
 from django_rlock.core._sync.scripts import LockScript, OomSafeScript, run_packed
 from django_rlock.core._sync.sharding import resend_while_settling
@@ -126,7 +126,9 @@ class RLock(DeadlockWaiter, LockBase):
         plain = _plain_kinds.get(kind)
         if plain is None:
             plain = _plain_kinds[kind] = (
-                self._sends_plain_calls() and kind._kind_scripts is RLock._kind_scripts
+                self._sends_plain_calls()
+                and kind._kind_scripts is RLock._kind_scripts
+                and kind._waiting_shell is RLock._waiting_shell
             )
         return plain
 
@@ -194,12 +196,28 @@ class RLock(DeadlockWaiter, LockBase):
     def _acquire_waiting(self, plan: AcquirePlan, lease_seconds: float | None) -> bool:
         owner = self._owner()
         lease_seconds = self._granted_lease(owner, lease_seconds)
+        first: Any = NOT_SENT
+        if self._packs_calls:
+            # The plan's first step, one attempt that does not wait, is sent here,
+            # before any shell is made: an uncontended grant needs none. Not sent
+            # when the lock's channels linger (it is most likely held again).
+            if subscribed_first(plan, self.client.listener, self):
+                first = SUBSCRIBED
+            else:
+                first = self._attempt(
+                    owner,
+                    lease_seconds,
+                    requested_at=plan.started,
+                    until=plan.deadline if plan.blocking else 0.0,
+                )
+                if first is None:
+                    return True
         shell = self._waiting_shell(owner, lease_seconds, plan)
         try:
-            # The plan's first step, one attempt that does not wait, is sent here: an
-            # uncontended grant drives no generator. None when the channels linger.
-            subscribed = self._packs_calls and subscribed_first(plan, self.client.listener, self)
-            first = SUBSCRIBED if subscribed else shell.attempt(False, 0.0)
+            if first is NOT_SENT:
+                # Sent by the shell, whose kind may queue it (a fair lock's first
+                # attempt carries its queue id): an uncontended grant drives no generator.
+                first = shell.attempt(False, 0.0)
             granted = drive(plan, shell, first)
         except DeadlockError as error:
             shell.close(registered=plan.registered)  # out of the graph before it is told

@@ -215,6 +215,8 @@ class ReleaseListener:
 
     def subscribed_to(self, channel_name: str) -> bool:
         """Whether a waiter of ``channel_name`` would find its channels confirmed already."""
+        if not self._table.channels:
+            return False  # nothing subscribed (every uncontended process): no mutex, no names
         names = listen_channels(channel_name.encode("utf-8"), f"{self._id}:0")
         with self._lock:
             return self._table.confirmed_all(names)

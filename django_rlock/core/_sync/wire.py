@@ -28,6 +28,7 @@ one from the pool, which redis-py resets in a child.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -61,11 +62,25 @@ class HeldClient(redis.Redis):
         return self.run_packed(resp.evalsha(sha, keys, args))
 
     def run_packed(self, packed: bytes) -> Any:
-        """Send one packed command, return its reply (see :meth:`run_script`)."""
+        """Send one packed command, return its reply (see :meth:`run_script`).
+
+        The first send runs outside the retry policy: a call that answers (the
+        common case) builds no closure and enters no retry loop. An error it
+        raises is handed to the connection's ``Retry`` as the error of its
+        first try (:func:`_replayed`), so a failed call is retried exactly as
+        when every try runs inside ``call_with_retry``: the same failure count,
+        the connection dropped in between, the same backoff, and an error the
+        policy does not retry raised as it is.
+        """
         connection: Any = self.connection  # Any: redis-py's Connection is untyped
         if connection is None:
             raise redis.ConnectionError("the lock client's held connection was given back")
         command = (packed,)
+        try:
+            connection.send_packed_command(command)
+            return connection.read_response()
+        except Exception as error:  # noqa: BLE001 -- the retry policy decides, as it would have
+            first = error
 
         def round_trip() -> Any:
             connection.send_packed_command(command)
@@ -78,4 +93,21 @@ class HeldClient(redis.Redis):
             ):
                 raise error
 
-        return connection.retry.call_with_retry(round_trip, failed)
+        return connection.retry.call_with_retry(_replayed(first, round_trip), failed)
+
+
+def _replayed(error: Exception, then: Callable[[], Any]) -> Callable[[], Any]:
+    """A ``do`` for ``Retry.call_with_retry`` whose first try raises ``error`` (already met).
+
+    The retry loop then sees the failure of the try made outside it, as if
+    that try had run inside: the failure is counted, the failure handler runs,
+    and the loop retries with ``then`` or raises, as its policy says.
+    """
+    pending = [error]
+
+    def do() -> Any:
+        if pending:
+            raise pending.pop()
+        return then()
+
+    return do
