@@ -177,6 +177,35 @@ class HasChannel(Protocol):
     def keys(self) -> LockKeys: ...
 
 
+#: What :func:`_read_within` returns when no reply came in time.
+NOTHING_CAME = object()
+
+
+def _read_within(connection: Any, timeout: float) -> Any:
+    """The next reply on the pub/sub ``connection``, or :data:`NOTHING_CAME` after ``timeout`` s.
+
+    One read with the socket's timeout set, not ``can_read(timeout)`` and then
+    ``read_response()``: on the wake-up path (a release's message arrives, the
+    waiter returns holding the lock) that pair costs two more polls and a
+    peek of the socket. A reply already parsed into redis-py's buffer is
+    returned without touching the socket, as ``can_read`` would have seen it;
+    a partial reply stays buffered across a timeout (hiredis keeps what it was
+    fed; the plain parser rewinds), and the connection is left as it is
+    (``disconnect_on_error=False``): the caller decides what an error means.
+    The socket keeps the timeout it is given: the listener's writes
+    (:meth:`ReleaseListener._send_locked`) are small commands a socket takes
+    at once, and the next read sets its own.
+    """
+    sock = connection._sock
+    if sock is None:
+        raise redis.ConnectionError("the pub/sub connection is closed")
+    sock.settimeout(timeout)
+    try:
+        return connection.read_response(push_request=True, disconnect_on_error=False)
+    except (redis.TimeoutError, TimeoutError):  # redis-py's, or the socket's own
+        return NOTHING_CAME
+
+
 class ReleaseListener:
     """One pub/sub connection per client, read in turn by the threads that wait."""
 
@@ -322,8 +351,9 @@ class ReleaseListener:
                     continue
                 connection = self._connection
             try:
-                if connection.can_read(timeout=remaining):
-                    self._dispatch(connection.read_response(push_request=True))
+                reply = _read_within(connection, remaining)
+                if reply is not NOTHING_CAME:
+                    self._dispatch(reply)
             except Exception as error:  # noqa: BLE001 -- the table says what it means
                 with self._lock:
                     verdict = self._table.read_error(error)
