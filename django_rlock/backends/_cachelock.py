@@ -71,6 +71,15 @@ class CacheLockLostError(LockLostError, CacheLockNotOwnedError):
     """The cache lock expired or was taken over before its release."""
 
 
+# Named by the module they lived in before, which this version keeps
+# (django_rlock._cache_lock re-exports them): a Celery result that stores one
+# (pickled by the pickle serializer, by module path in JSON) then loads in a
+# process of the previous release too, during a rolling upgrade. Named by
+# this module, an upgraded worker's result raised ModuleNotFoundError there.
+for _error in (CacheLockTimeout, CacheLockNotOwnedError, CacheLockLostError):
+    _error.__module__ = "django_rlock._cache_lock"
+
+
 class CacheLock(RLock):
     """django-rlock's reentrant lock with redis-py's ``Lock`` manners.
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import pickle
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import celery
@@ -284,6 +288,46 @@ def test_celery_loads_an_error_stored_in_json_under_the_cache_locks_old_path(err
     loaded = app.backend.exception_to_python(stored)
     assert type(loaded) is getattr(_cachelock, error)
     assert str(loaded) == "x"
+
+
+#: The previous release's interpreter (noxfile.PREVIOUS_RELEASE, made by ``make test``).
+PREVIOUS = os.environ.get("RLOCK_PREVIOUS_PYTHON", "")
+
+#: Run by the previous release: loads a pickled error from stdin and says what it is.
+LOAD_IN_THE_PREVIOUS_RELEASE = """
+import pickle, sys
+error = pickle.loads(sys.stdin.buffer.read())
+print(type(error).__module__, type(error).__name__, str(error), error.name)
+"""
+
+
+@pytest.mark.skipif(not PREVIOUS, reason="RLOCK_PREVIOUS_PYTHON names no previous release")
+@pytest.mark.parametrize("error", [_cachelock.CacheLockTimeout, _cachelock.CacheLockLostError])
+def test_an_error_stored_by_this_version_loads_in_the_previous_release(
+    error: type[_cachelock.CacheLockTimeout | _cachelock.CacheLockLostError], tmp_path: Path
+) -> None:
+    # A rolling upgrade: a Celery result stored by an upgraded worker is read
+    # by a process not yet upgraded, which has no django_rlock.backends._cachelock.
+    # Pickled (the pickle serializer) and named in JSON (exc_module) by the
+    # module path both versions have.
+    assert error.__module__ == "django_rlock._cache_lock"
+    stored = pickle.dumps(error("busy", name="report:1"))
+    loaded = subprocess.run(
+        [PREVIOUS, "-I", "-c", LOAD_IN_THE_PREVIOUS_RELEASE],
+        input=stored,
+        capture_output=True,
+        cwd=tmp_path,  # outside the source tree: the previous release's own package
+        check=False,
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr.decode()
+    assert loaded.stdout.decode().split() == [
+        "django_rlock._cache_lock",
+        error.__name__,
+        "busy",
+        "report:1",
+    ]
+    assert sys.executable != PREVIOUS
 
 
 @pytest.mark.usefixtures("redis_caches")
