@@ -3,6 +3,8 @@ confirmed, whom a message wakes, and what a failed read means."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import redis
 
@@ -14,6 +16,7 @@ from django_rlock.core._protocol.channels import (
     ChannelTable,
     ReadError,
     listen_channels,
+    log_refusal,
     new_wake_name,
 )
 
@@ -282,11 +285,32 @@ def test_a_moved_refusal_leaves_only_the_channels_of_its_slot_gone() -> None:
         assert channel is not None
         table.subscribe_sent(channel)
     refusal = redis.exceptions.MovedError(f"{key_slot(A)} 127.0.0.1:7001")
-    assert table.read_error(refusal) is ReadError.REFUSED
+    assert table.read_error(refusal) is ReadError.MOVED
     assert table.gone(A) and not table.gone(B)
     # Both pending subscriptions are answered, and every waiter retries.
     assert table.confirmed(A) and table.confirmed(B)
     assert on_a.woken == [b""] and on_b.woken == [b""]
+
+
+def test_a_moved_refusal_is_told_as_a_move_and_leaves_the_warning_for_a_real_refusal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from redis.crc import key_slot  # noqa: PLC0415 -- this test alone computes slots
+
+    table = connected()
+    channel = table.add(A, Waiter("w1"))
+    assert channel is not None
+    table.subscribe_sent(channel)
+    moved = redis.exceptions.MovedError(f"{key_slot(A)} 127.0.0.1:7001")
+    with caplog.at_level(logging.DEBUG, logger="django_rlock.waiting"):
+        log_refusal(table.read_error(moved), moved)
+        log_refusal(table.read_error(moved), moved)
+        refusal = redis.ResponseError("NOPERM this user has no permissions")
+        log_refusal(table.read_error(refusal), refusal)
+    told = [(record.levelno, record.getMessage()) for record in caplog.records]
+    assert [level for level, _ in told] == [logging.INFO, logging.INFO, logging.WARNING]
+    assert all("subscribe where it is now" in message for _, message in told[:2])
+    assert "fall back to TTL waits" in told[2][1]
 
 
 def test_any_other_refusal_leaves_the_pending_subscriptions_gone() -> None:

@@ -154,6 +154,10 @@ class ReadError(enum.Enum):
     REFUSED_AGAIN = "refused again"
     #: The connection broke: drop it, wake every waiter, reconnect.
     BROKEN = "broken"
+    #: A cluster node refused a subscription to a slot it no longer serves
+    #: (MOVED): a reshard or failover under way. Its waiters retry and
+    #: subscribe where the slot is now; told at INFO, every time.
+    MOVED = "moved"
 
 
 @dataclass(eq=False)
@@ -348,6 +352,8 @@ class ChannelTable(Generic[W]):
             channel.acked = max(channel.acked, channel.sent)
             self._drop_if_idle(channel)
         self.wake_all()
+        if moved is not None:
+            return ReadError.MOVED  # not a refusal to warn of: the slot is elsewhere
         if self._refusal_logged:
             return ReadError.REFUSED_AGAIN
         self._refusal_logged = True
@@ -400,6 +406,19 @@ RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def log_refusal(verdict: ReadError, error: BaseException) -> None:
-    """Log a refused pub/sub command: a warning the first time, then at debug level."""
+    """Log a refused pub/sub command: a warning the first time, then at debug level.
+
+    A MOVED refusal is no fault: its waiters subscribe where the slot went
+    (:mod:`~django_rlock.core._sync.sharding`), so it is told at INFO and
+    leaves the one warning for a refusal that makes waiters fall back to
+    waiting out the holder's TTL (an ACL without the channel, say).
+    """
+    if verdict is ReadError.MOVED:
+        logger.info(
+            "pub/sub subscription refused by a node that no longer serves its slot,"
+            " waiters subscribe where it is now: %s",
+            error,
+        )
+        return
     level = logging.WARNING if verdict is ReadError.REFUSED else logging.DEBUG
     logger.log(level, "pub/sub subscription refused, waiters fall back to TTL waits: %s", error)
