@@ -64,10 +64,9 @@ from django_rlock.cache import check_lock_cache, lock_client_for
 from django_rlock.core import LockClient
 from django_rlock.core._faces import (
     CLUSTER_SCHEMES,
-    HOLDER_FIELD,
+    DESCRIPTION_FIELDS,
     REDISSON,
     SENTINEL_SCHEMES,
-    SINCE_FIELD,
     TOKEN_FIELD,
     LimiterState,
     LockKeys,
@@ -521,5 +520,5 @@ def _server_time(clock: list[Any]) -> datetime | None:
 
 def _lease_of(fields: Mapping[str, str]) -> float | None:
     """The fixed lease a hold's description records (None: a watchdog hold, or none)."""
-    hold = read_hold(fields.get(HOLDER_FIELD), fields.get(SINCE_FIELD))
+    hold = read_hold(*(fields.get(field) for field in DESCRIPTION_FIELDS))
     return None if hold is None else hold["lease"]

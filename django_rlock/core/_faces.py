@@ -52,6 +52,7 @@ from django_rlock.core._protocol.semaphore import check_permits
 # admin, ``manage.py rlock``), the wait-for graph, Retry-After, the Celery face's
 # duplicate and beat bookkeeping, and names cut to fit a key.
 from django_rlock.core._process.holder import (
+    DESCRIPTION_FIELDS,
     HOLDER_FIELD,
     SINCE_FIELD,
     is_holder_field,

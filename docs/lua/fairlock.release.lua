@@ -55,8 +55,12 @@ if token <= last then
 end
 
         if holder ~= '' then
-            redis.call('hset', KEYS[1], owner, 1, '~holder', holder,
-                       '~since', string.format('%.0f', now), '~handoff', head)
+            local described, task_part = string.match(holder, '^([^\31]*)\31(.*)')
+            if described then
+                redis.call('hset', KEYS[1], owner, 1, '~since', string.format('%.0f', now), '~handoff', head, '~holder', described, '~task', task_part)
+            else
+                redis.call('hset', KEYS[1], owner, 1, '~since', string.format('%.0f', now), '~handoff', head, '~holder', holder)
+            end
         else
             redis.call('hset', KEYS[1], owner, 1, '~handoff', head)
         end

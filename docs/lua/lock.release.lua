@@ -67,8 +67,12 @@ if starving then
     end
     local fence = string.format('%.0f', token)
     if holder ~= '' then
-        redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~holder', holder,
-                   '~since', string.format('%.0f', now), '~handoff', first)
+        local described, task_part = string.match(holder, '^([^\31]*)\31(.*)')
+        if described then
+            redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~since', string.format('%.0f', now), '~handoff', first, '~holder', described, '~task', task_part)
+        else
+            redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~since', string.format('%.0f', now), '~handoff', first, '~holder', holder)
+        end
     else
         redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~handoff', first)
     end

@@ -51,7 +51,12 @@ if ARGV[7] ~= '' then
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-    redis.call('hset', KEYS[1], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+    local described, task_part = string.match(ARGV[7], '^([^\31]*)\31(.*)')
+    if described then
+        redis.call('hset', KEYS[1], '~since', string.format('%.0f', now), '~holder', described, '~task', task_part)
+    else
+        redis.call('hset', KEYS[1], '~since', string.format('%.0f', now), '~holder', ARGV[7])
+    end
 end
 redis.call('pexpire', KEYS[1], ttl)
 redis.call('sadd', KEYS[4], ARGV[1])

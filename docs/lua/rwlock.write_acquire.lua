@@ -2,7 +2,7 @@
 local ttl = tonumber(ARGV[2])
 
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since')
+    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since', '~task')
 end
 
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
@@ -52,8 +52,12 @@ end
 
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
-               '~since', string.format('%.0f', since))
+    local described, task_part = string.match(ARGV[8], '^([^\31]*)\31(.*)')
+    if described then
+        redis.call('hset', KEYS[1], ARGV[1], 1, '~since', string.format('%.0f', since), '~holder', described, '~task', task_part)
+    else
+        redis.call('hset', KEYS[1], ARGV[1], 1, '~since', string.format('%.0f', since), '~holder', ARGV[8])
+    end
 else
     redis.call('hset', KEYS[1], ARGV[1], 1)
 end

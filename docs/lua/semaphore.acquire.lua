@@ -37,7 +37,12 @@ if used < tonumber(ARGV[8]) then
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-            redis.call('hset', KEYS[2], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+            local described, task_part = string.match(ARGV[7], '^([^\31]*)\31(.*)')
+            if described then
+                redis.call('hset', KEYS[2], '~since', string.format('%.0f', now), '~holder', described, '~task', task_part)
+            else
+                redis.call('hset', KEYS[2], '~since', string.format('%.0f', now), '~holder', ARGV[7])
+            end
         end
         redis.call('pexpire', KEYS[2], ttl)
         redis.call('sadd', KEYS[1], ARGV[1])

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack, cast
 from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError
 
 from django_rlock.core._aio.shell import AsyncShell, Client
-from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, read_hold
+from django_rlock.core._process.holder import DESCRIPTION_FIELDS, read_hold
 from django_rlock.core._process.identity import current_task_owner, task_owner
 from django_rlock.core._protocol import clock
 from django_rlock.core._protocol.calls import (
@@ -474,8 +474,8 @@ class AsyncRLock(DeadlockWaiter, LockBase):
         if key is None:
             return None
         with self._reachable("inspect"):
-            description, since = await self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
-        return read_hold(description, since)
+            fields = await self.client.redis.hmget(key, DESCRIPTION_FIELDS)
+        return read_hold(*fields)
 
     @property
     def token(self) -> int | None:

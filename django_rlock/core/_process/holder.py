@@ -1,10 +1,24 @@
 """Who holds a lock, as an operator sees it: host, pid, thread or task, Celery task.
 
 A new grant writes this beside the owner's hold count, in the lock's own hash
-(fields :data:`HOLDER_FIELD` and :data:`SINCE_FIELD`), in the same script call,
-so it costs no round trip and expires, is renewed and is deleted with the lock.
-The owner id, a credential, is never part of it. ``acquired_at`` is the
-server's clock at the grant.
+(fields :data:`HOLDER_FIELD`, :data:`TASK_FIELD` and :data:`SINCE_FIELD`), in
+the same script call, so it costs no round trip and expires, is renewed and is
+deleted with the lock. The owner id, a credential, is never part of it.
+``acquired_at`` is the server's clock at the grant.
+
+The description is compact, every stored value at most :data:`MAX_VALUE_BYTES`
+(Redis's default ``hash-max-listpack-value``): a hash whose values all fit stays
+a listpack (~216 B for a held lock), one longer value turns it into a hash
+table for as long as it lives (~550 B). The client sends one string (the
+scripts' arguments are unchanged), its process part, then :data:`TASK_MARK`
+and its task part when a Celery task holds it; the script stores the first as
+``~holder`` and the second as ``~task``. The process part is host, pid, thread,
+role and lease, the task part task id and task name, each part's values apart
+by :data:`VALUE_MARK` (a task id that is a UUID is stored as its 32 hex digits,
+after :data:`UUID_MARK` instead). Names too long to fit are cut, by characters
+(UTF-8 stays valid), ending in :data:`CUT_MARK`. The control characters these
+marks are made of never reach a stored name (each becomes '?'). A description
+of the previous releases (one JSON object in ``~holder``) is still read.
 
 Upper layers add what only they know with :func:`holder_details` (Celery's task
 id and name); it follows the current thread or asyncio task (a context variable).
@@ -22,11 +36,12 @@ import math
 import os
 import socket
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django_rlock.core._process import forking
 
@@ -36,6 +51,31 @@ HOLDER_FIELD = "~holder"
 
 
 SINCE_FIELD = "~since"
+
+#: The hash field of the Celery task holding the lock (absent when none does).
+TASK_FIELD = "~task"
+
+#: Every field a grant's description may write, as a client reads them back.
+DESCRIPTION_FIELDS = (HOLDER_FIELD, SINCE_FIELD, TASK_FIELD)
+
+#: The most bytes any stored part of a description takes (Redis's default
+#: ``hash-max-listpack-value``: one value longer and the hash costs 2.5x).
+MAX_VALUE_BYTES = 64
+
+#: Between the process part and the task part of a sent description (the script splits there).
+TASK_MARK = "\x1f"
+
+#: Between the values of one part.
+VALUE_MARK = "\x1e"
+
+#: Between a task id stored as its UUID's 32 hex digits and the task name.
+UUID_MARK = "\x1d"
+
+#: Ends a name cut to fit.
+CUT_MARK = "\u2026"
+
+# What a stored name never contains: the marks (and its neighbour, kept free).
+_UNSAFE = str.maketrans(dict.fromkeys((0x1C, 0x1D, 0x1E, 0x1F), "?"))
 
 
 #: What an operator is shown of a holder, always all of them (None when unknown).
@@ -73,16 +113,15 @@ def describe(lease: float | None = None) -> str:
     again only when its name changed, or in a forked child (whose one thread
     forgets it: the pid changed).
     """
-    if lease is not None:
-        return _leased(describe(), lease)
     if asyncio._get_running_loop() is None and _details.get() is None:
         name = threading.current_thread().name
         made = getattr(_made, "plain", None)
-        if made is not None and made[0] == name:
-            return made[1]  # type: ignore[no-any-return]
-        description = _encoded(os.getpid(), name, "", "", "")
-        _made.plain = (name, description)
-        return description
+        if made is None or made[0] != name:
+            pid = os.getpid()
+            made = _made.plain = (name, _encoded(pid, name, "", "", ""), pid)
+        if lease is None:
+            return made[1]
+        return _encoded(made[2], name, "", "", "", lease)
     task = _current_task()
     name = task.get_name() if task is not None else threading.current_thread().name
     details = _details.get() or {}
@@ -92,10 +131,11 @@ def describe(lease: float | None = None) -> str:
         details.get("task_id", ""),
         details.get("task_name", ""),
         details.get("role", ""),
+        lease,
     )
 
 
-# Per thread: (thread name, description) of its last plain description, made
+# Per thread: (thread name, description, pid) of its last plain description, made
 # in this process (getpid is a system call: not asked on every acquire).
 _made = threading.local()
 
@@ -107,32 +147,111 @@ def _forget_descriptions() -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _encoded(pid: int, thread: str, task_id: str, task_name: str, role: str) -> str:
+def _encoded(  # noqa: PLR0917 (cached by its arguments, all positional: lru_cache's fast key)
+    pid: int, thread: str, task_id: str, task_name: str, role: str, lease: float | None = None
+) -> str:
     # Cached: a thread takes many locks under one description.
-    description = {"host": _HOST, "pid": pid, "thread": thread}
-    if task_id:
-        description["task_id"] = task_id
-    if task_name:
-        description["task_name"] = task_name
+    fixed = [str(pid), _fit(_safe(role), 16), "" if lease is None else json.dumps(lease)]
+    while fixed and not fixed[-1]:
+        fixed.pop()  # trailing empty values are left out: read as absent
+    # Host and thread share what the fixed values leave, the shorter one whole if it fits.
+    room = MAX_VALUE_BYTES - len(VALUE_MARK.join(["", "", *fixed]).encode())
+    host, thread = _share(_safe(_HOST), _safe(thread), room)
+    description = VALUE_MARK.join([host, *fixed[:1], thread, *fixed[1:]])
+    if not (task_id or task_name):
+        return description
+    task_id = _safe(task_id)
+    try:
+        compact = uuid.UUID(task_id).hex if len(task_id) == 36 else ""
+    except ValueError:
+        compact = ""
+    if compact and str(uuid.UUID(compact)) == task_id:
+        task_id, mark = compact, UUID_MARK  # 4 bytes left to the name
+    else:
+        task_id, mark = _fit(task_id, MAX_VALUE_BYTES // 2), VALUE_MARK
+    # A task name is a dotted path: its end (the task's own name) is kept.
+    task = _fit(_safe(task_name), MAX_VALUE_BYTES - len(task_id.encode()) - 1, tail=True)
+    return f"{description}{TASK_MARK}{task_id}{mark}{task}"
+
+
+def _safe(text: str) -> str:
+    return text.translate(_UNSAFE)
+
+
+def _fit(text: str, limit: int, *, tail: bool = False) -> str:
+    """``text`` in at most ``limit`` bytes of UTF-8: cut by characters, CUT_MARK where it was cut.
+
+    ``tail``: its end is kept (the mark first), else its start.
+    """
+    if len(text) * 4 <= limit or len(text.encode()) <= limit:
+        return text
+    room = limit - len(CUT_MARK.encode())
+    if room < 0:
+        return ""
+    kept = []
+    for char in reversed(text) if tail else text:
+        room -= len(char.encode())
+        if room < 0:
+            break
+        kept.append(char)
+    if tail:
+        return CUT_MARK + "".join(reversed(kept))
+    return "".join(kept) + CUT_MARK
+
+
+def _share(first: str, second: str, room: int) -> tuple[str, str]:
+    """Both texts in ``room`` bytes together: each keeps at least half, or all it needs."""
+    one, two = len(first.encode()), len(second.encode())
+    if one + two <= room:
+        return first, second
+    if one <= room // 2:
+        return first, _fit(second, room - one)
+    if two <= room // 2:
+        return _fit(first, room - two), second
+    return _fit(first, room - room // 2), _fit(second, room // 2)
+
+
+def _parse(process: str, task: str | None) -> dict[str, Any] | None:
+    """What a description stored (host, pid, thread, role, lease, task_id, task_name)."""
+    if process.startswith("{"):  # the previous releases' form: one JSON object
+        try:
+            old: object = json.loads(process)
+        except ValueError:
+            return None
+        return cast("dict[str, Any]", old) if isinstance(old, dict) else None
+    if task is None and TASK_MARK in process:  # stored whole by a previous release's script
+        process, task = process.split(TASK_MARK, 1)
+    host, pid, thread, role, lease = [*process.split(VALUE_MARK), "", "", "", ""][:5]
+    stored: dict[str, Any] = {"host": host, "thread": thread}
+    stored["pid"] = int(pid) if pid.isdigit() else None
     if role:
-        description["role"] = role
-    return json.dumps(description, separators=(",", ":"))
-
-
-@functools.lru_cache(maxsize=256)
-def _leased(description: str, lease: float) -> str:
-    # The description is a JSON object made by _encoded: one more key at its end.
-    return f'{description[:-1]},"{LEASE_KEY}":{json.dumps(lease)}}}'
+        stored["role"] = role
+    if lease:
+        with suppress(ValueError):
+            stored[LEASE_KEY] = float(lease)
+    if task:
+        if UUID_MARK in task:
+            task_id, name = task.split(UUID_MARK, 1)
+            with suppress(ValueError):
+                task_id = str(uuid.UUID(task_id))
+        else:
+            task_id, name = [*task.split(VALUE_MARK, 1), ""][:2]
+        if task_id:
+            stored["task_id"] = task_id
+        if name:
+            stored["task_name"] = name
+    return stored
 
 
 def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
-    """The holder a lock hash's fields describe (None when it has no description)."""
-    raw = fields.get(HOLDER_FIELD)
-    if raw is None:
-        return None
-    try:
-        stored = json.loads(raw)
-    except ValueError:
+    """The holder a lock hash's fields describe (None when it has no description).
+
+    ``fields``: the hash's fields as text (``~holder``, ``~task``, ``~since``;
+    any others are ignored). Reads this release's compact form and the
+    previous releases' JSON.
+    """
+    stored = _stored(fields)
+    if stored is None:
         return None
     holder: dict[str, Any] = {key: stored.get(key) for key in HOLDER_KEYS}
     role = stored.get("role")
@@ -143,6 +262,11 @@ def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
     if since is not None and since.isdigit():
         holder["acquired_at"] = datetime.fromtimestamp(int(since) / 1000, UTC).isoformat()
     return holder
+
+
+def _stored(fields: Mapping[str, str]) -> dict[str, Any] | None:
+    raw = fields.get(HOLDER_FIELD)
+    return None if raw is None else _parse(raw, fields.get(TASK_FIELD))
 
 
 def holder_line(holder: Mapping[str, Any] | None) -> str:
@@ -161,25 +285,27 @@ def holder_line(holder: Mapping[str, Any] | None) -> str:
     return text
 
 
-def read_hold(description: bytes | str | None, since: bytes | str | None) -> dict[str, Any] | None:
-    """A hold's ``~holder`` and ``~since`` fields, as a client read them, as a dict.
+def read_hold(
+    description: bytes | str | None,
+    since: bytes | str | None,
+    task: bytes | str | None = None,
+) -> dict[str, Any] | None:
+    """A hold's ``~holder``, ``~since`` and ``~task`` fields, as a client read them, as a dict.
 
-    The operator's keys (:data:`HOLDER_KEYS`) and ``lease``: the grant's fixed
-    lease in seconds, None for a hold the watchdog renews until it is released.
-    None when the hold has no description.
+    (:data:`DESCRIPTION_FIELDS`, in that order.) The operator's keys
+    (:data:`HOLDER_KEYS`) and ``lease``: the grant's fixed lease in seconds,
+    None for a hold the watchdog renews until it is released. None when the
+    hold has no description.
     """
-    raw = stored_description(description)
-    if raw is None:
-        return None
-    fields = {HOLDER_FIELD: raw}
-    since_text = stored_description(since)
-    if since_text is not None:
-        fields[SINCE_FIELD] = since_text
+    fields = {
+        field: text
+        for field, value in zip(DESCRIPTION_FIELDS, (description, since, task), strict=True)
+        if (text := stored_description(value)) is not None
+    }
     holder = read_holder(fields)
     if holder is None:
         return None
-    stored = json.loads(raw)  # read_holder parsed it: valid
-    lease = stored.get(LEASE_KEY) if isinstance(stored, dict) else None
+    lease = (_stored(fields) or {}).get(LEASE_KEY)
     holder[LEASE_KEY] = float(lease) if isinstance(lease, int | float) else None
     return holder
 
@@ -210,7 +336,7 @@ def busy_reason(holder: Mapping[str, Any] | None, remaining: float | None) -> st
 
 
 def stored_description(raw: bytes | str | None) -> str | None:
-    """A ``~holder`` field as a client read it (bytes or text), as text; None when absent."""
+    """A description field as a client read it (bytes or text), as text; None when absent."""
     if isinstance(raw, bytes):
         return raw.decode("utf-8", "replace")
     return raw

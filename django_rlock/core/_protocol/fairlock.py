@@ -76,6 +76,7 @@ from django_rlock.core._protocol.lua import (
     publish_to_waiter,
     release_one,
     report_or_reenter,
+    store_holder,
 )
 from django_rlock.core._protocol.names import LockKeys, milliseconds
 from django_rlock.core._protocol.plan import AcquirePlan
@@ -167,8 +168,14 @@ if head then
     + next_token(counter="KEYS[$fence]")
     + """
         if holder ~= '' then
-            redis.call('hset', KEYS[1], owner, 1, '~holder', holder,
-                       '~since', string.format('%.0f', now), '~handoff', head)
+"""
+    + store_holder(
+        key="KEYS[1]",
+        fields="owner, 1, '~since', string.format('%.0f', now), '~handoff', head",
+        description="holder",
+        indent="            ",
+    )
+    + """\
         else
             redis.call('hset', KEYS[1], owner, 1, '~handoff', head)
         end

@@ -70,6 +70,7 @@ from django_rlock.core._protocol.lua import (
     next_token,
     register_waiter,
     release_and_hand_over,
+    store_holder,
 )
 from django_rlock.core.defaults import renewal_interval, renewal_socket_timeout
 
@@ -207,12 +208,19 @@ if pttl ~= -2 then
 else
 """).substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
     + next_token(counter="KEYS[3]", field=TOKEN_FIELD)
-    + Template("""local fence = string.format('%.0f', token)
+    + Template(
+        """local fence = string.format('%.0f', token)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid,
-               '~holder', ARGV[8], '~since', string.format('%.0f', since))
-else
+"""
+        + store_holder(
+            key="KEYS[1]",
+            fields="ARGV[1], 1, '$token', fence, '$latch', rid, "
+            "'~since', string.format('%.0f', since)",
+            description="ARGV[8]",
+            indent="    ",
+        )
+        + """else
     redis.call('hset', KEYS[1], ARGV[1], 1, '$token', fence, '$latch', rid)
 end
 redis.call('pexpire', KEYS[1], ttl)
@@ -221,7 +229,8 @@ if ARGV[3] ~= '' then
 end
 return {token, 1, ttl}
 end
-""").substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
+"""
+    ).substitute(token=TOKEN_FIELD, latch=LATCH_FIELD)
     + register_waiter(waiters="KEYS[2]", hand_over=True)
 )
 

@@ -84,6 +84,34 @@ def next_token(*, counter: str = "KEYS[2]", field: str | None = None) -> str:
 CURRENT_TOKEN = "tonumber(redis.call('get', KEYS[2]) or '0')"
 
 
+# Expects $description a holder's description as its client sent it
+# (core/_process/holder.py: its process part, then, when a Celery task holds
+# the lock, '\31' and its task part; '' for none). HSETs $key's $fields
+# (Lua arguments: field, value, ...) and the description, its process part as
+# '~holder', its task part, if any, as '~task': each part at most 64 bytes
+# (the client bounds them), so the hash stays a listpack, where the whole
+# description in one field would often not. A description of a previous
+# release (JSON, whose control characters are escaped) has no '\31': all of
+# it is '~holder', as that release stored it. Defines nothing.
+_STORE_HOLDER = Template("""\
+local described, task_part = string.match($description, '^([^\\31]*)\\31(.*)')
+if described then
+    redis.call('hset', $key, $fields, '~holder', described, '~task', task_part)
+else
+    redis.call('hset', $key, $fields, '~holder', $description)
+end
+""")
+
+
+def store_holder(*, key: str, fields: str, description: str, indent: str = "") -> str:
+    """HSET ``key``'s ``fields`` and the description ``description`` (Lua expressions).
+
+    ``indent`` goes before each line (the block's place in its script).
+    """
+    lua = _STORE_HOLDER.substitute(key=key, fields=fields, description=description)
+    return textwrap.indent(lua, indent)
+
+
 # Expects KEYS[1] the lock hash, KEYS[2] its fencing counter, ARGV[1] owner id,
 # ARGV[6] the owner's holds its client declared lost (0: none), ARGV[7] their token.
 # Takes the lost grant off first, before the latch is read, so a lost grant is
@@ -95,7 +123,7 @@ CURRENT_TOKEN = "tonumber(redis.call('get', KEYS[2]) or '0')"
 # owner's too; an emptied hash is deleted.
 _DROP_LOST_GRANT = Template("""
 if tonumber(ARGV[6] or '0') ~= 0 and redis.call('get', KEYS[2]) == ARGV[7] then
-    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since'$fields)
+    redis.call('hdel', KEYS[1], ARGV[1], '~holder', '~since', '~task'$fields)
 end
 """)
 
@@ -182,9 +210,14 @@ _NEW_GRANT = Template(
     + """
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[1], ARGV[1], 1, '~holder', ARGV[8],
-               '~since', string.format('%.0f', since))
-else
+"""
+    + store_holder(
+        key="KEYS[1]",
+        fields="ARGV[1], 1, '~since', string.format('%.0f', since)",
+        description="ARGV[8]",
+        indent="    ",
+    )
+    + """else
     redis.call('hset', KEYS[1], ARGV[1], 1)
 end
 redis.call('pexpire', KEYS[1], ttl)
@@ -503,9 +536,15 @@ if starving then
     end
     local fence = string.format('%.0f', token)
     if holder ~= '' then
-        redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~holder', holder,
-                   '~since', string.format('%.0f', now), '~handoff', first)
-    else
+"""
+    + store_holder(
+        key="KEYS[1]",
+        fields="owner, 1, '$token_field', fence, '~since', string.format('%.0f', now), "
+        "'~handoff', first",
+        description="holder",
+        indent="        ",
+    )
+    + """    else
         redis.call('hset', KEYS[1], owner, 1, '$token_field', fence, '~handoff', first)
     end
     redis.call('pexpire', KEYS[1], life)

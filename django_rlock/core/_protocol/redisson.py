@@ -79,6 +79,7 @@ from django_rlock.core._protocol.lua import (
     next_token,
     release_one,
     report_or_reenter,
+    store_holder,
 )
 from django_rlock.core._protocol.names import LockKeys
 from django_rlock.core.exceptions import InvalidLockNameError
@@ -195,9 +196,14 @@ redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    redis.call('hset', KEYS[3], '$token', fence, '~holder', ARGV[8],
-               '~since', string.format('%.0f', since))
-else
+"""
+    + store_holder(
+        key="KEYS[3]",
+        fields="'$token', fence, '~since', string.format('%.0f', since)",
+        description="ARGV[8]",
+        indent="    ",
+    )
+    + """else
     redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], '$token', fence)
 end

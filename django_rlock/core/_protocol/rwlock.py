@@ -80,6 +80,7 @@ from django_rlock.core._protocol.lua import (
     register_waiter,
     release_one,
     report_or_reenter,
+    store_holder,
     wake_after_release,
 )
 from django_rlock.core._protocol.names import LockKeys
@@ -121,7 +122,14 @@ if ARGV[7] ~= '' then
 """
     + NOW_MS_LUA
     + """
-    redis.call('hset', KEYS[1], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+"""
+    + store_holder(
+        key="KEYS[1]",
+        fields="'~since', string.format('%.0f', now)",
+        description="ARGV[7]",
+        indent="    ",
+    )
+    + """\
 end
 redis.call('pexpire', KEYS[1], ttl)
 redis.call('sadd', KEYS[4], ARGV[1])

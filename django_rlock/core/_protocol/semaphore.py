@@ -53,6 +53,7 @@ from django_rlock.core._protocol.lua import (
     publish_to_waiter,
     register_waiter,
     release_hold,
+    store_holder,
 )
 from django_rlock.core._protocol.names import LockKeys
 from django_rlock.core.exceptions import LockLostError, LockTimeout
@@ -210,7 +211,14 @@ if used < tonumber(ARGV[8]) then
 """
     + NOW_MS_LUA
     + """
-            redis.call('hset', KEYS[2], '~holder', ARGV[7], '~since', string.format('%.0f', now))
+"""
+    + store_holder(
+        key="KEYS[2]",
+        fields="'~since', string.format('%.0f', now)",
+        description="ARGV[7]",
+        indent="            ",
+    )
+    + """\
         end
         redis.call('pexpire', KEYS[2], ttl)
         redis.call('sadd', KEYS[1], ARGV[1])

@@ -46,7 +46,7 @@ from redis.exceptions import (
 )
 
 from django_rlock.core._process import lostholds
-from django_rlock.core._process.holder import HOLDER_FIELD, SINCE_FIELD, describe, read_hold
+from django_rlock.core._process.holder import DESCRIPTION_FIELDS, describe, read_hold
 from django_rlock.core._process.identity import (
     forget_former_thread_owner,
     former_thread_owners,
@@ -628,8 +628,8 @@ class RLock(DeadlockWaiter, LockBase):
         if key is None:
             return None
         with self._reachable("inspect"):
-            description, since = self.client.redis.hmget(key, [HOLDER_FIELD, SINCE_FIELD])
-        return read_hold(description, since)
+            fields = self.client.redis.hmget(key, DESCRIPTION_FIELDS)
+        return read_hold(*fields)
 
     @property
     def token(self) -> int | None:
