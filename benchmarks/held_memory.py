@@ -89,7 +89,8 @@ def measure() -> tuple[dict[str, dict[str, tuple[int, str]]], str]:
                         )
                     results.setdefault(kind, {})[who] = (size, "+".join(encodings))
         admin.close()
-    return results, f"redis-server {version}, default configuration, thread {threading.current_thread().name!r}"
+    thread = threading.current_thread().name
+    return results, f"redis-server {version}, default configuration, thread {thread!r}"
 
 
 def table(results: dict[str, dict[str, tuple[int, str]]], note: str) -> str:

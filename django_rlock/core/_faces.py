@@ -53,7 +53,6 @@ from django_rlock.core._protocol.semaphore import check_permits
 # duplicate and beat bookkeeping, and names cut to fit a key.
 from django_rlock.core._process.holder import (
     DESCRIPTION_FIELDS,
-    HOLDER_FIELD,
     SINCE_FIELD,
     is_holder_field,
     read_hold,

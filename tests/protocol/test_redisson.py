@@ -89,7 +89,9 @@ def test_any_name_is_either_refused_or_slot_safe(name: str) -> None:
 
 def test_the_hash_holds_owner_fields_only_and_releases_say_zero() -> None:
     # The token and the description go to KEYS[3], never into the lock's hash (KEYS[1]).
-    assert "'~holder'" in ACQUIRE and "hset', KEYS[3], '~t', fence, '~holder'" in ACQUIRE
+    assert (
+        "hset', KEYS[3], '~t', fence, '~since', string.format('%.0f', since), '~holder'" in ACQUIRE
+    )
     assert "hset', KEYS[1], '~" not in ACQUIRE
     # Redisson decodes messages as Java longs: its UNLOCK_MESSAGE, 0.
     assert "KEYS[2], '0')" in RELEASE and "KEYS[2], '0')" in FORCE_RELEASE
