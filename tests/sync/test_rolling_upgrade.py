@@ -22,6 +22,7 @@ from a clone, at the previous release's commit::
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +36,7 @@ import pytest
 import redis
 
 from django_rlock.core import LockClient
+from django_rlock.core._process.holder import holder_details
 from tests.children import child, read_answer
 
 PREVIOUS = os.environ.get("RLOCK_PREVIOUS_PYTHON", "")
@@ -156,3 +158,34 @@ def test_old_and_new_processes_contending_lose_no_update(
         for peer in peers:
             assert read_answer(peer) == {"counted": times}
     assert int(r.get("test:count:mixed") or 0) == times * len(peers)
+
+
+def test_each_release_describes_the_others_holder_as_the_changelog_says(
+    r: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    # This release stores the description compactly (~holder, ~task), the
+    # previous one as JSON in ~holder: ours reads both; the previous release
+    # reads ours as no description ("an unknown holder"), never a wrong one.
+    with (
+        LockClient(redis_url, key_prefix="test") as client,
+        previous_release(redis_url, tmp_path) as old,
+    ):
+        assert tell(old, "hold upgrade-d") == {"held": True}
+        seen = client.lock("upgrade-d").holder()
+        assert seen is not None
+        assert (seen["host"], seen["pid"], seen["thread"]) == (
+            socket.gethostname(),
+            old.pid,
+            "MainThread",
+        )
+        assert seen["acquired_at"] is not None and seen["lease"] is None
+        tell(old, "release")
+        lock = client.lock("upgrade-e")
+        with holder_details(task_id="5f2b9c3e-8a41-4d7e-9b0c-2e6f1a7d4c58", task_name="t.charge"):
+            assert lock.acquire()
+        try:
+            assert r.object("encoding", "test:{upgrade-e}") == b"listpack"
+            assert tell(old, "holder upgrade-e") == {"holder": None}
+            assert tell(old, "try upgrade-e") == {"got": False}  # still excluded
+        finally:
+            lock.release()

@@ -14,7 +14,10 @@ compare them with its own:
 * ``release``: release the lock it holds, ``{"released_at": ...}``;
 * ``count NAME N``: N times, take the lock and add one to the key
   ``test:count:NAME`` by a GET and a SET (an update the lock must protect),
-  then answer ``{"counted": N}``.
+  then answer ``{"counted": N}``;
+* ``holder NAME``: who holds the lock as this version's operator views read it
+  (``read_holder`` on the hash's fields, as ``manage.py rlock inspect`` does;
+  not public API, but every version has it): ``{"holder": ...}``.
 
 It ends at the end of its input.
 """
@@ -62,6 +65,14 @@ def main() -> None:
             elif command == "count":
                 lock = client.lock(name, timeout=60)  # a hang ends as LockTimeout, and the peer
                 answer(counted=count(lock, client, f"test:count:{name}", int(times)))
+            elif command == "holder":
+                from django_rlock.core._process.holder import read_holder  # noqa: PLC0415
+
+                raw = client.redis.hgetall(f"test:{{{name}}}")
+                fields = {
+                    str(k, "utf-8", "replace"): str(v, "utf-8", "replace") for k, v in raw.items()
+                }
+                answer(holder=read_holder(fields))
             elif command == "release" and held is not None:
                 released_at = time.monotonic()
                 held.release()
