@@ -38,6 +38,7 @@ from celery.schedules import crontab, schedule
 from celery_rlock import ConfigurationError
 from celery_rlock.beat import ElectedScheduler, scheduled_at
 from django_rlock.core import LockClient
+from django_rlock.core._process.holder import DESCRIPTION_FIELDS, read_hold
 from tests.celery.beat_app import INTERVAL, KEY_PREFIX, QUEUE
 from tests.celery.beats import CeleryProcess, beat, worker
 from tests.faults.proxy import FaultProxy
@@ -112,8 +113,8 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT
 
 
 def leader_pid(store: redis.Redis, run: str) -> int | None:
-    raw = store.hget(lock_key(run), "~holder")
-    return None if raw is None else int(json.loads(raw)["pid"])
+    hold = read_hold(*store.hmget(lock_key(run), DESCRIPTION_FIELDS))
+    return None if hold is None else int(hold["pid"])
 
 
 def wait_sends(store: redis.Redis, run: str, count: int, token: int | None = None) -> None:

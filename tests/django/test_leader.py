@@ -17,6 +17,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from django_rlock import LockLostError, LockTimeout, leader, locks
 from django_rlock.core import Term
+from django_rlock.core._process.holder import DESCRIPTION_FIELDS, read_hold
 from django_rlock.exceptions import InvalidLockBackendError, InvalidLockNameError
 
 WAIT = 10.0
@@ -99,8 +100,8 @@ def test_async_with_elects_the_task(r: redis.Redis) -> None:
         election = leader("feed-poller")
         async with election as first:
             assert not first.lost
-            holder = json.loads(r.hget("t:{feed-poller}", "~holder") or b"{}")
-            assert holder["role"] == "leader"
+            holder = read_hold(*r.hmget("t:{feed-poller}", DESCRIPTION_FIELDS)) or {}
+            assert str(holder["thread"]).endswith(" (leader)")
         async with election as second:
             return first.token, second.token
 

@@ -9,7 +9,6 @@ timeout). Every wait is bounded generously; no test asserts a speed.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
 
@@ -23,6 +22,7 @@ from django_rlock.core import (
     LockTimeout,
     Term,
 )
+from django_rlock.core._process.holder import DESCRIPTION_FIELDS, read_hold
 from django_rlock.core.aio import AsyncLockClient
 
 #: Short, so that a broken lock is noticed within a fraction of a second.
@@ -177,9 +177,8 @@ def test_a_lost_term_is_told_and_left_quietly_and_the_next_term_is_fresh(
     with client.leader("beat") as term:
         term.on_lost(tell)
         assert not term.lost and term.token >= 1
-        holder = json.loads(r.hget("test:{beat}", "~holder") or b"{}")
-        assert holder["role"] == "leader"
-        assert holder["thread"] == threading.current_thread().name
+        holder = read_hold(*r.hmget("test:{beat}", DESCRIPTION_FIELDS)) or {}
+        assert holder["thread"] == f"{threading.current_thread().name} (leader)"
         assert client.lock("beat").force_release()  # an operator breaks the lock
         assert told_event.wait(WAIT)
         assert told == [term] and term.lost

@@ -35,6 +35,10 @@ def answer(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def count(lock: RLock, client: LockClient, key: str, times: int) -> int:
     for _ in range(times):
         with lock:
@@ -69,9 +73,7 @@ def main() -> None:
                 from django_rlock.core._process.holder import read_holder  # noqa: PLC0415
 
                 raw = client.redis.hgetall(f"test:{{{name}}}")
-                fields = {
-                    str(k, "utf-8", "replace"): str(v, "utf-8", "replace") for k, v in raw.items()
-                }
+                fields = {_text(key): _text(value) for key, value in raw.items()}
                 answer(holder=read_holder(fields))
             elif command == "release" and held is not None:
                 released_at = time.monotonic()
