@@ -45,9 +45,10 @@ if token <= last then
 end
 
         if holder ~= '' then
-            local described, task_part = string.match(holder, '^([^\31]*)\31(.*)')
-            if described then
-                redis.call('hset', KEYS[1], owner, 1, '~since', string.format('%.0f', now), '~handoff', head, '~holder', described, '~task', task_part)
+            local cut = string.find(holder, '\31', 1, true)
+            if cut then
+                redis.call('hset', KEYS[1], owner, 1, '~since', string.format('%.0f', now), '~handoff', head, '~holder', string.sub(holder, 1, cut - 1),
+                           '~task', string.sub(holder, cut + 1))
             else
                 redis.call('hset', KEYS[1], owner, 1, '~since', string.format('%.0f', now), '~handoff', head, '~holder', holder)
             end

@@ -60,9 +60,10 @@ end
 
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-    local described, task_part = string.match(ARGV[8], '^([^\31]*)\31(.*)')
-    if described then
-        redis.call('hset', KEYS[1], ARGV[1], 1, '~since', string.format('%.0f', since), '~holder', described, '~task', task_part)
+    local cut = string.find(ARGV[8], '\31', 1, true)
+    if cut then
+        redis.call('hset', KEYS[1], ARGV[1], 1, '~since', string.format('%.0f', since), '~holder', string.sub(ARGV[8], 1, cut - 1),
+                   '~task', string.sub(ARGV[8], cut + 1))
     else
         redis.call('hset', KEYS[1], ARGV[1], 1, '~since', string.format('%.0f', since), '~holder', ARGV[8])
     end

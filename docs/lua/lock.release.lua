@@ -67,9 +67,10 @@ if starving then
     end
     local fence = string.format('%.0f', token)
     if holder ~= '' then
-        local described, task_part = string.match(holder, '^([^\31]*)\31(.*)')
-        if described then
-            redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~since', string.format('%.0f', now), '~handoff', first, '~holder', described, '~task', task_part)
+        local cut = string.find(holder, '\31', 1, true)
+        if cut then
+            redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~since', string.format('%.0f', now), '~handoff', first, '~holder', string.sub(holder, 1, cut - 1),
+                       '~task', string.sub(holder, cut + 1))
         else
             redis.call('hset', KEYS[1], owner, 1, '~t', fence, '~since', string.format('%.0f', now), '~handoff', first, '~holder', holder)
         end

@@ -51,9 +51,10 @@ if ARGV[7] ~= '' then
 local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
-    local described, task_part = string.match(ARGV[7], '^([^\31]*)\31(.*)')
-    if described then
-        redis.call('hset', KEYS[1], '~since', string.format('%.0f', now), '~holder', described, '~task', task_part)
+    local cut = string.find(ARGV[7], '\31', 1, true)
+    if cut then
+        redis.call('hset', KEYS[1], '~since', string.format('%.0f', now), '~holder', string.sub(ARGV[7], 1, cut - 1),
+                   '~task', string.sub(ARGV[7], cut + 1))
     else
         redis.call('hset', KEYS[1], '~since', string.format('%.0f', now), '~holder', ARGV[7])
     end

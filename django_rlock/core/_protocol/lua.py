@@ -92,11 +92,12 @@ CURRENT_TOKEN = "tonumber(redis.call('get', KEYS[2]) or '0')"
 # (the client bounds them), so the hash stays a listpack, where the whole
 # description in one field would often not. A description of a previous
 # release (JSON, whose control characters are escaped) has no '\31': all of
-# it is '~holder', as that release stored it. Defines nothing.
+# it is '~holder', as that release stored it. Defines the local `cut`.
 _STORE_HOLDER = Template("""\
-local described, task_part = string.match($description, '^([^\\31]*)\\31(.*)')
-if described then
-    redis.call('hset', $key, $fields, '~holder', described, '~task', task_part)
+local cut = string.find($description, '\\31', 1, true)
+if cut then
+    redis.call('hset', $key, $fields, '~holder', string.sub($description, 1, cut - 1),
+               '~task', string.sub($description, cut + 1))
 else
     redis.call('hset', $key, $fields, '~holder', $description)
 end
