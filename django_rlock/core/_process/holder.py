@@ -34,6 +34,7 @@ import functools
 import json
 import math
 import os
+import re
 import socket
 import threading
 import uuid
@@ -76,6 +77,10 @@ CUT_MARK = "\u2026"
 
 # What a stored name never contains: the marks (and its neighbour, kept free).
 _UNSAFE = str.maketrans(dict.fromkeys((0x1C, 0x1D, 0x1E, 0x1F), "?"))
+_MARKS = re.compile("[\x1c-\x1f]")
+
+# A task id stored as its 32 hex digits: a UUID in its canonical form, nothing else.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 #: What an operator is shown of a holder, always all of them (None when unknown).
@@ -161,12 +166,8 @@ def _encoded(  # noqa: PLR0917 (cached by its arguments, all positional: lru_cac
     if not (task_id or task_name):
         return description
     task_id = _safe(task_id)
-    try:
-        compact = uuid.UUID(task_id).hex if len(task_id) == 36 else ""
-    except ValueError:
-        compact = ""
-    if compact and str(uuid.UUID(compact)) == task_id:
-        task_id, mark = compact, UUID_MARK  # 4 bytes left to the name
+    if _UUID.fullmatch(task_id):  # as Celery makes them; read back as it was
+        task_id, mark = task_id.replace("-", ""), UUID_MARK  # 4 bytes left to the name
     else:
         task_id, mark = _fit(task_id, MAX_VALUE_BYTES // 2), VALUE_MARK
     # A task name is a dotted path: its end (the task's own name) is kept.
@@ -175,7 +176,7 @@ def _encoded(  # noqa: PLR0917 (cached by its arguments, all positional: lru_cac
 
 
 def _safe(text: str) -> str:
-    return text.translate(_UNSAFE)
+    return text.translate(_UNSAFE) if _MARKS.search(text) else text
 
 
 def _fit(text: str, limit: int, *, tail: bool = False) -> str:
@@ -188,6 +189,8 @@ def _fit(text: str, limit: int, *, tail: bool = False) -> str:
     room = limit - len(CUT_MARK.encode())
     if room < 0:
         return ""
+    if text.isascii():  # a byte a character
+        return CUT_MARK + text[len(text) - room :] if tail else text[:room] + CUT_MARK
     kept = []
     for char in reversed(text) if tail else text:
         room -= len(char.encode())
