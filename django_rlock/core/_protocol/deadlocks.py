@@ -18,7 +18,7 @@ The graph lives in Redis, in plain keys:
   expired while its call still waits is written anew with a new incarnation,
   never revived by PEXPIRE: one value is one unbroken stretch of the key's life.
 * who **holds** what: a lock's (or fair lock's) hash names its one holder
-  (its other fields, ``~holder`` and ``~since``, say who that is); a
+  (its other fields, ``~holder``, ``~task`` and ``~since``, say who that is); a
   read-write lock's write hash its writer, its readers index and read keys
   the readers; a semaphore's index and permit hashes each holder and its
   permits. One read-only script per kind reads all of one name at one

@@ -109,7 +109,7 @@ ALLOW_OOM = "#!lua flags=allow-oom\n"
 #              every call that leaves the owner holding (a grant, a re-entry, a
 #              release that leaves holds), read with the owner's field by one
 #              HMGET
-#   '~holder', '~since'  who holds it, for operators (core/holder.py)
+#   '~holder', '~task', '~since'  who holds it, for operators (core/holder.py)
 # (owner ids never start with '~'). They are renewed, expire and are deleted
 # with the lock. What a final release must leave behind goes to one hash per
 # name, ``<lock>:req`` (names.LockKeys.latches), for REQUEST_LATCH_MS: the
@@ -136,10 +136,11 @@ LATCH_FIELD = "~r"
 # ARGV[6] the owner's holds of this lock that its client has declared lost, or
 #   given up while the server may still count them (core/lostholds.py; 0: none;
 #   only whether there are any matters), ARGV[7] the token of those holds,
-# ARGV[8] who asks, for operators (core/holder.py: JSON, never the owner id;
-#   '' for none): a new grant stores it in the hash as '~holder', with the
-#   server's clock in ms as '~since', so it is renewed, expires and is
-#   deleted with the lock, at no round trip
+# ARGV[8] who asks, for operators (core/holder.py, never the owner id; '' for
+#   none): a new grant stores it in the hash as '~holder' and '~task'
+#   (lua.store_holder: each at most 64 bytes, so the hash stays a listpack),
+#   with the server's clock in ms as '~since', so it is renewed, expires and
+#   is deleted with the lock, at no round trip
 # Returns {token, holds, pttl} when granted, pttl being the key's life left in
 #   ms after the call: the caller's deadline is its send time + pttl, whatever
 #   the branch (one PTTL, read first, tells a free lock, -2, from a held one

@@ -202,7 +202,7 @@ def report_or_reenter(*, latch: str, token: str, fence: str | None, handoff: str
 # (optional), ARGV[1] owner id, ARGV[5] (with the latch) request id, ARGV[8]
 # who asks ('' or absent: nobody said), `ttl` the expiry in ms.
 # A new grant: the next token (next_token), one hold, the description
-# stored as '~holder' with the server's time in ms as '~since' (owner ids
+# stored as '~holder' and '~task' (store_holder) with the server's time in ms as '~since' (owner ids
 # never start with '~', and the fields expire and go with the lock), the
 # caller leaves the waiting set by the kind's own $leave step, the latch is
 # set, the counter expires with the lock. Returns {token, 1, ttl}.

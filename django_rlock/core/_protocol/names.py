@@ -7,7 +7,7 @@ keeps the escaping one-to-one (two different names never share keys)::
 
     <prefix>:{<escaped name>}           HASH     owner id -> hold count; '~t' the grant's
                                                  fencing token, '~r' the holder's last
-                                                 request id, '~holder', '~since'
+                                                 request id, '~holder', '~task', '~since'
     <prefix>:{<escaped name>}:waiters   ZSET     waiter id -> expiry (ms): who to wake next
     <prefix>:{<escaped name>}:released  CHANNEL  a message on every full release
     <prefix>:{<escaped name>}:released:@<wake name>  CHANNEL  a release naming its waiter

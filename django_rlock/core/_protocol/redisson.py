@@ -19,7 +19,7 @@ of its own, in the same slot, that no Redisson script reads, all under the
 client's ``key_prefix`` (a name that has a '{' gives ``<prefix>:redisson:tag:<name>``)::
 
     <prefix>:redisson:{<name>}:holder       HASH    '~t', the token of a Python hold,
-                                                    and '~holder', '~since', its
+                                                    and '~holder', '~task', '~since', its
                                                     description (which the default
                                                     layout keeps in the lock's hash);
                                                     expires and is renewed with the lock

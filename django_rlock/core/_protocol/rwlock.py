@@ -4,9 +4,9 @@ Many readers or one writer, each reentrant per owner. The keys of one name
 share its hash tag (so one cluster slot), and a ``:rw:`` infix keeps them
 apart from a plain lock of the same name::
 
-    <base>:rw:write            HASH    writer's owner id -> hold count (+ ~holder, ~since)
+    <base>:rw:write            HASH    writer's owner id -> hold count (+ ~holder, ~task, ~since)
     <base>:rw:fence            STRING  last write token granted
-    <base>:rw:reader:<owner>   HASH    owner id -> read hold count (+ ~holder, ~since), per reader
+    <base>:rw:reader:<owner>   HASH    owner id -> read hold count (+ ~holder, ~task, ~since), per reader
     <base>:rw:readers          SET     the owner ids that may hold a read key (the index)
     <base>:rw:waiters          ZSET    waiter id -> expiry (ms): readers and writers alike
     <base>:rw:released         CHANNEL wake-ups
