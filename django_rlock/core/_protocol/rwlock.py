@@ -6,7 +6,7 @@ apart from a plain lock of the same name::
 
     <base>:rw:write            HASH    writer's owner id -> hold count (+ ~holder, ~task, ~since)
     <base>:rw:fence            STRING  last write token granted
-    <base>:rw:reader:<owner>   HASH    owner id -> read hold count (+ ~holder, ~task, ~since), per reader
+    <base>:rw:reader:<owner>   HASH    owner id -> read holds (+ ~holder, ~task, ~since), per reader
     <base>:rw:readers          SET     the owner ids that may hold a read key (the index)
     <base>:rw:waiters          ZSET    waiter id -> expiry (ms): readers and writers alike
     <base>:rw:released         CHANNEL wake-ups
