@@ -5,7 +5,7 @@ permits, plus an index SET naming those owners; every key shares the name's
 hash slot (the library owns the hash tag, as for locks)::
 
     <prefix>:{<name>}:sem                  SET     owners holding permits (the index)
-    <prefix>:{<name>}:sem:permit:<owner>   HASH    owner -> permits held, '~holder', '~task', '~since'
+    <prefix>:{<name>}:sem:permit:<owner>   HASH    owner -> permits, '~holder', '~task', '~since'
     <prefix>:{<name>}:sem:waiters          ZSET    waiter id -> expiry (ms): who to wake next
     <prefix>:{<name>}:sem:released         CHANNEL a message naming a waiter when a permit frees
     <prefix>:{<name>}:sem:req:<owner>      STRING  the owner's last request id (lost replies)
