@@ -80,7 +80,14 @@ from redis.exceptions import RedisError
 
 from celery_rlock.signals import duplicate_dropped
 from django_rlock._celeryface import AliasAttached, reporter_of
-from django_rlock.core._faces import UNREACHABLE, SemaphoreBase, escape, permit_prefix, thread_owner
+from django_rlock.core._faces import (
+    UNREACHABLE,
+    SemaphoreBase,
+    escape,
+    permit_prefix,
+    stored_task_id,
+    thread_owner,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -115,18 +122,24 @@ DONE_TTL_QUEUE_MARGIN: Final = 200.0
 # of owners). ARGV[1] the task id, ARGV[2] a semaphore's permit key prefix (''
 # for a lock), ARGV[3] 'look' (before the lock is taken, or when it is busy)
 # or 'holding' (the caller holds it), ARGV[4] the caller's owner id when it
-# holds a permit ('' otherwise).
+# holds a permit ('' otherwise), ARGV[5] how a hold of this task id begins
+# its '~task' field (core/holder.py's stored_task_id: never cut).
 # Returns {'finished'} when a run of the task id has ended; {'running', pttl}
 # when another run of it holds the lock (pttl: that hold's PTTL in ms; a caller
 # holding a permit counts only a permit granted before its own, ties going to
-# the smaller owner id); else nil. The holders' descriptions ('~holder', JSON;
-# '~since', the grant's server time: core/holder.py) are read from the hashes
-# the index names, all in the lock's slot (as the semaphore's scripts do).
+# the smaller owner id); else nil. The holders' descriptions ('~task', the
+# task's part; '~since', the grant's server time: core/holder.py; a previous
+# release's hold has its task id in the JSON of '~holder') are read from the
+# hashes the index names, all in the lock's slot (as the semaphore's scripts do).
 _CHECK: Final = """
 if redis.call('exists', KEYS[1]) == 1 then
     return {'finished'}
 end
 local function of_this_task(hash)
+    local task = redis.call('hget', hash, '~task')
+    if task then
+        return string.sub(task, 1, #ARGV[5]) == ARGV[5]
+    end
     local raw = redis.call('hget', hash, '~holder')
     if not raw then
         return false
@@ -334,6 +347,7 @@ class Delivery:
                     permit_prefix(self.lock.keys) if semaphore else "",
                     "holding" if holding else "look",
                     thread_owner() if semaphore and holding else "",
+                    stored_task_id(self.task_id),
                 ],
             )
         except UNREACHABLE as error:

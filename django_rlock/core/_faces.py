@@ -57,6 +57,7 @@ from django_rlock.core._process.holder import (
     is_holder_field,
     read_hold,
     read_holder,
+    stored_task_id,
 )
 from django_rlock.core._protocol.deadlocks import MAX_CYCLE, Edge, edge_key, wait_name
 from django_rlock.core._protocol.lock import TOKEN_FIELD

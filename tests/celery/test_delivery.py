@@ -123,10 +123,22 @@ def children(pid: int) -> list[int]:
         return [int(child) for child in listing.read().split()]
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "hex",  # 32 hex digits
+        "uuid",  # as Celery makes them: stored as its hex digits
+        "long",  # a caller's own id, longer than a hash value keeps compact: stored whole
+    ],
+)
 def test_a_delivery_while_its_run_goes_on_is_dropped_and_stores_nothing(
-    worker: Worker, store: redis.Redis, run: str
+    worker: Worker, store: redis.Redis, run: str, shape: str
 ) -> None:
-    task_id = uuid.uuid4().hex
+    task_id = {
+        "hex": uuid.uuid4().hex,
+        "uuid": str(uuid.uuid4()),
+        "long": f"nightly-report:{'x' * 70}:{uuid.uuid4().hex}",
+    }[shape]
     first = test_app.delivered.apply_async((run,), {"gate": True}, task_id=task_id)
     wait_started(store, run)
     # The same message again (what a broker's redelivery looks like), to the other child.

@@ -165,14 +165,24 @@ def _encoded(  # noqa: PLR0917 (cached by its arguments, all positional: lru_cac
     description = VALUE_MARK.join([host, *fixed[:1], thread, *fixed[1:]])
     if not (task_id or task_name):
         return description
-    task_id = _safe(task_id)
-    if _UUID.fullmatch(task_id):  # as Celery makes them; read back as it was
-        task_id, mark = task_id.replace("-", ""), UUID_MARK  # 4 bytes left to the name
-    else:
-        task_id, mark = _fit(task_id, MAX_VALUE_BYTES // 2), VALUE_MARK
+    prefix = stored_task_id(task_id)
     # A task name is a dotted path: its end (the task's own name) is kept.
-    task = _fit(_safe(task_name), MAX_VALUE_BYTES - len(task_id.encode()) - 1, tail=True)
-    return f"{description}{TASK_MARK}{task_id}{mark}{task}"
+    task = _fit(_safe(task_name), MAX_VALUE_BYTES - len(prefix.encode()), tail=True)
+    return f"{description}{TASK_MARK}{prefix}{task}"
+
+
+def stored_task_id(task_id: str) -> str:
+    """How a grant made in ``task_id``'s run begins its ``~task`` field (its id and mark).
+
+    A UUID as Celery makes them is stored as its 32 hex digits (read back as
+    it was), any other id as it is. Never cut, whatever its length (a very
+    long id then makes its hash a hash table): Celery's duplicate-delivery
+    check (``celery_rlock._delivery``) finds a run by this exact prefix.
+    """
+    safe = _safe(task_id)
+    if _UUID.fullmatch(safe):
+        return safe.replace("-", "") + UUID_MARK  # 4 bytes left to the name
+    return safe + VALUE_MARK
 
 
 def _safe(text: str) -> str:
