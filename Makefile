@@ -105,6 +105,7 @@ docs-build: $(DOCS_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.locks
 	$(BIN)/python -m benchmarks.server_cost
+	$(BIN)/python -m benchmarks.held_memory
 	$(BIN)/python -m benchmarks.wakeups
 	$(BIN)/python -m benchmarks.ownership
 	$(BIN)/python -m benchmarks.cluster_wakeups
