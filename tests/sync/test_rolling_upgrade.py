@@ -184,7 +184,8 @@ def test_each_release_describes_the_others_holder_as_the_changelog_says(
         with holder_details(task_id="5f2b9c3e-8a41-4d7e-9b0c-2e6f1a7d4c58", task_name="t.charge"):
             assert lock.acquire()
         try:
-            assert r.object("encoding", "test:{upgrade-e}") == b"listpack"
+            # Compact: a listpack (a ziplist before Redis 7).
+            assert r.object("encoding", "test:{upgrade-e}") in (b"listpack", b"ziplist")
             assert tell(old, "holder upgrade-e") == {"holder": None}
             assert tell(old, "try upgrade-e") == {"got": False}  # still excluded
         finally:
