@@ -9,7 +9,9 @@ path gives: same exceptions, same holds.
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,6 +161,29 @@ def test_without_retries_a_killed_connection_is_resent_once_and_counted_once(
         assert not lock.locked()
     finally:
         client.close()
+        pool.disconnect()
+
+
+def test_a_held_client_whose_call_failed_is_freed_without_the_garbage_collector(
+    redis_url: str, r: redis.Redis
+) -> None:
+    # A client left in a reference cycle is freed by the collector, which runs
+    # its __del__ (a pool release) wherever it happens to run: inside the same
+    # pool's lock on redis-py 5 deadlocked a thread (and the suite) on the oldest line.
+    pool = redis.ConnectionPool.from_url(redis_url, retry=Retry(NoBackoff(), 0))
+    held = HeldClient(pool)
+    ping = b"*1\r\n$4\r\nPING\r\n"
+    gc.disable()
+    try:
+        assert held.run_packed(ping) in (b"PONG", "PONG")
+        r.client_kill_filter(_id=str(held.client_id()))
+        with pytest.raises(redis.ConnectionError):
+            held.run_packed(ping)
+        freed = weakref.ref(held)
+        del held
+        assert freed() is None, "kept alive by a reference cycle"
+    finally:
+        gc.enable()
         pool.disconnect()
 
 

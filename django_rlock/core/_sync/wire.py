@@ -76,6 +76,7 @@ class HeldClient(redis.Redis):
         if connection is None:
             raise redis.ConnectionError("the lock client's held connection was given back")
         command = (packed,)
+        first: Exception | None = None
         try:
             connection.send_packed_command(command)
             return connection.read_response()
@@ -93,7 +94,15 @@ class HeldClient(redis.Redis):
             ):
                 raise error
 
-        return connection.retry.call_with_retry(_replayed(first, round_trip), failed)
+        try:
+            return connection.retry.call_with_retry(_replayed(first, round_trip), failed)
+        finally:
+            # Not kept: an error raised from here holds this frame in its
+            # traceback, and this frame holding the first error would make a
+            # cycle through this client, freed only by the garbage collector,
+            # whose __del__ can then run inside redis-py's pool lock in any
+            # thread: on redis-py 5 (a plain Lock) a deadlock.
+            first = None
 
 
 def _replayed(error: Exception, then: Callable[[], Any]) -> Callable[[], Any]:
