@@ -52,6 +52,27 @@ class HeldClient(redis.Redis):
     def __init__(self, pool: redis.ConnectionPool) -> None:
         super().__init__(connection_pool=pool, single_connection_client=True)
 
+    def __del__(self) -> None:
+        # Run by the garbage collector when the client was left in a reference
+        # cycle (redis-py 5 leaves one through a failed call's traceback): in
+        # whatever thread it runs, possibly one inside this pool's lock, which
+        # on redis-py 5 is a plain Lock: redis-py's own __del__ (close(), a
+        # pool release) then deadlocked that thread, and every other thread
+        # of the pool after it. The connection goes back to the pool only if
+        # its lock is free at once; else it is closed where it is (the pool
+        # counts it in use until the pool is disconnected).
+        connection = getattr(self, "connection", None)
+        if connection is None:
+            return  # closed already, or never connected
+        self.connection = None
+        pool = self.connection_pool
+        lock = getattr(pool, "_lock", None)
+        if lock is None or not lock.acquire(blocking=False):
+            connection.disconnect()
+            return
+        lock.release()
+        pool.release(connection)
+
     def run_script(self, sha: str, keys: list[Any], args: list[Any]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``: the reply as redis-py parses it.
 
