@@ -33,6 +33,7 @@ end
 local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
+redis.call('del', KEYS[3])
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     local cut = string.find(ARGV[8], '\31', 1, true)
@@ -43,7 +44,6 @@ if ARGV[8] and ARGV[8] ~= '' then
         redis.call('hset', KEYS[3], '~t', fence, '~since', string.format('%.0f', since), '~holder', ARGV[8])
     end
 else
-    redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], '~t', fence)
 end
 redis.call('pexpire', KEYS[3], ttl)

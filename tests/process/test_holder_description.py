@@ -165,6 +165,27 @@ def test_holder_reads_back_what_the_grant_was_described_with(
     assert seen["acquired_at"] is not None
 
 
+def test_a_redisson_layout_grant_leaves_no_task_of_an_earlier_holder(
+    r: redis.Redis, lock_client: LockClient
+) -> None:
+    # The Redisson layout keeps the description in a hash of its own, which a
+    # grant may find still there: the Java side frees the lock (forceUnlock,
+    # or its own unlock after our hold expired) without touching it.
+    python = LockClient(lock_client.redis, key_prefix="test", layout="redisson")
+    with python:
+        lock = python.lock("stale")
+        with holder_details(task_id=TASK_ID, task_name=TASK_NAME):
+            assert lock.acquire()
+        r.delete(lock.keys.hash)  # freed by Java, our description hash left
+        assert lock.acquire()  # by this thread, outside any task: a new grant
+        try:
+            seen = lock.holder()
+        finally:
+            lock.release()
+    assert seen is not None and seen["pid"] == os.getpid()
+    assert (seen["task_id"], seen["task_name"]) == (None, None)
+
+
 def test_long_and_non_ascii_names_are_cut_to_fit_and_read_back_cut(
     r: redis.Redis, lock_client: LockClient, host: Callable[[str], None]
 ) -> None:

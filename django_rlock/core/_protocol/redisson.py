@@ -185,7 +185,9 @@ def redisson_keys(prefix: str, name: str) -> RedissonKeys:
 #   counter to max(counter + 1, the server's clock in microseconds), expiring
 #   with the grant (RELEASE sets it again when this side lets go); the hash
 #   gets the owner's field only, the token and the description go to
-#   KEYS[3], with the same expiry.
+#   KEYS[3], with the same expiry, made anew: the Java side may have freed
+#   the lock without deleting it, and an earlier holder's '~task' must not
+#   outlive its hold.
 # The new grant of ACQUIRE (the lock is free): defines `token` (next_token),
 # writes the owner's field alone in the hash, the token and description beside it.
 _NEW_GRANT = Template(
@@ -194,6 +196,7 @@ _NEW_GRANT = Template(
 local fence = string.format('%.0f', token)
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ttl)
+redis.call('del', KEYS[3])
 if ARGV[8] and ARGV[8] ~= '' then
     local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 """
@@ -204,7 +207,6 @@ if ARGV[8] and ARGV[8] ~= '' then
         indent="    ",
     )
     + """else
-    redis.call('del', KEYS[3])
     redis.call('hset', KEYS[3], '$token', fence)
 end
 redis.call('pexpire', KEYS[3], ttl)
