@@ -264,22 +264,24 @@ def read_holder(fields: Mapping[str, str]) -> dict[str, Any] | None:
     previous releases' JSON.
     """
     stored = _stored(fields)
-    if stored is None:
-        return None
-    holder: dict[str, Any] = {key: stored.get(key) for key in HOLDER_KEYS}
-    role = stored.get("role")
-    if role:
-        # Shown with the thread: the operator's keys stay the documented six.
-        holder["thread"] = f"{holder['thread']} ({role})"
-    since = fields.get(SINCE_FIELD)
-    if since is not None and since.isdigit():
-        holder["acquired_at"] = datetime.fromtimestamp(int(since) / 1000, UTC).isoformat()
-    return holder
+    return None if stored is None else _shown(stored, fields.get(SINCE_FIELD))
 
 
 def _stored(fields: Mapping[str, str]) -> dict[str, Any] | None:
     raw = fields.get(HOLDER_FIELD)
     return None if raw is None else _parse(raw, fields.get(TASK_FIELD))
+
+
+def _shown(stored: Mapping[str, Any], since: str | None) -> dict[str, Any]:
+    """The operator's keys (:data:`HOLDER_KEYS`) of a parsed description."""
+    holder: dict[str, Any] = {key: stored.get(key) for key in HOLDER_KEYS}
+    role = stored.get("role")
+    if role:
+        # Shown with the thread: the operator's keys stay the documented six.
+        holder["thread"] = f"{holder['thread']} ({role})"
+    if since is not None and since.isdigit():
+        holder["acquired_at"] = datetime.fromtimestamp(int(since) / 1000, UTC).isoformat()
+    return holder
 
 
 def holder_line(holder: Mapping[str, Any] | None) -> str:
@@ -315,10 +317,11 @@ def read_hold(
         for field, value in zip(DESCRIPTION_FIELDS, (description, since, task), strict=True)
         if (text := stored_description(value)) is not None
     }
-    holder = read_holder(fields)
-    if holder is None:
+    stored = _stored(fields)
+    if stored is None:
         return None
-    lease = (_stored(fields) or {}).get(LEASE_KEY)
+    holder = _shown(stored, fields.get(SINCE_FIELD))
+    lease = stored.get(LEASE_KEY)
     holder[LEASE_KEY] = float(lease) if isinstance(lease, int | float) else None
     return holder
 
