@@ -41,6 +41,14 @@ MIGRATION_WINDOW = 1.2
 #: Threads taking the lock, each through a client of its own.
 WORKERS = 3
 
+#: The workers' watchdog timeout, in seconds. A manual failover pauses the old
+#: master's writes for up to 10 s (twice Redis's 5 s manual failover timeout)
+#: and a loaded machine may use all of it: a lease shorter than that rightly
+#: runs out there, and the holder is told (LockLostError at release). This
+#: test asserts what clients see while nothing is lost, so the lease outlasts
+#: a pause and the renewal that may have failed just before it (the default).
+WORKER_LEASE = 30
+
 
 @pytest.fixture(scope="module")
 def cluster_with_replicas() -> Iterator[Cluster]:
@@ -239,7 +247,7 @@ class Workers:
         assert not any(thread.is_alive() for thread in self.threads), "a worker hangs"
 
     def _run(self) -> None:
-        with LockClient(self.url, key_prefix="test", watchdog_timeout=3) as client:
+        with LockClient(self.url, key_prefix="test", watchdog_timeout=WORKER_LEASE) as client:
             lock = client.lock(self.name)
             while not self.stop.is_set():
                 try:
