@@ -45,6 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from redis.exceptions import AskError, MovedError
+
 from django_rlock.core._process import forking
 from django_rlock.core._process.identity import owner_alive
 from django_rlock.core._protocol import clock
@@ -106,6 +108,10 @@ class Renewer(Protocol):
 
     def renew_batch(self, holds: Sequence[Hold]) -> list[int]:
         """Extend each hold's key; per hold its PTTL in ms after the call, 0 when no longer held."""
+        ...
+
+    def renew_batches(self, batches: Sequence[Sequence[Hold]]) -> list[list[int] | Exception]:
+        """On a cluster: renew one-slot batches, a round trip per node; per batch reply or error."""
         ...
 
     def declare_lost(self, hold: Hold, reason: str) -> None:
@@ -233,24 +239,103 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         due = self._due(schedule, renewer)
-        for batch in _batches(due, renewer.slot_of):
-            sent_at = clock.monotonic()
-            self.renewal_calls += 1
-            try:
-                renewed = renewer.renew_batch(batch)
-            except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+        if renewer.slot_of is None:
+            for batch in _batches(due, None):
+                self._send(schedule, renewer, batch)
+        else:
+            self._renew_by_node(schedule, renewer, _batches(due, renewer.slot_of))
+
+    def _send(self, schedule: _Schedule, renewer: Renewer, batch: list[Hold]) -> None:
+        """One batch, one EVAL, one round trip."""
+        sent_at = clock.monotonic()
+        self.renewal_calls += 1
+        try:
+            renewed = renewer.renew_batch(batch)
+        except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+            self._renewal_failed(schedule, renewer, batch, error)
+            return
+        self._settle(schedule, renewer, batch, sent_at, renewed)
+
+    def _renew_by_node(
+        self, schedule: _Schedule, renewer: Renewer, batches: list[list[Hold]]
+    ) -> None:
+        """A cluster's round: one pipeline per node; a batch refused for a moved slot goes again.
+
+        A MOVED batch is sent again at once to the slot's new node (the map was
+        read anew), an ASK one alone through the cluster client (which follows
+        it); only holds whose deadline leaves room for one more call go again.
+        """
+        moved: list[tuple[list[Hold], Exception]] = []
+        for batch, error in self._send_by_node(schedule, renewer, batches):
+            if isinstance(error, AskError):  # MovedError is one too
+                moved.append((batch, error))
+            else:
                 self._renewal_failed(schedule, renewer, batch, error)
-                continue
-            if schedule.failing:
-                schedule.failing = False
-                logger.info("watchdog: renewals succeed again")
-            for hold, pttl_ms in zip(batch, renewed, strict=True):
-                if pttl_ms > 0:
-                    renewer.renewed(hold, sent_at, pttl_ms)
-                else:
-                    renewer.declare_lost(hold, "its key expired or another owner took it")
-                if _renewal_callbacks:
-                    _report(hold, "ok" if pttl_ms > 0 else "lost")
+        redirected: list[list[Hold]] = []
+        asked: list[tuple[list[Hold], Exception]] = []
+        for batch, error in moved:
+            ready = self._may_send(schedule, renewer, batch, error)
+            if ready and isinstance(error, MovedError):
+                redirected.append(ready)
+            elif ready:
+                asked.append((ready, error))
+        for batch, error in self._send_by_node(schedule, renewer, redirected):
+            self._renewal_failed(schedule, renewer, batch, error)
+        for batch, error in asked:  # one slot half-moved at a time, as a rule: few
+            ready = self._may_send(schedule, renewer, batch, error)
+            if ready:
+                self._send(schedule, renewer, ready)
+
+    def _send_by_node(
+        self, schedule: _Schedule, renewer: Renewer, batches: list[list[Hold]]
+    ) -> list[tuple[list[Hold], Exception]]:
+        """Send ``batches`` with one pipeline per node; settle the renewed, return the failed."""
+        if not batches:
+            return []
+        sent_at = clock.monotonic()
+        self.renewal_calls += len(batches)
+        try:
+            replies = renewer.renew_batches(batches)
+        except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+            return [(batch, error) for batch in batches]
+        failed = []
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, Exception):
+                failed.append((batch, reply))
+            else:
+                self._settle(schedule, renewer, batch, sent_at, reply)
+        return failed
+
+    def _may_send(
+        self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
+    ) -> list[Hold]:
+        """The holds of ``batch`` another call may be started for now; the others failed."""
+        latest_start = clock.monotonic() + schedule.call_margin
+        ready = [hold for hold in batch if latest_start < hold.deadline]
+        late = [hold for hold in batch if latest_start >= hold.deadline]
+        if late:
+            self._renewal_failed(schedule, renewer, late, error)  # declared lost there
+        return ready
+
+    def _settle(
+        self,
+        schedule: _Schedule,
+        renewer: Renewer,
+        batch: list[Hold],
+        sent_at: float,
+        renewed: list[int],
+    ) -> None:
+        """Take in a batch's reply: each hold renewed, or lost."""
+        if schedule.failing:
+            schedule.failing = False
+            logger.info("watchdog: renewals succeed again")
+        for hold, pttl_ms in zip(batch, renewed, strict=True):
+            if pttl_ms > 0:
+                renewer.renewed(hold, sent_at, pttl_ms)
+            else:
+                renewer.declare_lost(hold, "its key expired or another owner took it")
+            if _renewal_callbacks:
+                _report(hold, "ok" if pttl_ms > 0 else "lost")
 
     def _renewal_failed(
         self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
