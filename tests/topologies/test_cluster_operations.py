@@ -17,16 +17,19 @@ be woken by the next release, not wait out the holder's life.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 from django_rlock.core import LockClient
 from django_rlock.core._protocol.fairlock import FairKeys
+from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core._sync.watchdog import get_watchdog, on_renewal, remove_on_renewal
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
@@ -531,3 +534,90 @@ def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
             finally:
                 publisher.close()
             assert subscription.wait(since, 10)
+
+
+#: The watchdog timeout of the renewal test: its rounds are 10 s apart, room
+#: for a slot's move or a node's takeover to fall whole between two of them.
+RENEWED_LIFE = 30
+
+
+class Renewals:
+    """Every renewal outcome the watchdog reports, in order, while in use."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[Hold, str]] = []
+
+    def __enter__(self) -> Renewals:
+        on_renewal(self._record)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        remove_on_renewal(self._record)
+
+    def _record(self, hold: Hold, outcome: str) -> None:
+        self.outcomes.append((hold, outcome))
+
+    def next_round(self, holds: int) -> list[tuple[Hold, str]]:
+        """The outcomes of the next round, waited for: one per hold when nothing moves."""
+        start = len(self.outcomes)
+        wait_until(lambda: len(self.outcomes) >= start + holds, 60, "a renewal round")
+        return self.outcomes[start : start + holds]
+
+
+def test_renewals_follow_a_moved_slot_and_a_failed_over_node(
+    cluster_with_replicas: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holds in many slots while one slot moves, then another master is taken over.
+
+    The renewal client's map still names the old owners: their MOVED replies
+    make it read the map anew and send those batches again at once, to the
+    new owner (a replica just promoted has never run the script: NOSCRIPT,
+    and it is loaded there). So the first round after each operation renews
+    every hold ("ok", never "failed"), no hold is lost, and nothing escapes
+    the watchdog thread. Each operation falls between two rounds (checked).
+    """
+    cluster = cluster_with_replicas
+    caplog.set_level(logging.WARNING, logger="django_rlock.watchdog")
+    watchdog = get_watchdog()
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=RENEWED_LIFE) as client,
+        Renewals() as renewals,
+    ):
+        locks = [client.lock(f"renewed-through:{index}") for index in range(60)]
+        slot = slot_of(locks[0].keys.hash)
+        locks.append(client.lock(_name_in_slot(client, slot)))  # two holds in the moving slot
+        for lock in locks:
+            lock.acquire()
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        target = _owner_of(cluster, slot, cluster.nodes[0])
+
+        def between_two_rounds(operation: Callable[[], object]) -> list[tuple[Hold, str]]:
+            renewals.next_round(len(locks))  # one has just ended: 10 s to the next
+            calls = watchdog.renewal_calls
+            operation()
+            assert watchdog.renewal_calls == calls, "a round began before the operation ended"
+            return renewals.next_round(len(locks))
+
+        def move() -> None:
+            nonlocal target
+            target = _move_slot_by_hand(cluster, slot, source)
+
+        after_move = between_two_rounds(move)
+        assert _owner_of(cluster, slot, cluster.nodes[0]) is target
+        # The third master (neither the slot's old nor its new one) is taken over.
+        owners = {slot_of(lock.keys.hash): None for lock in locks}
+        owners.update({held: _owner_of(cluster, held, cluster.nodes[0]) for held in owners})
+        other_slot, taken_over = next(
+            (held, owner) for held, owner in owners.items() if owner not in (source, target)
+        )
+        wait_until(lambda: Cluster._synced(_replica_of(cluster, taken_over)), 20, "a replica")
+        after_failover = between_two_rounds(lambda: _failover(cluster, other_slot, takeover=True))
+        for outcomes in (after_move, after_failover):
+            assert sorted(id(hold) for hold, _ in outcomes) == sorted(
+                id(hold) for hold in client.watched_holds()
+            )
+            assert {outcome for _, outcome in outcomes} == {"ok"}
+        assert not any(lock.lost for lock in locks)
+        for lock in locks:
+            lock.release()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
