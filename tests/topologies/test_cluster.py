@@ -21,6 +21,7 @@ from django_rlock.core import LockClient
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
+from tests.topologies.conftest import Renewals
 
 pytestmark = pytest.mark.slow
 
@@ -225,6 +226,49 @@ def test_a_renewal_round_costs_a_round_trip_per_node_not_per_slot(
         assert all(raw.pttl(lock.keys.hash) > 0 for lock in locks)
         for lock in locks:
             lock.release()
+
+
+@pytest.mark.faults
+def test_a_paused_node_delays_no_other_nodes_renewals(cluster: Cluster, raw: RedisCluster) -> None:
+    """One master stops answering (``CLIENT PAUSE``) for four renewal intervals.
+
+    The nodes are sent to at once: each round, the paused node's batches fail
+    after the renewal socket timeout (1 s here) while the others' are renewed
+    ("ok", never "failed"), and none of theirs is lost. Sent one slot after
+    another, each of the paused node's batches would wait out its own
+    timeout, and the round would outlast the other holds' deadlines.
+    """
+    timeout, pause = 6.0, 8.0
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=timeout) as lock_client,
+        Renewals() as renewals,
+    ):
+        locks = [lock_client.lock(f"paused:{index}") for index in range(300)]
+        for lock in locks:
+            lock.acquire()
+        paused_node = raw.get_primaries()[0]  # type: ignore[no-untyped-call]
+        on_paused = {
+            lock.keys.hash
+            for lock in locks
+            if raw.get_node_from_key(lock.keys.hash).name == paused_node.name  # type: ignore[no-untyped-call]
+        }
+        assert 0 < len(on_paused) < len(locks)
+        renewals.next_round(len(locks))  # the scripts are loaded everywhere
+        seen = len(renewals.outcomes)
+        raw.get_redis_connection(paused_node).execute_command(  # type: ignore[no-untyped-call]
+            "CLIENT", "PAUSE", int(pause * 1000), "ALL"
+        )
+        time.sleep(pause - 1)  # three rounds meet the pause (2 s apart): two whole, at least
+        others = Counter(
+            outcome for hold, outcome in renewals.outcomes[seen:] if hold.key not in on_paused
+        )
+        paused = Counter(
+            outcome for hold, outcome in renewals.outcomes[seen:] if hold.key in on_paused
+        )
+        assert set(others) == {"ok"}, others
+        assert others["ok"] >= 2 * (len(locks) - len(on_paused)), others
+        assert paused["failed"] > 0, paused  # the pause was met
+        assert all(lock.keys.hash in on_paused for lock in locks if lock.lost)
 
 
 def _count_under_locks(

@@ -29,11 +29,11 @@ from django_rlock.core import LockClient
 from django_rlock.core._protocol.fairlock import FairKeys
 from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
-from django_rlock.core._sync.watchdog import get_watchdog, on_renewal, remove_on_renewal
+from django_rlock.core._sync.watchdog import get_watchdog
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import running
+from tests.topologies.conftest import Renewals, running
 
 pytestmark = pytest.mark.slow
 
@@ -539,29 +539,6 @@ def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
 #: The watchdog timeout of the renewal test: its rounds are 10 s apart, room
 #: for a slot's move or a node's takeover to fall whole between two of them.
 RENEWED_LIFE = 30
-
-
-class Renewals:
-    """Every renewal outcome the watchdog reports, in order, while in use."""
-
-    def __init__(self) -> None:
-        self.outcomes: list[tuple[Hold, str]] = []
-
-    def __enter__(self) -> Renewals:
-        on_renewal(self._record)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        remove_on_renewal(self._record)
-
-    def _record(self, hold: Hold, outcome: str) -> None:
-        self.outcomes.append((hold, outcome))
-
-    def next_round(self, holds: int) -> list[tuple[Hold, str]]:
-        """The outcomes of the next round, waited for: one per hold when nothing moves."""
-        start = len(self.outcomes)
-        wait_until(lambda: len(self.outcomes) >= start + holds, 60, "a renewal round")
-        return self.outcomes[start : start + holds]
 
 
 def test_renewals_follow_a_moved_slot_and_a_failed_over_node(
