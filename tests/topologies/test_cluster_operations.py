@@ -582,8 +582,8 @@ def test_renewals_follow_a_moved_slot_and_a_failed_over_node(
         after_move = between_two_rounds(move)
         assert _owner_of(cluster, slot, cluster.nodes[0]) is target
         # The third master (neither the slot's old nor its new one) is taken over.
-        owners = {slot_of(lock.keys.hash): None for lock in locks}
-        owners.update({held: _owner_of(cluster, held, cluster.nodes[0]) for held in owners})
+        held_slots = {slot_of(lock.keys.hash) for lock in locks}
+        owners = {held: _owner_of(cluster, held, cluster.nodes[0]) for held in held_slots}
         other_slot, taken_over = next(
             (held, owner) for held, owner in owners.items() if owner not in (source, target)
         )
