@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     interval = renewal_interval(DEFAULT_WATCHDOG_TIMEOUT)
-    print("| holds | slots held | per slot, in series | per node, at once | ratio | share of 10 s |")
+    print("| holds | slots held | per slot, in series | per node, at once | ratio | of 10 s |")
     print("|---:|---:|---:|---:|---:|---:|")
     with Cluster(3) as cluster:
         for holds in args.holds:

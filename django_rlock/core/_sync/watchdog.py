@@ -7,7 +7,14 @@ never shortens it, so a watchdog hold re-entered with a longer lease (or the
 reverse) lives to the later of the two. All holds of one client are renewed
 together on one schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000
 held locks cost 20 round trips per interval, not 2,000 timers. One EVAL may
-only touch one slot of a Redis Cluster, so there the batches are formed per slot.
+only touch one slot of a Redis Cluster, so there the batches are formed per
+slot, and a round sends each node's batches as one pipeline, to every node at
+once (:mod:`django_rlock.core._sync.noderounds`): one round trip per node, however
+many slots are held, and a node that hangs delays no other node's renewals.
+Each batch keeps its own outcome, as if sent alone. One refused because its
+slot moved is sent again within the round, while its holds' deadlines allow
+another call (below): after a MOVED reply to the slot's new node, on the map
+read anew, and after an ASK alone through the cluster client, which follows it.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. A hold whose owner (thread or task) has ended is
@@ -18,7 +25,8 @@ again on the next tick; the hold counts as lost once its local deadline (the
 send time of its last successful renewal or acquire plus the PTTL the server
 reported, see :mod:`django_rlock.core._protocol.holds`) has passed, because from then on
 another owner may hold the lock. Renewal connections have no hidden retries and a socket
-timeout of a fraction of the interval, so no renewal blocks past a deadline.
+timeout of a fraction of the interval, so no renewal blocks past a deadline (a
+cluster's round waits no longer for its nodes: one with no reply by then fails its batches).
 No renewal is started that could end after its hold's deadline (a call may
 take up to half an interval): while renewals fail, the last attempt is made
 early enough to end half an interval before the deadline, and when it fails
@@ -151,7 +159,8 @@ class Watchdog:
         self._cond = threading.Condition()
         self._schedules: dict[int, _Schedule] = {}
         self._thread: threading.Thread | None = None
-        #: Renewal EVALs sent since start; read by tests and benchmarks.
+        #: Renewal EVALs sent since start (a cluster's pipelines counted by their
+        #: EVALs, not their round trips); read by tests and benchmarks.
         self.renewal_calls = 0
         #: Renewal EVALs that failed (an error or no reply in time).
         self.renewal_failures = 0
