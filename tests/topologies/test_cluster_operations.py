@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -598,3 +599,56 @@ def test_renewals_follow_a_moved_slot_and_a_failed_over_node(
         for lock in locks:
             lock.release()
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+#: The watchdog timeout of the silent master's test: rounds 4 s apart, and a
+#: call's margin (2 s) longer than a loaded machine's takeover, as a rule.
+SILENT_MASTER_LIFE = 12
+
+
+def test_renewals_reach_the_replica_that_replaced_a_silent_master(
+    cluster_with_replicas: Cluster,
+) -> None:
+    """A master stops (SIGSTOP); its replica takes over; no hold is lost.
+
+    The stopped master answers nothing, not even MOVED (a paused one still
+    redirects): its batches fail after the renewal socket timeout, the renewal
+    client reads the slot map anew from the other nodes, and the next round
+    reaches the new master. Sent to the old master round after round, the
+    holds it served would all be lost.
+    """
+    cluster = cluster_with_replicas
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=SILENT_MASTER_LIFE) as client,
+        Renewals() as renewals,
+    ):
+        locks = [client.lock(f"silent-master:{index}") for index in range(30)]
+        for lock in locks:
+            lock.acquire()
+        slot = slot_of(locks[0].keys.hash)
+        master = _owner_of(cluster, slot, cluster.nodes[0])
+        wait_until(lambda: Cluster._synced(_replica_of(cluster, master)), 20, "a replica in sync")
+        replica = _replica_of(cluster, master)
+        on_master = {
+            lock.keys.hash
+            for lock in locks
+            if _owner_of(cluster, slot_of(lock.keys.hash), cluster.nodes[0]) is master
+        }
+        renewals.next_round(len(locks))
+        assert _command(master, "WAIT", "1", "10000") == 1  # the replica has every hold
+        assert master.process is not None
+        master.process.send_signal(signal.SIGSTOP)
+        try:
+            _command(replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+            wait_until(lambda: _owner_of(cluster, slot, replica) is replica, 20, "the takeover")
+            taken_over = len(renewals.outcomes)
+            time.sleep(SILENT_MASTER_LIFE + 2)  # longer than a hold lives unrenewed
+            assert not [lock.name for lock in locks if lock.lost]
+            after = renewals.outcomes[taken_over:]
+            renewed = {hold.key for hold, outcome in after if outcome == "ok"}
+            assert on_master <= renewed  # by the new master: the old one answers nothing
+        finally:
+            master.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: not _is_master(master), 30, "the old master stepping down")
+        for lock in locks:
+            lock.release()

@@ -613,6 +613,16 @@ class LockClient:
             for reply in replies
         ]
 
+    def refresh_slot_map(self) -> None:
+        """After :meth:`renew_batches`: read the slot map anew if a batch met a sign it moved.
+
+        A MOVED reply, a node unreachable or silent, a CLUSTERDOWN (see
+        :meth:`NodeRounds.refresh_map <django_rlock.core._sync.noderounds.NodeRounds.refresh_map>`);
+        else, or off a cluster, nothing.
+        """
+        if self._node_rounds is not None:
+            self._node_rounds.refresh_map()
+
     def _renew_call(self, holds: Sequence[Hold]) -> ScriptCall:
         keys = [key for hold in holds for key in (hold.key, hold.fence)]
         args: list[str | int] = [

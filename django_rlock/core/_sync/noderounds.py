@@ -26,9 +26,13 @@ been sent alone:
   pipeline;
 * a slot the map gives to no node fails its batch (``SlotNotCoveredError``).
 
-A MOVED reply means the map is stale: it is read anew before :meth:`run`
-returns, so that the watchdog may send the moved batches again at once, to
-the slot's new node (see :mod:`~django_rlock.core._sync.watchdog`).
+A MOVED reply says the map is stale; a node that cannot be reached or gives no
+reply in time, a CLUSTERDOWN and a slot the map gives to no node say it may be
+(a master down is replaced by its replica). The batches sent here never go
+through the cluster client, which would read the map anew itself: after such a
+round the watchdog calls :meth:`NodeRounds.refresh_map`, once the round's
+outcomes are settled, and then sends the moved batches again, to the slot's new
+node (see :mod:`~django_rlock.core._sync.watchdog`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import MovedError, NoScriptError, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    ResponseError,
+    SlotNotCoveredError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_rlock.core._protocol import clock
@@ -48,6 +59,15 @@ from django_rlock.core._protocol.refusals import permission_error
 from django_rlock.core._sync.sharding import slot_of
 
 logger = logging.getLogger("django_rlock.watchdog")
+
+#: The outcomes after which the client's slot map may no longer be the cluster's.
+_MAP_MAY_BE_STALE = (
+    MovedError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    SlotNotCoveredError,
+)
 
 
 class NodeRounds:
@@ -60,6 +80,8 @@ class NodeRounds:
     def __init__(self, cluster: RedisCluster, limit: float) -> None:
         self._cluster = cluster
         self._limit = limit
+        # Whether a call since the last refresh met a sign the map is stale.
+        self._stale = False
 
     def run(self, script: Any, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run ``script`` with each call (each within one slot); per call its reply or its error.
@@ -113,8 +135,8 @@ class NodeRounds:
                 continue
             for index, reply in zip(indexes, replies, strict=True):
                 outcomes[index] = reply
-        if any(isinstance(outcome, MovedError) for outcome in outcomes):
-            self._refresh_map()
+        if any(isinstance(outcome, _MAP_MAY_BE_STALE) for outcome in outcomes):
+            self._stale = True
         return outcomes
 
     def _send_into(
@@ -139,11 +161,18 @@ class NodeRounds:
             return [error] * len(calls)
         return outcomes
 
-    def _refresh_map(self) -> None:
-        """Read the cluster's slot map anew; a failed read leaves it as it was."""
+    def refresh_map(self) -> None:
+        """Read the cluster's slot map anew if a call met a sign it is stale since the last time.
+
+        Bounded by the renewal connections' timeouts; a failed read leaves the
+        map as it was, and the next round that meets the same asks again.
+        """
+        if not self._stale:
+            return
+        self._stale = False
         try:
             self._cluster.nodes_manager.initialize()
-        except Exception as error:  # noqa: BLE001 -- the moved batches fail; the next round asks again
+        except Exception as error:  # noqa: BLE001 -- the map as it was; the next round asks again
             logger.debug("watchdog: cluster slot map refresh failed: %s", error)
 
 

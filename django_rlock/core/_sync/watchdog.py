@@ -122,6 +122,13 @@ class Renewer(Protocol):
         """On a cluster: renew one-slot batches, a round trip per node; per batch reply or error."""
         ...
 
+    def refresh_slot_map(self) -> None:
+        """After :meth:`renew_batches` failed some: read the slot map anew if they say it moved.
+
+        Never raises: a failed read leaves the map as it was.
+        """
+        ...
+
     def declare_lost(self, hold: Hold, reason: str) -> None:
         """Record that ``hold`` is lost and tell its listeners."""
         ...
@@ -270,16 +277,20 @@ class Watchdog:
     ) -> None:
         """A cluster's round: one pipeline per node; a batch refused for a moved slot goes again.
 
-        A MOVED batch is sent again at once to the slot's new node (the map was
-        read anew), an ASK one alone through the cluster client (which follows
-        it); only holds whose deadline leaves room for one more call go again.
+        After a failure the map is read anew (:meth:`Renewer.refresh_slot_map`);
+        then a MOVED batch is sent again at once to the slot's new node, an ASK
+        one alone through the cluster client (which follows it); only holds
+        whose deadline leaves room for one more call go again.
         """
+        failed = self._send_by_node(schedule, renewer, batches)
         moved: list[tuple[list[Hold], Exception]] = []
-        for batch, error in self._send_by_node(schedule, renewer, batches):
+        for batch, error in failed:
             if isinstance(error, AskError):  # MovedError is one too
                 moved.append((batch, error))
             else:
                 self._renewal_failed(schedule, renewer, batch, error)
+        if failed:
+            renewer.refresh_slot_map()  # after the failures are settled: it takes a call or more
         redirected: list[list[Hold]] = []
         asked: list[tuple[list[Hold], Exception]] = []
         for batch, error in moved:
@@ -319,9 +330,9 @@ class Watchdog:
         self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
     ) -> list[Hold]:
         """The holds of ``batch`` another call may be started for now; the others failed."""
-        latest_start = clock.monotonic() + schedule.call_margin
-        ready = [hold for hold in batch if latest_start < hold.deadline]
-        late = [hold for hold in batch if latest_start >= hold.deadline]
+        call_end = clock.monotonic() + schedule.call_margin  # at the latest
+        ready = [hold for hold in batch if call_end < hold.deadline]
+        late = [hold for hold in batch if call_end >= hold.deadline]
         if late:
             self._renewal_failed(schedule, renewer, late, error)  # declared lost there
         return ready
