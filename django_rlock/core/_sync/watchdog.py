@@ -11,10 +11,13 @@ only touch one slot of a Redis Cluster, so there the batches are formed per
 slot, and a round sends each node's batches as one pipeline, to every node at
 once (:mod:`django_rlock.core._sync.noderounds`): one round trip per node, however
 many slots are held, and a node that hangs delays no other node's renewals.
-Each batch keeps its own outcome, as if sent alone. One refused because its
-slot moved is sent again within the round, while its holds' deadlines allow
-another call (below): after a MOVED reply to the slot's new node, on the map
-read anew, and after an ASK alone through the cluster client, which follows it.
+Each batch keeps its own outcome, as if sent alone. After a round in which
+some failed, the slot map is read anew if they say it moved (MOVED, a node
+unreachable or silent: a stopped master replaced by its replica). A batch
+refused because its slot moved is sent again within the round, while its
+holds' deadlines allow another call (below): after a MOVED reply to the slot's
+new node, on the map read anew, and after an ASK alone through the cluster
+client, which follows it.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. A hold whose owner (thread or task) has ended is
