@@ -269,6 +269,7 @@ def test_a_paused_node_delays_no_other_nodes_renewals(cluster: Cluster, raw: Red
         assert others["ok"] >= 2 * (len(locks) - len(on_paused)), others
         assert paused["failed"] > 0, paused  # the pause was met
         assert all(lock.keys.hash in on_paused for lock in locks if lock.lost)
+        assert raw.get_redis_connection(paused_node).ping()  # answered once the pause ends
 
 
 def _count_under_locks(
