@@ -109,6 +109,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.wakeups
 	$(BIN)/python -m benchmarks.ownership
 	$(BIN)/python -m benchmarks.cluster_wakeups
+	$(BIN)/python -m benchmarks.cluster_renewal
 	$(BIN)/python -m benchmarks.deadlocks
 
 # Faults injected at random into 8 contending processes on loopback, then the

@@ -8,8 +8,10 @@ from contextlib import contextmanager
 import pytest
 from redis.cluster import RedisCluster
 
+from django_rlock.core._protocol.holds import Hold
+from django_rlock.core._sync.watchdog import on_renewal, remove_on_renewal
 from tests.servers import RedisServer
-from tests.topologies.builders import Cluster, SentinelGroup, Standalones, Unavailable
+from tests.topologies.builders import Cluster, SentinelGroup, Standalones, Unavailable, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +56,26 @@ def running(topology: Cluster | SentinelGroup) -> Iterator[None]:
         yield
     finally:
         topology.__exit__()
+
+
+class Renewals:
+    """Every renewal outcome the watchdog reports, in order, while in use."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[Hold, str]] = []
+
+    def __enter__(self) -> Renewals:
+        on_renewal(self._record)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        remove_on_renewal(self._record)
+
+    def _record(self, hold: Hold, outcome: str) -> None:
+        self.outcomes.append((hold, outcome))
+
+    def next_round(self, holds: int) -> list[tuple[Hold, str]]:
+        """The outcomes of the next round, waited for: one per hold when nothing moves."""
+        start = len(self.outcomes)
+        wait_until(lambda: len(self.outcomes) >= start + holds, 60, "a renewal round")
+        return self.outcomes[start : start + holds]

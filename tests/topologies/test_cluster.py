@@ -9,9 +9,11 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.cluster import RedisCluster
 
@@ -19,6 +21,7 @@ from django_rlock.core import LockClient
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
+from tests.topologies.conftest import Renewals
 
 pytestmark = pytest.mark.slow
 
@@ -144,12 +147,10 @@ def test_before_redis_7_a_waiter_is_woken_by_a_publish_on_any_node(
 
 
 def test_renewal_batches_never_mix_slots(cluster: Cluster, raw: RedisCluster) -> None:
-    # A 6 s watchdog, not the module's 3 s: a renewal round sends one call per
-    # slot, one after the other (about 250 here), and on a loaded machine such
-    # a round can outlast the 1 s interval of a 3 s watchdog (once, beside CPU
-    # hogs, holds expired before their turn): a cost of the serial round, not
-    # of the batching this test is about.
-    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=6) as lock_client:
+    # The module's 3 s watchdog: a round is one pipeline per node, sent to the
+    # nodes at once, so about 250 slots held fit its 1 s interval (sent one
+    # slot after another, such a round once outlasted it beside CPU hogs).
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=3) as lock_client:
         locks = [lock_client.lock(f"renewed:{index}") for index in range(250)]
         for lock in locks:
             lock.acquire()
@@ -159,12 +160,116 @@ def test_renewal_batches_never_mix_slots(cluster: Cluster, raw: RedisCluster) ->
         assert all(len({slot_of(hold.key) for hold in batch}) == 1 for batch in batches)
         assert all(len(batch) <= BATCH_SIZE for batch in batches)
         calls = get_watchdog().renewal_calls
-        time.sleep(7)  # more than the 6 s timeout: only renewals keep them alive
+        time.sleep(4)  # more than the 3 s timeout: only renewals keep them alive
         assert get_watchdog().renewal_calls > calls
         assert all(raw.exists(lock.keys.hash) for lock in locks)
         assert not any(lock.lost for lock in locks)
         for lock in locks:
             lock.release()
+
+
+def _scripts_and_writes(node: redis.Redis) -> tuple[int, int]:
+    """Scripts ``node`` ran and replies it wrote (``total_writes_processed``) since a reset.
+
+    The server writes the replies of what one read brought in with one write:
+    a pipeline costs a few (one per 16 KB of commands read), a call sent
+    alone one.
+    """
+    commands = node.info("commandstats")
+    scripts = sum(
+        int(commands.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+    return scripts, int(node.info("stats")["total_writes_processed"])
+
+
+def test_a_renewal_round_costs_a_round_trip_per_node_not_per_slot(
+    cluster: Cluster, raw: RedisCluster
+) -> None:
+    count, timeout = 1500, 3.0
+    with LockClient(cluster.url, key_prefix="test", watchdog_timeout=timeout) as lock_client:
+        locks = [lock_client.lock(f"spread:{index}") for index in range(count)]
+        for lock in locks:
+            lock.acquire()
+        acquired = time.monotonic()
+        slots = {slot_of(lock.keys.hash) for lock in locks}
+        assert len(slots) > 1300
+        nodes = {node.name: raw.get_redis_connection(node) for node in raw.get_primaries()}  # type: ignore[no-untyped-call]
+        slots_on = Counter(raw.nodes_manager.get_node_from_slot(slot).name for slot in slots)
+        assert sorted(slots_on) == sorted(nodes)
+        # One round has run (the scripts are loaded everywhere): statistics afresh.
+        watchdog = get_watchdog()
+        calls = watchdog.renewal_calls
+        wait_until(lambda: watchdog.renewal_calls >= calls + len(slots), 30, "a renewal round")
+        for node in nodes.values():
+            node.config_resetstat()
+        # Two whole rounds on every node, waited for (a loaded machine runs the
+        # thread late); each look costs a node two replies.
+        looks = 0
+        deadline = time.monotonic() + 60
+        while True:
+            looks += 1
+            seen = {name: _scripts_and_writes(node) for name, node in nodes.items()}
+            if all(seen[name][0] >= 2 * slots_on[name] for name in nodes):
+                break
+            assert time.monotonic() < deadline, f"no two renewal rounds in 60 s: {seen}"
+            time.sleep(0.5)
+        for name, (scripts, writes) in seen.items():
+            # One call per slot held on the node each round, in a few round
+            # trips, not one per slot (which makes writes >= scripts). Besides
+            # the rounds: the reset's reply, the looks', and a round the
+            # window's edges cut.
+            rounds = scripts / slots_on[name]
+            assert writes - 1 - 2 * looks <= (rounds + 2) * 20, (name, scripts, writes, looks)
+        # Every hold lives past its first key's life: each was renewed.
+        time.sleep(max(acquired + timeout + 0.5 - time.monotonic(), 0))
+        assert not any(lock.lost for lock in locks)
+        assert all(raw.pttl(lock.keys.hash) > 0 for lock in locks)
+        for lock in locks:
+            lock.release()
+
+
+@pytest.mark.faults
+def test_a_paused_node_delays_no_other_nodes_renewals(cluster: Cluster, raw: RedisCluster) -> None:
+    """One master stops answering (``CLIENT PAUSE``) for four renewal intervals.
+
+    The nodes are sent to at once: each round, the paused node's batches fail
+    after the renewal socket timeout (1 s here) while the others' are renewed
+    ("ok", never "failed"), and none of theirs is lost. Sent one slot after
+    another, each of the paused node's batches would wait out its own
+    timeout, and the round would outlast the other holds' deadlines.
+    """
+    timeout, pause = 6.0, 8.0
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=timeout) as lock_client,
+        Renewals() as renewals,
+    ):
+        locks = [lock_client.lock(f"paused:{index}") for index in range(300)]
+        for lock in locks:
+            lock.acquire()
+        paused_node = raw.get_primaries()[0]  # type: ignore[no-untyped-call]
+        on_paused = {
+            lock.keys.hash
+            for lock in locks
+            if raw.get_node_from_key(lock.keys.hash).name == paused_node.name  # type: ignore[no-untyped-call]
+        }
+        assert 0 < len(on_paused) < len(locks)
+        renewals.next_round(len(locks))  # the scripts are loaded everywhere
+        seen = len(renewals.outcomes)
+        raw.get_redis_connection(paused_node).execute_command(  # type: ignore[no-untyped-call]
+            "CLIENT", "PAUSE", int(pause * 1000), "ALL"
+        )
+        time.sleep(pause - 1)  # three rounds meet the pause (2 s apart): two whole, at least
+        others = Counter(
+            outcome for hold, outcome in renewals.outcomes[seen:] if hold.key not in on_paused
+        )
+        paused = Counter(
+            outcome for hold, outcome in renewals.outcomes[seen:] if hold.key in on_paused
+        )
+        assert set(others) == {"ok"}, others
+        assert others["ok"] >= 2 * (len(locks) - len(on_paused)), others
+        assert paused["failed"] > 0, paused  # the pause was met
+        assert all(lock.keys.hash in on_paused for lock in locks if lock.lost)
+        assert raw.get_redis_connection(paused_node).ping()  # answered once the pause ends
 
 
 def _count_under_locks(

@@ -17,20 +17,24 @@ be woken by the next release, not wait out the holder's life.
 from __future__ import annotations
 
 import itertools
+import logging
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
 from django_rlock.core import LockClient
 from django_rlock.core._protocol.fairlock import FairKeys
+from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
+from django_rlock.core._sync.watchdog import get_watchdog
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import running
+from tests.topologies.conftest import Renewals, running
 
 pytestmark = pytest.mark.slow
 
@@ -531,3 +535,120 @@ def test_a_subscription_refused_by_a_node_the_slot_left_is_made_on_its_owner(
             finally:
                 publisher.close()
             assert subscription.wait(since, 10)
+
+
+#: The watchdog timeout of the renewal test: its rounds are 10 s apart, room
+#: for a slot's move or a node's takeover to fall whole between two of them.
+RENEWED_LIFE = 30
+
+
+def test_renewals_follow_a_moved_slot_and_a_failed_over_node(
+    cluster_with_replicas: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holds in many slots while one slot moves, then another master is taken over.
+
+    The renewal client's map still names the old owners: their MOVED replies
+    make it read the map anew and send those batches again at once, to the
+    new owner (a replica just promoted has never run the script: NOSCRIPT,
+    and it is loaded there). So the first round after each operation renews
+    every hold ("ok", never "failed"), no hold is lost, and nothing escapes
+    the watchdog thread. Each operation falls between two rounds (checked).
+    """
+    cluster = cluster_with_replicas
+    caplog.set_level(logging.WARNING, logger="django_rlock.watchdog")
+    watchdog = get_watchdog()
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=RENEWED_LIFE) as client,
+        Renewals() as renewals,
+    ):
+        locks = [client.lock(f"renewed-through:{index}") for index in range(60)]
+        slot = slot_of(locks[0].keys.hash)
+        locks.append(client.lock(_name_in_slot(client, slot)))  # two holds in the moving slot
+        for lock in locks:
+            lock.acquire()
+        source = _owner_of(cluster, slot, cluster.nodes[0])
+        target = _owner_of(cluster, slot, cluster.nodes[0])
+
+        def between_two_rounds(operation: Callable[[], object]) -> list[tuple[Hold, str]]:
+            renewals.next_round(len(locks))  # one has just ended: 10 s to the next
+            calls = watchdog.renewal_calls
+            operation()
+            assert watchdog.renewal_calls == calls, "a round began before the operation ended"
+            return renewals.next_round(len(locks))
+
+        def move() -> None:
+            nonlocal target
+            target = _move_slot_by_hand(cluster, slot, source)
+
+        after_move = between_two_rounds(move)
+        assert _owner_of(cluster, slot, cluster.nodes[0]) is target
+        # The third master (neither the slot's old nor its new one) is taken over.
+        held_slots = {slot_of(lock.keys.hash) for lock in locks}
+        owners = {held: _owner_of(cluster, held, cluster.nodes[0]) for held in held_slots}
+        other_slot, taken_over = next(
+            (held, owner) for held, owner in owners.items() if owner not in (source, target)
+        )
+        wait_until(lambda: Cluster._synced(_replica_of(cluster, taken_over)), 20, "a replica")
+        after_failover = between_two_rounds(lambda: _failover(cluster, other_slot, takeover=True))
+        for outcomes in (after_move, after_failover):
+            assert sorted(id(hold) for hold, _ in outcomes) == sorted(
+                id(hold) for hold in client.watched_holds()
+            )
+            assert {outcome for _, outcome in outcomes} == {"ok"}
+        assert not any(lock.lost for lock in locks)
+        for lock in locks:
+            lock.release()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+#: The watchdog timeout of the silent master's test: rounds 4 s apart, and a
+#: call's margin (2 s) longer than a loaded machine's takeover, as a rule.
+SILENT_MASTER_LIFE = 12
+
+
+def test_renewals_reach_the_replica_that_replaced_a_silent_master(
+    cluster_with_replicas: Cluster,
+) -> None:
+    """A master stops (SIGSTOP); its replica takes over; no hold is lost.
+
+    The stopped master answers nothing, not even MOVED (a paused one still
+    redirects): its batches fail after the renewal socket timeout, the renewal
+    client reads the slot map anew from the other nodes, and the next round
+    reaches the new master. Sent to the old master round after round, the
+    holds it served would all be lost.
+    """
+    cluster = cluster_with_replicas
+    with (
+        LockClient(cluster.url, key_prefix="test", watchdog_timeout=SILENT_MASTER_LIFE) as client,
+        Renewals() as renewals,
+    ):
+        locks = [client.lock(f"silent-master:{index}") for index in range(30)]
+        for lock in locks:
+            lock.acquire()
+        slot = slot_of(locks[0].keys.hash)
+        master = _owner_of(cluster, slot, cluster.nodes[0])
+        wait_until(lambda: Cluster._synced(_replica_of(cluster, master)), 20, "a replica in sync")
+        replica = _replica_of(cluster, master)
+        on_master = {
+            lock.keys.hash
+            for lock in locks
+            if _owner_of(cluster, slot_of(lock.keys.hash), cluster.nodes[0]) is master
+        }
+        renewals.next_round(len(locks))
+        assert _command(master, "WAIT", "1", "10000") == 1  # the replica has every hold
+        assert master.process is not None
+        master.process.send_signal(signal.SIGSTOP)
+        try:
+            _command(replica, "CLUSTER", "FAILOVER", "TAKEOVER")
+            wait_until(lambda: _owner_of(cluster, slot, replica) is replica, 20, "the takeover")
+            taken_over = len(renewals.outcomes)
+            time.sleep(SILENT_MASTER_LIFE + 2)  # longer than a hold lives unrenewed
+            assert not [lock.name for lock in locks if lock.lost]
+            after = renewals.outcomes[taken_over:]
+            renewed = {hold.key for hold, outcome in after if outcome == "ok"}
+            assert on_master <= renewed  # by the new master: the old one answers nothing
+        finally:
+            master.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: not _is_master(master), 30, "the old master stepping down")
+        for lock in locks:
+            lock.release()

@@ -29,6 +29,7 @@ from redis.exceptions import MovedError
 
 from django_rlock.core._process import forking, leaks
 from django_rlock.core._process.lockorder import check_lock_order_check, lock_order
+from django_rlock.core._protocol.calls import ScriptCall
 from django_rlock.core._protocol.deadlocks import check_deadlock_timeout
 from django_rlock.core._protocol.holds import Hold, HoldRegistry
 from django_rlock.core._protocol.layouts import (
@@ -64,6 +65,7 @@ from django_rlock.core._sync.fairlock import FairLock
 from django_rlock.core._sync.leader import Leadership
 from django_rlock.core._sync.locks import RLock
 from django_rlock.core._sync.multilock import MultiLock, RedLock
+from django_rlock.core._sync.noderounds import NodeRounds
 from django_rlock.core._sync.ratelimiter import RateLimiter
 from django_rlock.core._sync.redisson import RedissonRLock
 from django_rlock.core._sync.rwlock import ReadWriteLock
@@ -204,6 +206,12 @@ class LockClient:
             functools.partial(LockScript, self.redis), functools.partial(OomSafeScript, self.redis)
         )
         self._renewal_redis = derive_client(client, **self._renewal_timeouts())
+        # On a cluster a renewal round is one pipeline per node (renew_batches).
+        self._node_rounds = (
+            NodeRounds(self._renewal_redis, renewal_socket_timeout(self.watchdog_timeout))
+            if isinstance(self._renewal_redis, RedisCluster)
+            else None
+        )
         self.listener = self._make_listener()
         #: Runs the acquire script: plain EVALSHA, or EVAL + WAIT with min_replicas.
         self.send_acquire = (
@@ -579,16 +587,50 @@ class LockClient:
         Returns, per hold, the key's PTTL in ms after the call (0: no longer
         held). A key is never shortened: a lease longer than the timeout runs
         on. On a cluster the watchdog passes holds of one slot only (see
-        :attr:`slot_of`).
+        :attr:`slot_of`), and sends a round through :meth:`renew_batches`.
         """
+        call = self._renew_call(holds)
+        left = self.scripts[LockScripts].renew(
+            keys=call.keys, args=call.args, client=self._renewal_redis
+        )
+        return [int(pttl_ms) for pttl_ms in left]
+
+    def renew_batches(self, batches: Sequence[Sequence[Hold]]) -> list[list[int] | Exception]:
+        """On a cluster: renew every batch (each of one slot) with one pipeline per node, at once.
+
+        Per batch what :meth:`renew_batch` returns, or the error that batch
+        alone met (a node's MOVED reply, its connection failing, no reply
+        within the renewal socket timeout); see
+        :mod:`~django_rlock.core._sync.noderounds`. One server or Sentinel has
+        no nodes to group by: the watchdog sends :meth:`renew_batch` per batch.
+        """
+        if self._node_rounds is None:
+            raise RuntimeError("renew_batches serves a cluster client only; use renew_batch")
+        script = self.scripts[LockScripts].renew
+        replies = self._node_rounds.run(script, [self._renew_call(batch) for batch in batches])
+        return [
+            reply if isinstance(reply, Exception) else [int(pttl_ms) for pttl_ms in reply]
+            for reply in replies
+        ]
+
+    def refresh_slot_map(self) -> None:
+        """After :meth:`renew_batches`: read the slot map anew if a batch met a sign it moved.
+
+        A MOVED reply, a node unreachable or silent, a CLUSTERDOWN (see
+        :meth:`NodeRounds.refresh_map <django_rlock.core._sync.noderounds.NodeRounds.refresh_map>`);
+        else, or off a cluster, nothing.
+        """
+        if self._node_rounds is not None:
+            self._node_rounds.refresh_map()
+
+    def _renew_call(self, holds: Sequence[Hold]) -> ScriptCall:
         keys = [key for hold in holds for key in (hold.key, hold.fence)]
         args: list[str | int] = [
             milliseconds(self.watchdog_timeout),
             0,
             *(hold.owner for hold in holds),
         ]
-        left = self.scripts[LockScripts].renew(keys=keys, args=args, client=self._renewal_redis)
-        return [int(pttl_ms) for pttl_ms in left]
+        return ScriptCall(keys, args)
 
     def _renewal_timeouts(self) -> dict[str, Any]:
         # A renewal that hangs ends well before the next tick, and the last

@@ -4,7 +4,8 @@ On a cluster every key and channel of one lock shares one hash slot (see
 :mod:`django_rlock.core._protocol.names`), so two things follow:
 
 * One EVAL may only touch keys of one slot: the watchdog renews a cluster
-  client's holds in batches grouped by :func:`slot_of`.
+  client's holds in batches grouped by :func:`slot_of`, each node's batches
+  sent as one pipeline (:mod:`~django_rlock.core._sync.noderounds`).
 * On Redis >= 7 a release is announced with SPUBLISH, which only the nodes of
   the channel's shard hear. A waiter must therefore SSUBSCRIBE on the node
   that owns the slot. :class:`ShardedReleaseListener` keeps one

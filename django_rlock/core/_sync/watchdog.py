@@ -7,7 +7,17 @@ never shortens it, so a watchdog hold re-entered with a longer lease (or the
 reverse) lives to the later of the two. All holds of one client are renewed
 together on one schedule, up to :data:`BATCH_SIZE` keys per EVAL, so 2,000
 held locks cost 20 round trips per interval, not 2,000 timers. One EVAL may
-only touch one slot of a Redis Cluster, so there the batches are formed per slot.
+only touch one slot of a Redis Cluster, so there the batches are formed per
+slot, and a round sends each node's batches as one pipeline, to every node at
+once (:mod:`django_rlock.core._sync.noderounds`): one round trip per node, however
+many slots are held, and a node that hangs delays no other node's renewals.
+Each batch keeps its own outcome, as if sent alone. After a round in which
+some failed, the slot map is read anew if they say it moved (MOVED, a node
+unreachable or silent: a stopped master replaced by its replica). A batch
+refused because its slot moved is sent again within the round, while its
+holds' deadlines allow another call (below): after a MOVED reply to the slot's
+new node, on the map read anew, and after an ASK alone through the cluster
+client, which follows it.
 
 When a renewal finds a key gone or owned by someone else, the hold is lost and
 the client is told at once. A hold whose owner (thread or task) has ended is
@@ -18,7 +28,8 @@ again on the next tick; the hold counts as lost once its local deadline (the
 send time of its last successful renewal or acquire plus the PTTL the server
 reported, see :mod:`django_rlock.core._protocol.holds`) has passed, because from then on
 another owner may hold the lock. Renewal connections have no hidden retries and a socket
-timeout of a fraction of the interval, so no renewal blocks past a deadline.
+timeout of a fraction of the interval, so no renewal blocks past a deadline (a
+cluster's round waits no longer for its nodes: one with no reply by then fails its batches).
 No renewal is started that could end after its hold's deadline (a call may
 take up to half an interval): while renewals fail, the last attempt is made
 early enough to end half an interval before the deadline, and when it fails
@@ -44,6 +55,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from redis.exceptions import AskError, MovedError
 
 from django_rlock.core._process import forking
 from django_rlock.core._process.identity import owner_alive
@@ -108,6 +121,17 @@ class Renewer(Protocol):
         """Extend each hold's key; per hold its PTTL in ms after the call, 0 when no longer held."""
         ...
 
+    def renew_batches(self, batches: Sequence[Sequence[Hold]]) -> list[list[int] | Exception]:
+        """On a cluster: renew one-slot batches, a round trip per node; per batch reply or error."""
+        ...
+
+    def refresh_slot_map(self) -> None:
+        """After :meth:`renew_batches` failed some: read the slot map anew if they say it moved.
+
+        Never raises: a failed read leaves the map as it was.
+        """
+        ...
+
     def declare_lost(self, hold: Hold, reason: str) -> None:
         """Record that ``hold`` is lost and tell its listeners."""
         ...
@@ -145,7 +169,8 @@ class Watchdog:
         self._cond = threading.Condition()
         self._schedules: dict[int, _Schedule] = {}
         self._thread: threading.Thread | None = None
-        #: Renewal EVALs sent since start; read by tests and benchmarks.
+        #: Renewal EVALs sent since start (a cluster's pipelines counted by their
+        #: EVALs, not their round trips); read by tests and benchmarks.
         self.renewal_calls = 0
         #: Renewal EVALs that failed (an error or no reply in time).
         self.renewal_failures = 0
@@ -233,24 +258,107 @@ class Watchdog:
 
     def _renew(self, schedule: _Schedule, renewer: Renewer) -> None:
         due = self._due(schedule, renewer)
-        for batch in _batches(due, renewer.slot_of):
-            sent_at = clock.monotonic()
-            self.renewal_calls += 1
-            try:
-                renewed = renewer.renew_batch(batch)
-            except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+        if renewer.slot_of is None:
+            for batch in _batches(due, None):
+                self._send(schedule, renewer, batch)
+        else:
+            self._renew_by_node(schedule, renewer, _batches(due, renewer.slot_of))
+
+    def _send(self, schedule: _Schedule, renewer: Renewer, batch: list[Hold]) -> None:
+        """One batch, one EVAL, one round trip."""
+        sent_at = clock.monotonic()
+        self.renewal_calls += 1
+        try:
+            renewed = renewer.renew_batch(batch)
+        except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+            self._renewal_failed(schedule, renewer, batch, error)
+            return
+        self._settle(schedule, renewer, batch, sent_at, renewed)
+
+    def _renew_by_node(
+        self, schedule: _Schedule, renewer: Renewer, batches: list[list[Hold]]
+    ) -> None:
+        """A cluster's round: one pipeline per node; a batch refused for a moved slot goes again.
+
+        After a failure the map is read anew (:meth:`Renewer.refresh_slot_map`);
+        then a MOVED batch is sent again at once to the slot's new node, an ASK
+        one alone through the cluster client (which follows it); only holds
+        whose deadline leaves room for one more call go again.
+        """
+        failed = self._send_by_node(schedule, renewer, batches)
+        moved: list[tuple[list[Hold], Exception]] = []
+        for batch, error in failed:
+            if isinstance(error, AskError):  # MovedError is one too
+                moved.append((batch, error))
+            else:
                 self._renewal_failed(schedule, renewer, batch, error)
-                continue
-            if schedule.failing:
-                schedule.failing = False
-                logger.info("watchdog: renewals succeed again")
-            for hold, pttl_ms in zip(batch, renewed, strict=True):
-                if pttl_ms > 0:
-                    renewer.renewed(hold, sent_at, pttl_ms)
-                else:
-                    renewer.declare_lost(hold, "its key expired or another owner took it")
-                if _renewal_callbacks:
-                    _report(hold, "ok" if pttl_ms > 0 else "lost")
+        if failed:
+            renewer.refresh_slot_map()  # after the failures are settled: it takes a call or more
+        redirected: list[list[Hold]] = []
+        asked: list[tuple[list[Hold], Exception]] = []
+        for batch, error in moved:
+            ready = self._may_send(schedule, renewer, batch, error)
+            if ready and isinstance(error, MovedError):
+                redirected.append(ready)
+            elif ready:
+                asked.append((ready, error))
+        for batch, error in self._send_by_node(schedule, renewer, redirected):
+            self._renewal_failed(schedule, renewer, batch, error)
+        for batch, error in asked:  # one slot half-moved at a time, as a rule: few
+            ready = self._may_send(schedule, renewer, batch, error)
+            if ready:
+                self._send(schedule, renewer, ready)
+
+    def _send_by_node(
+        self, schedule: _Schedule, renewer: Renewer, batches: list[list[Hold]]
+    ) -> list[tuple[list[Hold], Exception]]:
+        """Send ``batches`` with one pipeline per node; settle the renewed, return the failed."""
+        if not batches:
+            return []
+        sent_at = clock.monotonic()
+        self.renewal_calls += len(batches)
+        try:
+            replies = renewer.renew_batches(batches)
+        except Exception as error:  # noqa: BLE001 -- any failure is retried on the next tick
+            return [(batch, error) for batch in batches]
+        failed = []
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, Exception):
+                failed.append((batch, reply))
+            else:
+                self._settle(schedule, renewer, batch, sent_at, reply)
+        return failed
+
+    def _may_send(
+        self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
+    ) -> list[Hold]:
+        """The holds of ``batch`` another call may be started for now; the others failed."""
+        call_end = clock.monotonic() + schedule.call_margin  # at the latest
+        ready = [hold for hold in batch if call_end < hold.deadline]
+        late = [hold for hold in batch if call_end >= hold.deadline]
+        if late:
+            self._renewal_failed(schedule, renewer, late, error)  # declared lost there
+        return ready
+
+    def _settle(
+        self,
+        schedule: _Schedule,
+        renewer: Renewer,
+        batch: list[Hold],
+        sent_at: float,
+        renewed: list[int],
+    ) -> None:
+        """Take in a batch's reply: each hold renewed, or lost."""
+        if schedule.failing:
+            schedule.failing = False
+            logger.info("watchdog: renewals succeed again")
+        for hold, pttl_ms in zip(batch, renewed, strict=True):
+            if pttl_ms > 0:
+                renewer.renewed(hold, sent_at, pttl_ms)
+            else:
+                renewer.declare_lost(hold, "its key expired or another owner took it")
+            if _renewal_callbacks:
+                _report(hold, "ok" if pttl_ms > 0 else "lost")
 
     def _renewal_failed(
         self, schedule: _Schedule, renewer: Renewer, batch: list[Hold], error: Exception
