@@ -18,6 +18,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from redis.cluster import RedisCluster
 
 from django_rlock.core import LockClient
+from django_rlock.core._sync.connection import derive_client
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
@@ -330,3 +331,31 @@ def test_django_rlocks_location_for_a_cluster(
         assert not raw.exists(lock.keys.hash)
     finally:
         backend.close()
+
+
+def test_a_derived_cluster_client_sends_a_call_once(cluster: Cluster, raw: RedisCluster) -> None:
+    """A client the engine derives (renewals, the listener's) never resends a call itself.
+
+    Its node stops answering (``CLIENT PAUSE``) for longer than the derived
+    client's socket timeout: the call fails at that timeout, once. A hidden
+    retry (redis-py before 6 retries a cluster call 3 more times by default,
+    whatever its ``retry``) sends it again on a new connection each time (the
+    one that timed out is closed, and the call it carried dropped with it),
+    taking four timeouts where the engine budgets one.
+    """
+    key = "derived:sent-once"
+    user_client = cluster.client()  # redis-py's defaults, retries included
+    derived = derive_client(user_client, socket_timeout=0.3, socket_connect_timeout=0.3)
+    node = raw.get_redis_connection(raw.get_node_from_key(key))  # type: ignore[no-untyped-call]
+    try:
+        derived.ping()  # the derived client knows the cluster before the pause
+        connections = int(node.info("stats")["total_connections_received"])
+        node.execute_command("CLIENT", "PAUSE", 3000, "ALL")  # type: ignore[no-untyped-call]
+        with pytest.raises(redis.TimeoutError):
+            derived.incr(key)
+        assert node.ping()  # answered once the pause has ended
+        made = int(node.info("stats")["total_connections_received"]) - connections
+        assert made <= 1
+    finally:
+        derived.close()
+        user_client.close()

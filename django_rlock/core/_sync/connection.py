@@ -267,7 +267,8 @@ def derive_client(client: RedisClient, **overrides: Any) -> RedisClient:
     """A new client of the same server or cluster, with no retries and ``overrides``.
 
     For a cluster, every known node is a seed and redirections (MOVED, ASK)
-    are still followed; connection errors are not retried.
+    are still followed; connection errors and timeouts are not retried, on
+    every redis-py line.
     """
     if isinstance(client, RedisCluster):
         kwargs = {
@@ -280,7 +281,13 @@ def derive_client(client: RedisClient, **overrides: Any) -> RedisClient:
         kwargs.update(decode_responses=False)
         kwargs.update(overrides)
         seeds = [ClusterNode(node.host, node.port) for node in primaries(client)]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=seeds, retry=Retry(NoBackoff(), 0), **kwargs)
+        derived = RedisCluster(startup_nodes=seeds, retry=Retry(NoBackoff(), 0), **kwargs)
+        if "cluster_error_retry_attempts" in vars(derived):
+            # redis-py before 6 retries a cluster call (a connection error, a
+            # timeout) this many times more, whatever its `retry`: a renewal
+            # would take four socket timeouts where its deadline allows one.
+            vars(derived)["cluster_error_retry_attempts"] = 0  # not in every line's stubs
+        return derived
     return redis.Redis(connection_pool=derive_pool(client, **overrides))
 
 
