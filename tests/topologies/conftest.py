@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import pytest
 from redis.cluster import RedisCluster
 
+from django_rlock.core import LockClient, RLock
 from django_rlock.core._protocol.holds import Hold
 from django_rlock.core._sync.watchdog import on_renewal, remove_on_renewal
 from tests.servers import RedisServer
@@ -79,3 +80,11 @@ class Renewals:
         start = len(self.outcomes)
         wait_until(lambda: len(self.outcomes) >= start + holds, 60, "a renewal round")
         return self.outcomes[start : start + holds]
+
+
+def held_locks(client: LockClient, prefix: str, count: int) -> list[RLock]:
+    """``count`` locks of ``client`` named ``<prefix>:<index>``, each acquired (watchdog)."""
+    locks = [client.lock(f"{prefix}:{index}") for index in range(count)]
+    for lock in locks:
+        lock.acquire()
+    return locks

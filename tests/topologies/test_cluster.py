@@ -22,7 +22,7 @@ from django_rlock.core._sync.connection import derive_client
 from django_rlock.core._sync.sharding import ShardedReleaseListener, slot_of
 from django_rlock.core._sync.watchdog import BATCH_SIZE, _batches, get_watchdog
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import Renewals
+from tests.topologies.conftest import Renewals, held_locks
 
 pytestmark = pytest.mark.slow
 
@@ -152,9 +152,7 @@ def test_renewal_batches_never_mix_slots(cluster: Cluster, raw: RedisCluster) ->
     # nodes at once, so about 250 slots held fit its 1 s interval (sent one
     # slot after another, such a round once outlasted it beside CPU hogs).
     with LockClient(cluster.url, key_prefix="test", watchdog_timeout=3) as lock_client:
-        locks = [lock_client.lock(f"renewed:{index}") for index in range(250)]
-        for lock in locks:
-            lock.acquire()
+        locks = held_locks(lock_client, "renewed", 250)
         holds = lock_client.watched_holds()
         batches = _batches(holds, lock_client.slot_of)
         assert sum(len(batch) for batch in batches) == 250
@@ -188,9 +186,7 @@ def test_a_renewal_round_costs_a_round_trip_per_node_not_per_slot(
 ) -> None:
     count, timeout = 1500, 3.0
     with LockClient(cluster.url, key_prefix="test", watchdog_timeout=timeout) as lock_client:
-        locks = [lock_client.lock(f"spread:{index}") for index in range(count)]
-        for lock in locks:
-            lock.acquire()
+        locks = held_locks(lock_client, "spread", count)
         acquired = time.monotonic()
         slots = {slot_of(lock.keys.hash) for lock in locks}
         assert len(slots) > 1300
@@ -244,9 +240,7 @@ def test_a_paused_node_delays_no_other_nodes_renewals(cluster: Cluster, raw: Red
         LockClient(cluster.url, key_prefix="test", watchdog_timeout=timeout) as lock_client,
         Renewals() as renewals,
     ):
-        locks = [lock_client.lock(f"paused:{index}") for index in range(300)]
-        for lock in locks:
-            lock.acquire()
+        locks = held_locks(lock_client, "paused", 300)
         paused_node = raw.get_primaries()[0]  # type: ignore[no-untyped-call]
         on_paused = {
             lock.keys.hash

@@ -34,7 +34,7 @@ from django_rlock.core._sync.watchdog import get_watchdog
 from django_rlock.core.exceptions import LockUnavailableError
 from tests.servers import RedisServer
 from tests.topologies.builders import Cluster, wait_until
-from tests.topologies.conftest import Renewals, running
+from tests.topologies.conftest import Renewals, held_locks, running
 
 pytestmark = pytest.mark.slow
 
@@ -622,9 +622,7 @@ def test_renewals_reach_the_replica_that_replaced_a_silent_master(
         LockClient(cluster.url, key_prefix="test", watchdog_timeout=SILENT_MASTER_LIFE) as client,
         Renewals() as renewals,
     ):
-        locks = [client.lock(f"silent-master:{index}") for index in range(30)]
-        for lock in locks:
-            lock.acquire()
+        locks = held_locks(client, "silent-master", 30)
         slot = slot_of(locks[0].keys.hash)
         master = _owner_of(cluster, slot, cluster.nodes[0])
         wait_until(lambda: Cluster._synced(_replica_of(cluster, master)), 20, "a replica in sync")
