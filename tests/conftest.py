@@ -92,25 +92,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: suite's end waited for the last long module. A module missing from the list
 #: only starts in collection order; a stale entry costs nothing.
 LONGEST_MODULES = (
-    "tests/celery/test_beat.py",  # 77 s
-    "tests/django/test_testing_runner.py",  # 76 s
-    "tests/django/test_testing_plugin.py",  # 69 s
-    "tests/example/test_demo.py",  # 62 s
-    "tests/model/test_rwlock_model.py",  # 52 s
-    "tests/model/test_owner_model.py",  # 49 s
-    "tests/django/test_embedded.py",  # 49 s
-    "tests/example/test_project_suite.py",  # 49 s
-    "tests/model/test_fair_model.py",  # 43 s
-    "tests/interop/test_locator.py",  # 36 s
-    "tests/sync/test_contention.py",  # 35 s
-    "tests/celery/test_delivery.py",  # 29 s
-    "tests/django/test_lock_order.py",  # 29 s
-    "tests/celery/test_config.py",  # 27 s
-    "tests/model/test_model.py",  # 27 s
-    "tests/celery/test_leaks.py",  # 25 s
-    "tests/model/test_deadlock_model.py",  # 23 s
-    "tests/celery/test_semaphore.py",  # 22 s
-    "tests/django/test_admin.py",  # 22 s
+    "tests/topologies/test_cluster_operations.py",  # 70 s
+    "tests/model/test_rwlock_model.py",  # 49 s
+    "tests/conformance/test_waiting.py",  # 48 s
+    "tests/model/test_owner_model.py",  # 41 s
+    "tests/example/test_demo.py",  # 36 s
+    "tests/celery/test_beat.py",  # 33 s
+    "tests/conformance/test_siblings_contract.py",  # 30 s
+    "tests/topologies/test_cluster.py",  # 29 s
+    "tests/celery/test_delivery.py",  # 26 s
+    "tests/model/test_fair_model.py",  # 24 s
+    "tests/faults/test_acl_tls.py",  # 24 s
+    "tests/model/test_model.py",  # 23 s
+    "tests/sync/test_deadlocks.py",  # 21 s
+    "tests/model/test_ownership_bugs.py",  # 20 s
+    "tests/sync/test_watchdog.py",  # 19 s
+    "tests/model/test_semaphore_model.py",  # 19 s
+    "tests/celery/test_on_busy.py",  # 18 s
+    "tests/process/test_ownership.py",  # 18 s
+    "tests/sync/test_deadlock_kinds.py",  # 18 s
+    "tests/conformance/test_contract.py",  # 17 s
+    "tests/model/test_deadlock_model.py",  # 16 s
+    "tests/faults/test_unreachable.py",  # 15 s
 )
 
 
