@@ -235,6 +235,7 @@ class LockClient:
         self.holds = HoldRegistry(watch=self._start_watch)
         if lock_order_check:
             lock_order.watch(self.holds)
+        self._closed = False
         _clients.add(self)
 
     def __repr__(self) -> str:
@@ -376,6 +377,7 @@ class LockClient:
         :class:`LockLostError` without a call): from now on another owner may
         get it. A fixed-lease hold needs no renewal and runs on to its lease.
         """
+        self._closed = True
         get_watchdog().forget(self)
         self.holds.abandon_watched("its client was closed, so nothing renews it")
         self.listener.close()
@@ -647,6 +649,10 @@ class LockClient:
     def _after_fork_in_child(self) -> None:
         # The child shares none of the parent's threads (its holds: see core.hold).
         self._lock = threading.Lock()
+        if self._closed:
+            # Nothing listens through a closed client, and a closed cluster
+            # client has no node left to make a listener on (before Redis 7).
+            return
         self.listener = self._make_listener()
 
     def read_write_lock(
@@ -670,5 +676,14 @@ class LockClient:
 
 @forking.after_fork_in_child
 def _reset_clients_after_fork() -> None:
+    # Every client is reset, whatever another's reset raised: one left with the
+    # parent's mutexes (held by a thread the child does not have) hangs the
+    # child at its first wait. The first error is raised last (as forking does).
+    error: Exception | None = None
     for client in list(_clients):
-        client._after_fork_in_child()
+        try:
+            client._after_fork_in_child()
+        except Exception as failure:  # noqa: BLE001 -- raised below, after the other clients
+            error = error or failure
+    if error is not None:
+        raise error
