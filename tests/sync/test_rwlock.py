@@ -192,7 +192,9 @@ def test_a_resent_call_is_not_applied_twice(lock_client: LockClient, r: redis.Re
 def test_the_watchdog_keeps_read_and_write_holds_past_the_timeout(
     redis_url: str, r: redis.Redis
 ) -> None:
-    with LockClient(redis_url, key_prefix="test", watchdog_timeout=0.6) as client:
+    # 3 s, not less: at 0.6 s a renewal had 0.1 s, which a loaded machine's
+    # late watchdog thread missed (the holds were rightly lost).
+    with LockClient(redis_url, key_prefix="test", watchdog_timeout=3) as client:
         rw = client.read_write_lock("renewed")
         rw.write.acquire()
         rw.read.acquire()
@@ -210,7 +212,7 @@ def test_the_watchdog_keeps_read_and_write_holds_past_the_timeout(
         reader = threading.Thread(target=read_until_done)
         reader.start()
         assert took.wait(10)
-        time.sleep(2.0)  # more than three timeouts
+        time.sleep(3.5)  # more than the timeout: only renewals keep them
         assert rw.write.owned() and rw.read.owned() and other.read.locked()
         assert not rw.write.lost and not rw.read.lost
         assert in_thread(rw.read.acquire, False) is False
